@@ -1,0 +1,157 @@
+"""One cost-model interface: how long an op takes on this cluster.
+
+`CostModel.compute_time(op)` prices a `Compute` op and `CostModel.comm_time(op, group)` a `Comm` on a
+process group. The spec-based default is a roofline with stated efficiency curves (below, with
+sources); a calibration profile (`cluster.profile`) and the topology-aware collective algorithms plug in
+behind the same two methods, so the analytic estimate and the engine never change when they do.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .layout import GroupShape
+from .ops import Comm, Compute
+from .topology import Topology
+
+# --- spec-based efficiency curves (the "default profile") --------------------------------------
+GEMM_PEAK_EFFICIENCY = 0.78
+"""Large bf16 GEMMs on H100 reach ~75-80 % of dense peak with cuBLAS (FA3 §1 cites 80-90 % for tuned
+GEMMs; we take the lower end for the shapes transformers use). Replaced by measurements in a profile."""
+GEMM_HALF_EFFICIENCY_FLOPS = 2.0e9
+"""FLOPs at which a GEMM reaches half its peak efficiency: small GEMMs do not fill the SMs
+(wave quantisation, launch overhead). Assumption, to be fitted from profiles."""
+ATTENTION_EFFICIENCY = {"fwd": 0.55, "bwd": 0.45}
+"""FlashAttention-2/3 on H100: FA2 ~35 % of peak, FA3 fwd up to 75 % (FA3 abstract); a middle value."""
+HBM_EFFICIENCY = 0.80
+"""Streaming memory-bound kernels reach 80-90 % of HBM peak (MODELING.md 7.3, assumption)."""
+KERNEL_OVERHEAD_S = 4e-6
+"""Per-kernel launch/tail gap on the GPU stream (assumption, a few microseconds)."""
+
+
+@dataclass(frozen=True)
+class CommSpec:
+    """Alpha-beta parameters for one group shape: time = steps*alpha + bytes_on_wire / bandwidth."""
+    alpha_s: float
+    bandwidth_Bps: float
+
+
+def _ring_steps(collective: str, n: int) -> tuple[float, float]:
+    """(latency steps, wire-bytes factor of S per rank) for ring algorithms (MODELING.md 5.1)."""
+    if collective == "all_reduce":
+        return 2 * (n - 1), 2 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return n - 1, (n - 1) / n
+    if collective == "send_recv":
+        return 1, 1.0
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+@dataclass
+class CostModel:
+    topology: Topology
+    precision: str = "bf16"
+    profile: object | None = None
+    """A calibration profile (calibrate/profile schema) consulted first when given."""
+    stats: dict = field(default_factory=lambda: {"compute_s": 0.0, "measured_s": 0.0})
+    """Seconds of compute priced from measurements vs in total (the report's coverage figure)."""
+
+    # ------------------------------------------------------------------ compute
+    def peak_flops(self, dtype: str) -> float:
+        return self.topology.peak_flops(dtype)
+
+    def gemm_efficiency(self, flops: float) -> float:
+        return GEMM_PEAK_EFFICIENCY * flops / (flops + GEMM_HALF_EFFICIENCY_FLOPS)
+
+    def spec_compute_time(self, op: Compute) -> float:
+        hbm = self.topology.gpu.hbm_bandwidth_gbs * 1e9 * HBM_EFFICIENCY
+        t_mem = op.bytes / hbm
+        if op.kind == "gemm":
+            per = op.flops / op.repeat
+            t_c = op.flops / (self.peak_flops(op.dtype) * self.gemm_efficiency(per))
+        elif op.kind == "attention":
+            phase = op.shape[5] if len(op.shape) > 5 else "fwd"
+            t_c = op.flops / (self.peak_flops(op.dtype) * ATTENTION_EFFICIENCY[phase])
+        else:
+            t_c = 0.0
+        return max(t_c, t_mem) + KERNEL_OVERHEAD_S * op.repeat
+
+    def compute_time(self, op: Compute) -> float:
+        t = None
+        if self.profile is not None:
+            t = self.profile.compute_time(op)
+        measured = t is not None
+        if t is None:
+            t = self.spec_compute_time(op)
+        self.stats["compute_s"] += t
+        if measured:
+            self.stats["measured_s"] += t
+        return t
+
+    # ------------------------------------------------------------------ communication
+    def comm_spec(self, group: GroupShape) -> CommSpec:
+        """Bottleneck bandwidth of a group: NVLink when it stays in a node; otherwise the NICs, shared by
+        the group's ranks on one node (each rank gets nics/gpus of a node's NIC bandwidth)."""
+        node = self.topology.node
+        if group.intra_node:
+            return CommSpec(node.latency_us * 1e-6, node.bandwidth_gbs * 1e9)
+        per_gpu_nic = node.nic_bandwidth_gbs * 1e9 * max(node.nics, 1) / node.gpus
+        # ranks of one group on the same node: the inter-node part of a hierarchical ring moves 1/per_node
+        # of the data per rank over its own NIC (MODELING.md 5.4)
+        bw = per_gpu_nic * group.per_node
+        return CommSpec(node.nic_latency_us * 1e-6, bw)
+
+    def comm_time(self, op: Comm, group: GroupShape) -> float:
+        n = group.size
+        if n <= 1 or op.bytes <= 0:
+            return 0.0
+        if self.profile is not None:
+            t = self.profile.comm_time(op, group)
+            if t is not None:
+                return t
+        spec = self.comm_spec(group)
+        steps, factor = _ring_steps(op.collective, n)
+        if op.collective == "send_recv":
+            factor = 1.0
+        return steps * spec.alpha_s + op.bytes * factor / spec.bandwidth_Bps
+
+    def p2p_time(self, nbytes: float, same_node: bool) -> float:
+        node = self.topology.node
+        if same_node:
+            return node.latency_us * 1e-6 + nbytes / (node.bandwidth_gbs * 1e9)
+        per_gpu_nic = node.nic_bandwidth_gbs * 1e9 * max(node.nics, 1) / node.gpus
+        return node.nic_latency_us * 1e-6 + nbytes / per_gpu_nic
+
+
+def build_cost_model(sc) -> CostModel:
+    """The cost model a scenario asks for: spec-based, or with its calibration profile."""
+    profile = None
+    if sc.cluster.profile not in ("default", "", None):
+        from .profile import load_profile  # noqa: PLC0415 (optional piece, lands with calibration)
+        profile = load_profile(sc.cluster.profile)
+    return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile)
+
+
+def bytes_fmt(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def log_interp(x: float, xs: list[float], ys: list[float]) -> float:
+    """Piecewise-linear interpolation of log(y) over log(x), clamped to the end slopes."""
+    if len(xs) == 1:
+        return ys[0] * x / xs[0]
+    lx = [math.log(v) for v in xs]
+    ly = [math.log(max(v, 1e-30)) for v in ys]
+    t = math.log(x)
+    if t <= lx[0]:
+        i = 0
+    elif t >= lx[-1]:
+        i = len(lx) - 2
+    else:
+        i = max(j for j in range(len(lx) - 1) if lx[j] <= t)
+    slope = (ly[i + 1] - ly[i]) / (lx[i + 1] - lx[i]) if lx[i + 1] != lx[i] else 0.0
+    return math.exp(ly[i] + slope * (t - lx[i]))

@@ -1,0 +1,535 @@
+"""What one rank computes and communicates, op by op: the shared vocabulary of the analytic estimate,
+the discrete-event engine and `calibrate --scenario`.
+
+`layer_passes` gives, for one transformer layer and one micro-batch on one rank (after TP/SP/CP/EP
+sharding), three op lists: forward F, input-grad backward B (with any recomputation in front) and
+weight-grad W, kept apart so zero-bubble schedules can move W. Each entry is a `Node`: an op and the
+indices of the nodes in the same list it waits for. Compute ops run on the rank's compute stream in
+list order; a `Comm` runs on its dimension's stream. Per-step work (embedding, LM head and loss,
+pipeline sends, DP/ZeRO gradient and parameter collectives, the optimizer) is built by the other
+functions here.
+
+Where Megatron puts TP/SP collectives: NAR21 §3.2, KOR22 §4.2.2 and MODELING.md 4.2; CP: MODELING.md
+4.3 (RFA); EP: 4.5 (MEG-MAP). Memory-bound byte counts: MODELING.md 7.3 (derived).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from .params import final_norm_params, layer_params
+from .scenario import Scenario
+
+ACT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activations stay bf16 under fp8 training (DSV3 §3.3)
+GEMM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    name: str
+    """What the op is, in the field's words: qkv, attn, out_proj, fc1, act, fc2, norm1, router, ..."""
+    kind: str
+    """gemm | attention | elementwise | optimizer"""
+    flops: float
+    bytes: float
+    """HBM bytes read and written."""
+    dtype: str
+    shape: tuple = ()
+    """gemm: (m, n, k); attention: (batch*heads, s_q, s_kv, d_head, causal_fraction, 'fwd'|'bwd');
+    elementwise: (elements,)."""
+    repeat: int = 1
+    """Identical kernels this op stands for (grouped expert GEMMs); flops and bytes are the total."""
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    name: str
+    dim: str
+    """tp | cp | ep | dp | pp (dp also carries ZeRO traffic; the group is dp*cp for dense params)."""
+    collective: str
+    """all_reduce | all_gather | reduce_scatter | all_to_all | send_recv"""
+    bytes: float
+    """Buffer size S as nccl-tests defines it: the full (gathered) array for AG/RS, the send buffer for a2a."""
+    blocking: bool = True
+    """Blocking: the next compute op waits for it. Otherwise only the node(s) listing it as a dep wait."""
+    group: str = ""
+    """Process group name when it is not `dim` (dp_cp for dense gradients, edp for expert gradients)."""
+
+
+Op = Union[Compute, Comm]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    op: Op
+    deps: tuple[int, ...] = ()
+    """Indices (in the same list) this node waits for, besides stream order."""
+    tag: str = ""
+    """R for recomputation ops (HFU, not MFU)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPasses:
+    layer: int
+    F: tuple[Node, ...]
+    B: tuple[Node, ...]
+    W: tuple[Node, ...]
+
+
+class _Seq:
+    """Builds a node list with stream semantics: compute waits for the previous compute and for every
+    blocking comm issued since; a comm waits for the compute that produced its input."""
+
+    def __init__(self, tag: str = ""):
+        self.nodes: list[Node] = []
+        self.last_compute: int | None = None
+        self.pending: list[int] = []
+        self.tag = tag
+
+    def _deps(self, extra=()):
+        deps = ([self.last_compute] if self.last_compute is not None else []) + self.pending + list(extra)
+        return tuple(sorted(set(deps)))
+
+    def compute(self, op: Compute, extra=()) -> int:
+        self.nodes.append(Node(op, self._deps(extra), self.tag))
+        self.pending = []
+        self.last_compute = len(self.nodes) - 1
+        return self.last_compute
+
+    def comm(self, op: Comm, extra=()) -> int:
+        deps = ([self.last_compute] if self.last_compute is not None else []) + list(extra)
+        self.nodes.append(Node(op, tuple(sorted(set(deps))), self.tag))
+        i = len(self.nodes) - 1
+        if op.blocking:
+            self.pending.append(i)
+        return i
+
+    def extend(self, other: "_Seq") -> None:
+        off = len(self.nodes)
+        for n in other.nodes:
+            self.nodes.append(Node(n.op, tuple(d + off for d in n.deps), n.tag))
+        # the appended sequence's first nodes waited on nothing of ours: chain them
+        if other.nodes and off:
+            first = self.nodes[off]
+            base = ([self.last_compute] if self.last_compute is not None else []) + self.pending
+            self.nodes[off] = Node(first.op, tuple(sorted(set(first.deps) | set(base))), first.tag)
+        if other.last_compute is not None:
+            self.last_compute = other.last_compute + off
+        self.pending = [p + off for p in other.pending]
+
+
+# ----------------------------------------------------------------------------------- sizes
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Per-rank sizes of one micro-batch (MODELING.md section 0 notation)."""
+    b: int
+    s: int
+    """Local sequence length s/c."""
+    T: int
+    """Tokens on the rank, b*s/c (before SP)."""
+    T_sp: int
+    """Tokens in the SP regions (T/t with SP, else T)."""
+    t: int
+    h: int
+    q: int
+    """Query width per rank, a*d_h/t."""
+    kv: int
+    """K (= V) width per rank; with t > g a head is replicated."""
+    heads: int
+    """Query heads per rank."""
+    d_head: int
+    ab: int
+    """Activation bytes per element."""
+    gb: int
+    """GEMM operand bytes per element."""
+    dtype: str
+
+
+def shard(sc: Scenario) -> Shard:
+    m, p, tr = sc.model, sc.parallel, sc.training
+    t = p.tp
+    s_loc = tr.seq_len // p.cp
+    T = tr.micro_batch * s_loc
+    kv = m.kv_dim // t if m.n_kv >= t or m.mla else m.kv_dim // m.n_kv
+    return Shard(b=tr.micro_batch, s=s_loc, T=T, T_sp=T // t if (p.sp and t > 1) else T, t=t, h=m.hidden,
+                 q=m.q_dim // t, kv=kv, heads=m.heads // t, d_head=m.d_head, ab=ACT_BYTES[tr.precision],
+                 gb=GEMM_BYTES[tr.precision], dtype=tr.precision)
+
+
+def gemm(name: str, m: int, n: int, k: int, z: Shard, repeat: int = 1) -> Compute:
+    """2mnk FLOPs; bytes = operands and result once each (NAR21 App.; MODELING.md 7.1)."""
+    return Compute(name, "gemm", 2.0 * m * n * k * repeat, float((m * k + k * n) * z.gb + m * n * z.ab) * repeat,
+                   z.dtype, (m, n, k), repeat)
+
+
+def elementwise(name: str, elements: float, passes: float, z: Shard, elt_bytes: int | None = None) -> Compute:
+    """Memory-bound: `passes` reads+writes of `elements` (MODELING.md 7.3, derived byte counts)."""
+    return Compute(name, "elementwise", 0.0, float(elements * passes * (elt_bytes or z.ab)), "bf16" if z.ab == 2 else "fp32",
+                   (int(elements),))
+
+
+# Passes over the tensor (reads + writes) for memory-bound ops, forward and backward (MODELING.md 7.3).
+NORM_PASSES = (2, 3)
+SWIGLU_PASSES = (3, 5)
+GELU_PASSES = (2, 3)
+ROPE_PASSES = (2, 2)
+RESIDUAL_PASSES = (3, 3)
+
+
+def _tp_comm(sc: Scenario, z: Shard, name: str, collective: str) -> Comm:
+    return Comm(name, "tp", collective, float(z.T * z.h * z.ab), blocking=not sc.parallel.overlap_tp)
+
+
+# ----------------------------------------------------------------------------------- attention
+
+def _attention_flops(z: Shard, s_kv: int, causal_fraction: float) -> float:
+    """Forward 4*b*s_q*s_kv*d_h per head (QK^T and AV), times the causal fraction (FA benchmark)."""
+    return 4.0 * z.b * z.s * s_kv * z.d_head * z.heads * causal_fraction
+
+
+def _attention_op(sc: Scenario, z: Shard, name: str, s_kv: int, causal_fraction: float, bwd: bool) -> Compute:
+    """Flash: fwd 1x, bwd 2.5x (recomputes the scores, FA benchmark_flash_attention.py);
+    bytes = Q, K, V, O (and dO, dQ, dK, dV in backward). Eager: the s^2 scores go through HBM."""
+    flops = _attention_flops(z, s_kv, causal_fraction)
+    io = (2 * z.T * z.q + 2 * z.b * s_kv * z.kv) * z.ab
+    if sc.training.attention == "eager":
+        scores = z.b * z.heads * z.s * s_kv
+        flops = 4.0 * z.b * z.s * s_kv * z.d_head * z.heads  # eager computes masked entries too
+        io += scores * z.ab * (6 if not bwd else 8)  # write scores, softmax read/write, dropout mask
+        flops *= 2.0 if bwd else 1.0
+    else:
+        flops *= 2.5 if bwd else 1.0
+        io *= 2 if bwd else 1
+    return Compute(name, "attention", flops, float(io), z.dtype,
+                   (z.b * z.heads, z.s, s_kv, z.d_head, causal_fraction, "bwd" if bwd else "fwd"))
+
+
+def _attention_forward(sc: Scenario, z: Shard, seq: _Seq, tag: str = "") -> None:
+    c = sc.parallel.cp
+    kv_bytes = float(2 * z.T * z.kv * z.ab)  # local K and V chunk
+    if c == 1:
+        seq.compute(_attention_op(sc, z, "attn", z.s, 0.5, bwd=False))
+    elif sc.parallel.cp_comm == "allgather":
+        seq.comm(Comm("cp_kv_allgather", "cp", "all_gather", kv_bytes * c))
+        seq.compute(_attention_op(sc, z, "attn", z.s * c, 0.5 / c, bwd=False))
+    else:
+        # zig-zag ring (RFA): step 0 is the local causal block, steps 1..c-1 half blocks against remote K/V
+        prev = None
+        for i in range(c):
+            extra = (prev,) if prev is not None else ()
+            if i < c - 1:
+                nxt = seq.comm(Comm(f"cp_kv_ring{i}", "cp", "send_recv", kv_bytes, blocking=False), extra=extra)
+            frac = 0.5 if i == 0 else 0.5  # zig-zag: every step does half of a full s_loc x s_loc block
+            seq.compute(_attention_op(sc, z, f"attn_step{i}", z.s, frac, bwd=False), extra=extra)
+            prev = nxt if i < c - 1 else None
+
+
+def _attention_backward(sc: Scenario, z: Shard, seq: _Seq) -> None:
+    c = sc.parallel.cp
+    kv_bytes = float(2 * z.T * z.kv * z.ab)
+    if c == 1:
+        seq.compute(_attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True))
+    elif sc.parallel.cp_comm == "allgather":
+        seq.comm(Comm("cp_kv_allgather_bwd", "cp", "all_gather", kv_bytes * c))
+        seq.compute(_attention_op(sc, z, "attn_bwd", z.s * c, 0.5 / c, bwd=True))
+        seq.comm(Comm("cp_dkv_reduce_scatter", "cp", "reduce_scatter", kv_bytes * c))
+    else:
+        # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA)
+        prev = None
+        for i in range(c):
+            extra = (prev,) if prev is not None else ()
+            if i < c - 1:
+                nxt = seq.comm(Comm(f"cp_kv_ring_bwd{i}", "cp", "send_recv", kv_bytes, blocking=False), extra=extra)
+            seq.compute(_attention_op(sc, z, f"attn_bwd_step{i}", z.s, 0.5, bwd=True), extra=extra)
+            seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1)))
+            prev = nxt if i < c - 1 else None
+
+
+# ----------------------------------------------------------------------------------- one layer
+
+def _mlp_ops(sc: Scenario, z: Shard, moe: bool):
+    """(forward GEMM/act list) for a dense MLP or the shared experts; FFN sharded by TP."""
+    m = sc.model
+    if moe:
+        f = m.moe.shared_ffn * m.moe.shared_experts // z.t
+    else:
+        f = m.ffn_hidden // z.t
+    if f == 0:
+        return []
+    n1 = 2 * f if m.gated_mlp else f
+    act = elementwise("swiglu" if m.gated_mlp else "gelu", z.T * f, (SWIGLU_PASSES if m.gated_mlp else GELU_PASSES)[0], z)
+    pre = "shared_" if moe else ""
+    return [gemm(pre + "fc1", z.T, n1, z.h, z), act, gemm(pre + "fc2", z.T, z.h, f, z)]
+
+
+def _moe_tokens(sc: Scenario, z: Shard) -> tuple[int, float]:
+    """Tokens this rank routes (its SP shard: T/t) and expert-token rows it computes (x top_k x imbalance)."""
+    routed = z.T // z.t if z.t > 1 else z.T
+    return routed, routed * sc.model.moe.top_k * sc.parallel.ep_imbalance
+
+
+def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> _Seq:
+    m, p = sc.model, sc.parallel
+    seq = _Seq(tag)
+    sp = p.sp and z.t > 1
+    seq.compute(elementwise("norm1", z.T_sp * z.h, NORM_PASSES[0], z))
+    if z.t > 1 and sp:
+        seq.comm(_tp_comm(sc, z, "sp_allgather_attn", "all_gather"))
+    seq.compute(gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
+    seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
+    _attention_forward(sc, z, seq, tag)
+    seq.compute(gemm("out_proj", z.T, z.h, z.q, z))
+    if z.t > 1:
+        seq.comm(_tp_comm(sc, z, "sp_reducescatter_attn" if sp else "tp_allreduce_attn", "reduce_scatter" if sp else "all_reduce"))
+    seq.compute(elementwise("residual1", z.T_sp * z.h, RESIDUAL_PASSES[0], z))
+    seq.compute(elementwise("norm2", z.T_sp * z.h, NORM_PASSES[0], z))
+    moe = m.is_moe_layer(layer)
+    if moe:
+        e = m.moe
+        routed, rows = _moe_tokens(sc, z)
+        seq.compute(gemm("router", routed, e.experts, z.h, z))
+        seq.compute(elementwise("permute", routed * e.top_k * z.h, 2, z))
+        a2a = float(routed * e.top_k * z.h * z.ab * p.ep_imbalance)
+        if p.ep > 1:
+            seq.comm(Comm("ep_dispatch", "ep", "all_to_all", a2a))
+        local = e.experts // p.ep
+        per_expert = max(1, int(round(rows / local)))
+        fe = e.expert_ffn_hidden
+        seq.compute(gemm("expert_fc1", per_expert, 2 * fe if m.gated_mlp else fe, z.h, z, repeat=local))
+        seq.compute(elementwise("expert_act", rows * fe, (SWIGLU_PASSES if m.gated_mlp else GELU_PASSES)[0], z))
+        seq.compute(gemm("expert_fc2", per_expert, z.h, fe, z, repeat=local))
+        if p.ep > 1:
+            seq.comm(Comm("ep_combine", "ep", "all_to_all", a2a))
+        seq.compute(elementwise("unpermute", routed * e.top_k * z.h, 2, z))
+        shared = _mlp_ops(sc, z, moe=True)
+        if shared:
+            if sp:
+                seq.comm(_tp_comm(sc, z, "sp_allgather_shared", "all_gather"))
+            for op in shared:
+                seq.compute(op)
+            if z.t > 1:
+                seq.comm(_tp_comm(sc, z, "sp_reducescatter_shared" if sp else "tp_allreduce_shared",
+                                  "reduce_scatter" if sp else "all_reduce"))
+    else:
+        if sp:
+            seq.comm(_tp_comm(sc, z, "sp_allgather_mlp", "all_gather"))
+        for op in _mlp_ops(sc, z, moe=False):
+            seq.compute(op)
+        if z.t > 1:
+            seq.comm(_tp_comm(sc, z, "sp_reducescatter_mlp" if sp else "tp_allreduce_mlp", "reduce_scatter" if sp else "all_reduce"))
+    seq.compute(elementwise("residual2", z.T_sp * z.h, RESIDUAL_PASSES[0], z))
+    return seq
+
+
+_BWD_COMM = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "all_to_all": "all_to_all"}
+
+
+def _backward_of(op: Compute, z: Shard) -> tuple[Compute | None, Compute | None]:
+    """(input-grad op, weight-grad op) for a forward compute op."""
+    if op.kind == "gemm":
+        m, n, k = op.shape
+        dgrad = Compute(op.name + "_dgrad", "gemm", op.flops, op.bytes, op.dtype, (m, k, n), op.repeat)
+        if op.name in ("attn_scores",):
+            return dgrad, None
+        wgrad = Compute(op.name + "_wgrad", "gemm", op.flops, op.bytes, op.dtype, (k, n, m), op.repeat)
+        return dgrad, wgrad
+    if op.kind == "elementwise":
+        passes = {"norm": NORM_PASSES, "swiglu": SWIGLU_PASSES, "expert_act": SWIGLU_PASSES, "gelu": GELU_PASSES,
+                  "rope": ROPE_PASSES, "residual": RESIDUAL_PASSES}
+        key = next((k for k in passes if op.name.startswith(k)), None)
+        fwd, bwd = passes[key] if key else (2, 2)
+        return Compute(op.name + "_bwd", "elementwise", 0.0, op.bytes * bwd / fwd, op.dtype, op.shape), None
+    return None, None
+
+
+def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasses:
+    """F, B and W node lists of one layer for one micro-batch on one rank."""
+    z = z or shard(sc)
+    fwd = layer_forward(sc, layer, z)
+    b = _Seq()
+    rc = sc.training.recompute
+    if rc == "full":
+        b.extend(layer_forward(sc, layer, z, tag="R"))
+    w_ops: list[Compute] = []
+    wgrad_ag: list[Comm] = []
+    sp = sc.parallel.sp and z.t > 1
+    for node in reversed(fwd.nodes):
+        op = node.op
+        if isinstance(op, Comm):
+            if op.dim == "cp":
+                continue  # handled with the attention backward
+            if op.collective == "all_reduce":  # TP g -> f: backward all-reduce sits after the column-parallel dgrad
+                continue
+            b.comm(Comm(op.name + "_bwd", op.dim, _BWD_COMM[op.collective], op.bytes, op.blocking))
+            if op.collective == "all_gather" and sp:
+                # Megatron re-gathers the SP input for the weight gradient (KOR22 §4.2.2), overlapped with dgrad
+                wgrad_ag.append(Comm(op.name + "_wgrad", "tp", "all_gather", op.bytes, blocking=False))
+            continue
+        if op.kind == "attention":
+            if rc == "selective" and sc.training.attention == "eager":
+                sub = _Seq("R")
+                _attention_forward(sc, z, sub)
+                b.extend(sub)
+            _attention_backward(sc, z, b)
+            continue
+        dgrad, wgrad = _backward_of(op, z)
+        if dgrad is not None:
+            b.compute(dgrad)
+        if wgrad is not None:
+            w_ops.append(wgrad)
+        if op.kind == "gemm" and op.name in ("qkv", "fc1", "shared_fc1") and z.t > 1 and not sp:
+            b.comm(_tp_comm(sc, z, f"tp_allreduce_{op.name}_dgrad", "all_reduce"))
+    # weight-grad list: norm weight grads are folded into their backward kernels
+    w = _Seq()
+    ag = {c.name.split("_", 2)[-1].replace("_wgrad", ""): c for c in wgrad_ag}
+    for op in w_ops:
+        key = {"qkv_wgrad": "attn", "fc1_wgrad": "mlp", "shared_fc1_wgrad": "shared"}.get(op.name)
+        if key and key in ag:
+            w.comm(ag.pop(key))
+            w.pending = [len(w.nodes) - 1]
+        w.compute(op)
+    return LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes))
+
+
+# ----------------------------------------------------------------------------------- ends of the pipeline
+
+def embedding_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
+    """Vocab-parallel embedding lookup, then all-reduce over TP (reduce-scatter with SP)."""
+    z = z or shard(sc)
+    seq = _Seq()
+    seq.compute(elementwise("embedding", z.T * z.h, 2, z))
+    if z.t > 1:
+        sp = sc.parallel.sp
+        seq.comm(_tp_comm(sc, z, "embedding_reducescatter" if sp else "embedding_allreduce", "reduce_scatter" if sp else "all_reduce"))
+    return tuple(seq.nodes)
+
+
+def embedding_backward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
+    z = z or shard(sc)
+    seq = _Seq()
+    if z.t > 1 and sc.parallel.sp:
+        seq.comm(_tp_comm(sc, z, "embedding_allgather_bwd", "all_gather"))
+    seq.compute(elementwise("embedding_bwd", z.T * z.h, 3, z))
+    return tuple(seq.nodes)
+
+
+def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
+    """Final norm, LM head (vocab-parallel), cross-entropy in fp32 with its TP all-reduces of per-token
+    max / sum / target logit (Megatron vocab_parallel_cross_entropy)."""
+    z = z or shard(sc)
+    m = sc.model
+    seq = _Seq()
+    seq.compute(elementwise("final_norm", z.T_sp * z.h, NORM_PASSES[0], z))
+    if z.t > 1 and sc.parallel.sp:
+        seq.comm(_tp_comm(sc, z, "sp_allgather_head", "all_gather"))
+    v = -(-m.vocab // z.t)
+    seq.compute(gemm("lm_head", z.T, v, z.h, z))
+    seq.compute(elementwise("cross_entropy", z.T * v, 3, z, elt_bytes=4))
+    if z.t > 1:
+        seq.comm(Comm("ce_allreduce", "tp", "all_reduce", float(3 * z.T * 4)))
+    return tuple(seq.nodes)
+
+
+def head_backward(sc: Scenario, z: Shard | None = None) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
+    """(B, W) of the loss, LM head and final norm."""
+    z = z or shard(sc)
+    m = sc.model
+    v = -(-m.vocab // z.t)
+    b = _Seq()
+    b.compute(elementwise("cross_entropy_bwd", z.T * v, 3, z, elt_bytes=4))
+    head = gemm("lm_head", z.T, v, z.h, z)
+    dgrad, wgrad = _backward_of(head, z)
+    b.compute(dgrad)
+    if z.t > 1:
+        sp = sc.parallel.sp
+        b.comm(_tp_comm(sc, z, "sp_reducescatter_head_bwd" if sp else "tp_allreduce_head_bwd", "reduce_scatter" if sp else "all_reduce"))
+    b.compute(elementwise("final_norm_bwd", z.T_sp * z.h, NORM_PASSES[1], z))
+    w = _Seq()
+    w.compute(wgrad)
+    return tuple(b.nodes), tuple(w.nodes)
+
+
+def pp_activation_bytes(sc: Scenario, z: Shard | None = None) -> float:
+    """Bytes one rank sends to the next stage per micro-batch: s*b*h activations (each TP rank sends
+    its 1/t share with SP, NAR21 §4.1 scatter/gather)."""
+    z = z or shard(sc)
+    full = z.T * z.h * z.ab
+    return float(full / z.t if (sc.parallel.sp and z.t > 1) else full)
+
+
+# ----------------------------------------------------------------------------------- per-step work
+
+@dataclass(frozen=True, slots=True)
+class RankParams:
+    """Parameters held by one rank of a pipeline stage (all its chunks), after TP and EP sharding."""
+    dense: float
+    """Replicated over the dp*cp group (attention, dense MLP, shared experts, router, norms, embeddings)."""
+    expert: float
+    """Routed-expert parameters (replicated over the expert-DP group)."""
+    layers: tuple[int, ...]
+    embedding: bool
+    head: bool
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
+    """Linears and vocab tables split by t; norms replicated (MODELING.md 1.4); routed experts split by ep,
+    not by t (expert tensor parallel = 1); K/V projections replicated when t > kv_heads."""
+    from .layout import last_chunk, rank_chunks
+    m, p = sc.model, sc.parallel
+    t = p.tp
+    chunks = rank_chunks(sc, pp_rank)
+    layers = tuple(i for _, ls in chunks for i in ls)
+    dense = expert = 0.0
+    kv_rep = t / m.n_kv if (t > m.n_kv and not m.mla) else 1.0
+    for i in layers:
+        lp = layer_params(sc.model, i)
+        attn = lp.attn
+        if kv_rep > 1:
+            kv_part = 2 * m.hidden * m.kv_dim
+            attn = (attn - kv_part) + kv_part * kv_rep
+        dense += attn / t + lp.mlp / t + lp.norms
+        expert += lp.experts / p.ep
+    ids = [c for c, _ in chunks]
+    has_emb = 0 in ids
+    has_head = last_chunk(sc) in ids
+    if has_emb:
+        dense += (m.vocab * m.hidden) / t + m.positions * m.hidden
+    if has_head:
+        dense += final_norm_params(m)
+        if not m.tie_embeddings or p.pp > 1 or not has_emb:
+            dense += m.vocab * m.hidden / t  # untied head, or the tied copy on the last stage (MODELING 1.4)
+    return RankParams(dense=dense, expert=expert, layers=layers, embedding=has_emb, head=has_head)
+
+
+def optimizer_bytes_per_param(sc: Scenario) -> float:
+    """HBM traffic of one optimizer step per (sharded) parameter: AdamW reads grad, master, m, v and writes
+    master, m, v and the 16-bit weight (~30 B, MODELING.md 7.4) plus ~4 B for the global grad norm;
+    SGD reads grad and master and writes master and weight."""
+    low = sc.training.precision != "fp32"
+    if sc.training.optimizer == "adamw":
+        return 4 * 4 + 3 * 4 + (2 if low else 0) + 4
+    return 2 * 4 + 4 + (2 if low else 0) + 4
+
+
+def optimizer_op(sc: Scenario, params_on_rank: float) -> Compute:
+    return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * optimizer_bytes_per_param(sc), "fp32",
+                   (int(params_on_rank),))
+
+
+def param_bytes(sc: Scenario) -> int:
+    return 4 if sc.training.precision == "fp32" else 2
+
+
+def dp_buckets(sc: Scenario, params: float, elt_bytes: int) -> list[float]:
+    """Split `params` worth of gradients into buckets of dp_bucket_mb (bytes of the reduced dtype)."""
+    total = params * elt_bytes
+    cap = sc.parallel.dp_bucket_mb * 1e6
+    if total <= 0:
+        return []
+    n = max(1, int(-(-total // cap)))
+    return [total / n] * n

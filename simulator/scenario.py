@@ -1,0 +1,264 @@
+"""Scenario files (CONTRACT.md): YAML read with safe_load, `--set dotted.key=value` overrides, strict
+validation of every key and of the layout as a whole. The result is a frozen `Scenario` with the model
+and topology resolved; everything downstream takes it as plain data.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from .errors import ScenarioError
+from .model import ModelSpec, load_model, model_to_mapping
+from .schema import from_mapping
+from .topology import Topology, load_topology
+
+SCHEDULES = ("afab", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
+DIMS = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Training:
+    seq_len: int = field(metadata={"min": 1})
+    global_batch: int = field(metadata={"min": 1})
+    """Sequences per optimizer step, all DP replicas together."""
+    micro_batch: int = field(default=1, metadata={"min": 1})
+    """Sequences per micro-batch on one DP rank."""
+    precision: str = field(default="bf16", metadata={"choices": ("fp32", "bf16", "fp8")})
+    """bf16/fp8: fp32 master weights and fp32 optimizer states."""
+    recompute: str = field(default="none", metadata={"choices": ("none", "selective", "full")})
+    attention: str = field(default="flash", metadata={"choices": ("flash", "eager")})
+    optimizer: str = field(default="adamw", metadata={"choices": ("adamw", "sgd")})
+    grad_dtype: Optional[str] = field(default=None, metadata={"choices": ("fp32", "bf16")})
+    """Gradient accumulation and reduction dtype; null = fp32 (Megatron's main_grad, nanotron's default)."""
+
+    @property
+    def grad_bytes(self) -> int:
+        return 2 if self.grad_dtype == "bf16" else 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    topology: str
+    nodes: int = field(default=1, metadata={"min": 1})
+    gpus_per_node: Optional[int] = field(default=None, metadata={"min": 1})
+    """Defaults to the topology's."""
+    profile: str = "default"
+    """default = the spec-based profile of the topology's GPU; or a path to a calibration profile."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallel:
+    dp: Optional[int] = field(default=None, metadata={"min": 1})
+    """Null: GPUs / (tp * pp * cp)."""
+    tp: int = field(default=1, metadata={"min": 1})
+    pp: int = field(default=1, metadata={"min": 1})
+    cp: int = field(default=1, metadata={"min": 1})
+    ep: int = field(default=1, metadata={"min": 1})
+    """Expert parallel; borrows from dp*cp for the expert layers."""
+    zero: int = field(default=0, metadata={"choices": (0, 1, 2, 3)})
+    sp: bool = False
+    """Sequence parallel in the TP regions (Megatron SP; nanotron tp_mode REDUCE_SCATTER)."""
+    pp_schedule: str = field(default="1f1b", metadata={"choices": SCHEDULES})
+    vpp: int = field(default=1, metadata={"min": 1})
+    """Model chunks per pp rank (interleaved: >= 2; zbv and dualpipev: 2)."""
+    pp_layers: Optional[list[int]] = None
+    """Layers per model chunk, pp*vpp entries in pipeline order."""
+    order: str = "tp-cp-ep-dp-pp"
+    """Rank placement, innermost first."""
+    dp_bucket_mb: float = field(default=25.0, metadata={"min": 0.001})
+    overlap_dp: bool = True
+    overlap_tp: bool = False
+    cp_comm: str = field(default="ring", metadata={"choices": ("ring", "allgather")})
+    """ring: K/V passed around the CP group (zig-zag balanced); allgather: Llama 3's all-gather of K/V."""
+    ep_imbalance: float = field(default=1.0, metadata={"min": 1.0})
+    """Tokens on the busiest expert rank over the mean (1.0 = perfectly balanced routing)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    name: str
+    model: ModelSpec
+    training: Training
+    cluster: Cluster
+    parallel: Parallel
+    topology: Topology
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.cluster.gpus_per_node or self.topology.node.gpus
+
+    @property
+    def gpus(self) -> int:
+        return self.cluster.nodes * self.gpus_per_node
+
+    @property
+    def dp(self) -> int:
+        return self.parallel.dp  # always resolved by validation
+
+    @property
+    def micro_batches(self) -> int:
+        """m: micro-batches per pipeline per step = global_batch / (dp * micro_batch)."""
+        return self.training.global_batch // (self.dp * self.training.micro_batch)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.training.global_batch * self.training.seq_len
+
+
+@dataclass(frozen=True, kw_only=True)
+class _RawScenario:
+    name: str = "unnamed scenario"
+    model: Any = None
+    training: dict = field(default_factory=dict)
+    cluster: dict = field(default_factory=dict)
+    parallel: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------------- overrides
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'parallel.tp=4' -> (['parallel', 'tp'], 4); the value is read as YAML (safe_load)."""
+    if "=" not in text:
+        raise ScenarioError("--set", f"{text!r} is not KEY=VALUE", "dotted.key=value, e.g. parallel.tp=4")
+    key, _, value = text.partition("=")
+    parts = [p for p in key.strip().split(".")]
+    if not all(parts):
+        raise ScenarioError("--set", f"bad key {key!r}", "dotted.key=value")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return parts, parsed
+
+
+def apply_overrides(raw: dict, overrides: list[str], base_dir: Path | None) -> dict:
+    raw = copy.deepcopy(raw)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = raw
+        for i, key in enumerate(parts[:-1]):
+            if key == "model" and i == 0 and isinstance(node.get("model"), str):
+                # overriding a field of a preset: expand the preset to the contract mapping first
+                node["model"] = model_to_mapping(load_model(node["model"], base_dir))
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                raise ScenarioError(".".join(parts[: i + 1]), f"is {child!r}, not a mapping; cannot set {text!r}")
+            node = child
+        node[parts[-1]] = value
+    return raw
+
+
+# ----------------------------------------------------------------------------------- loading
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ScenarioError(str(path), f"cannot read: {e.strerror or e}")
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        first = str(e).replace("\n", " ")
+        raise ScenarioError(str(path), f"not valid YAML (or uses tags safe_load refuses): {first[:200]}")
+
+
+def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
+    path = Path(path)
+    if path.is_dir() or not path.exists():
+        raise ScenarioError(str(path), "no such scenario file")
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ScenarioError(str(path), f"a scenario must be a YAML mapping, got {type(raw).__name__}")
+    return scenario_from_mapping(raw, overrides, base_dir=path.parent)
+
+
+def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path | None = None) -> Scenario:
+    raw = apply_overrides(raw, list(overrides), base_dir)
+    top = from_mapping(_RawScenario, raw, "")
+    if top.model is None:
+        raise ScenarioError("model", "missing required key", "a preset name, a path to config.json, or a mapping")
+    model = load_model(top.model, base_dir)
+    training = from_mapping(Training, top.training, "training")
+    cluster = from_mapping(Cluster, top.cluster, "cluster")
+    parallel = from_mapping(Parallel, top.parallel, "parallel")
+    topology = load_topology(cluster.topology, base_dir)
+    if cluster.profile not in ("default",) and base_dir is not None and not Path(cluster.profile).is_absolute():
+        local = base_dir / cluster.profile
+        if local.exists():
+            cluster = replace(cluster, profile=str(local))
+    sc = Scenario(name=str(top.name), model=model, training=training, cluster=cluster, parallel=parallel, topology=topology)
+    return validate_layout(sc)
+
+
+def _divides(a: int, b: int) -> bool:
+    return a > 0 and b % a == 0
+
+
+def validate_layout(sc: Scenario) -> Scenario:
+    """Cross-key checks (CONTRACT.md "Every key is validated"); fills dp when omitted."""
+    m, t, p = sc.model, sc.training, sc.parallel
+    gpus = sc.gpus
+    fixed = p.tp * p.pp * p.cp
+    if p.dp is None:
+        if gpus % fixed:
+            raise ScenarioError("parallel", f"tp*pp*cp = {fixed} does not divide the {gpus} GPUs", "tp*pp*cp dividing nodes x gpus_per_node")
+        p = replace(p, dp=gpus // fixed)
+    if p.dp * fixed != gpus:
+        raise ScenarioError("parallel", f"dp*tp*pp*cp = {p.dp}*{p.tp}*{p.pp}*{p.cp} = {p.dp * fixed} but the cluster has {gpus} GPUs",
+                            f"degrees whose product is {gpus}")
+    order = p.order.split("-")
+    if sorted(order) != sorted(DIMS):
+        raise ScenarioError("parallel.order", f"{p.order!r} must name each of tp, cp, ep, dp, pp once", "e.g. tp-cp-ep-dp-pp")
+    if not _divides(p.tp, m.heads):
+        raise ScenarioError("parallel.tp", f"{p.tp} does not divide the model's {m.heads} attention heads", "a divisor of heads")
+    if not (_divides(p.tp, m.n_kv) or _divides(m.n_kv, p.tp)):
+        raise ScenarioError("parallel.tp", f"{p.tp} neither divides nor is a multiple of kv_heads {m.n_kv}", "a divisor or multiple of kv_heads")
+    ffn = [m.ffn_hidden] + ([m.moe.expert_ffn_hidden] if m.moe else [])
+    if not all(_divides(p.tp, f) for f in ffn):
+        raise ScenarioError("parallel.tp", f"{p.tp} does not divide the FFN size {ffn}", "a divisor of ffn_hidden")
+    if t.global_batch % (p.dp * t.micro_batch):
+        raise ScenarioError("training.global_batch", f"{t.global_batch} is not divisible by dp*micro_batch = {p.dp}*{t.micro_batch}",
+                            "a multiple of dp*micro_batch")
+    if p.sp and t.seq_len % (p.tp * p.cp):
+        raise ScenarioError("training.seq_len", f"{t.seq_len} is not divisible by tp*cp = {p.tp * p.cp} (sequence parallel)")
+    if p.cp > 1 and t.seq_len % (2 * p.cp):
+        raise ScenarioError("training.seq_len", f"{t.seq_len} is not divisible by 2*cp = {2 * p.cp} (zig-zag context parallel)")
+    # expert parallel
+    if p.ep > 1:
+        if not m.moe:
+            raise ScenarioError("parallel.ep", f"{p.ep} but the model has no experts", "1 for a dense model")
+        if not _divides(p.ep, m.moe.experts):
+            raise ScenarioError("parallel.ep", f"{p.ep} does not divide the {m.moe.experts} experts", "a divisor of moe.experts")
+        if not _divides(p.ep, p.dp * p.cp):
+            raise ScenarioError("parallel.ep", f"{p.ep} does not divide dp*cp = {p.dp * p.cp}", "a divisor of dp*cp")
+    # pipeline
+    s = p.pp_schedule
+    if s in ("afab", "1f1b", "zb-h1") and p.vpp != 1:
+        raise ScenarioError("parallel.vpp", f"{p.vpp} with pp_schedule {s}", "1 (use interleaved-1f1b, zbv or dualpipev for chunks)")
+    if s == "interleaved-1f1b" and p.vpp < 2:
+        raise ScenarioError("parallel.vpp", f"{p.vpp} with interleaved-1f1b", ">= 2 model chunks per pp rank")
+    if s in ("zbv", "dualpipev") and p.vpp != 2:
+        raise ScenarioError("parallel.vpp", f"{p.vpp} with {s}", "2 (V-shaped placement: two chunks per pp rank)")
+    m_micro = t.global_batch // (p.dp * t.micro_batch)
+    if s == "interleaved-1f1b" and p.pp > 1 and m_micro % p.pp:
+        raise ScenarioError("training.global_batch", f"interleaved-1f1b needs micro-batches ({m_micro}) to be a multiple of pp ({p.pp})")
+    if s == "dualpipev" and m_micro < 2 * p.pp:
+        raise ScenarioError("training.global_batch", f"dualpipev needs at least 2*pp = {2 * p.pp} micro-batches, got {m_micro}")
+    chunks = p.pp * p.vpp
+    if p.pp_layers is not None:
+        if len(p.pp_layers) != chunks:
+            raise ScenarioError("parallel.pp_layers", f"has {len(p.pp_layers)} entries", f"pp*vpp = {chunks} entries")
+        if any(x < 0 for x in p.pp_layers) or sum(p.pp_layers) != m.layers:
+            raise ScenarioError("parallel.pp_layers", f"sums to {sum(p.pp_layers)}", f"non-negative entries summing to model.layers = {m.layers}")
+    elif m.layers % chunks:
+        raise ScenarioError("parallel.pp", f"pp*vpp = {chunks} does not divide the model's {m.layers} layers",
+                            "a divisor of layers, or give parallel.pp_layers")
+    if t.precision == "fp8" and "fp8" not in sc.topology.gpu.peak_tflops:
+        raise ScenarioError("training.precision", f"fp8 but {sc.topology.gpu.name} has no FP8 tensor cores", "fp32 | bf16")
+    return replace(sc, parallel=p)
