@@ -68,7 +68,13 @@ def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
         if dim == "ep":
             start = pos - pos % ep
             return plane[start:start + ep]
-        return plane[pos % ep::ep]  # expert-data-parallel: same expert shard across EP groups
+        # expert-data-parallel: ranks holding the same expert shard. Experts are not tensor-split
+        # (expert tensor parallel = 1), so TP peers hold the same experts on different tokens too.
+        members = []
+        for tp_rank in group_ranks(sc, "tp", rank):
+            sub = group_ranks(sc, "dp_cp", tp_rank)
+            members += sub[pos % ep::ep]
+        return sorted(members)
     raise ValueError(f"unknown group dimension {dim!r}")
 
 

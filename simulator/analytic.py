@@ -1,0 +1,294 @@
+"""The analytic step-time estimate: the fast path `sweep` uses to prune, and `run --estimator analytic`.
+
+Per pipeline rank, each pass (F, B, W of a chunk for one micro-batch) is list-scheduled once over its
+op graph (compute stream + one stream per communication dimension), which gives its duration and the
+communication it leaves exposed. The pipeline then follows the schedule's closed form (MODELING.md 6):
+  1F1B / AFAB      T = (m-1)*max_r(t_r) + sum_r t_r                  (NAR21 Eq. 1 for uniform stages)
+  interleaved      T = m*max_r(t_r) + (p-1)*max_r(t_r)/v               (NAR21 §2.2.2)
+  ZB-H1            T = m*max_r(t_r) + (p-1)*(T_F + T_B - T_W)          (ZB Table 2)
+  ZB-V             T = m*max_r(t_r) + (p-1)*max(0, T_F + T_B - 2*T_W)  (ZB README, ZB-V)
+  DualPipeV        T = m*max_r(t_r) + (p/2-1)*max(0, T_F + 2*T_B - 3*T_W) ... (DSV3 Table 2, F&B = F + B)
+plus the p2p latency of the first traversal, the exposed DP/ZeRO communication and the optimizer step.
+The discrete-event engine measures all of this on a timeline instead; this file stays a formula.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .costs import CostModel
+from .layout import group_shape, rank_chunks
+from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
+                  layer_passes, optimizer_op, param_bytes, pp_activation_bytes, rank_params, shard)
+from .scenario import Scenario
+
+DIMS = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass
+class PassTime:
+    """One pass (F, B or W of one chunk, one micro-batch) on one rank."""
+    duration: float = 0.0
+    compute: float = 0.0
+    recompute: float = 0.0
+    comm: dict = field(default_factory=lambda: defaultdict(float))
+    exposed: dict = field(default_factory=lambda: defaultdict(float))
+    flops: float = 0.0
+    hw_flops: float = 0.0
+
+    def add(self, other: "PassTime", times: float = 1.0) -> None:
+        self.duration += other.duration * times
+        self.compute += other.compute * times
+        self.recompute += other.recompute * times
+        self.flops += other.flops * times
+        self.hw_flops += other.hw_flops * times
+        for d, v in other.comm.items():
+            self.comm[d] += v * times
+        for d, v in other.exposed.items():
+            self.exposed[d] += v * times
+
+
+def _group(sc: Scenario, op: Comm):
+    return group_shape(sc, op.group or op.dim)
+
+
+def pass_time(sc: Scenario, cost: CostModel, nodes: tuple[Node, ...], groups: dict | None = None) -> PassTime:
+    """List-schedule one node list: compute ops in order on the compute stream, each comm on its
+    dimension's stream; a compute op that starts after the stream went idle because it waited on a
+    comm counts that wait as exposed time of the comm's dimension."""
+    groups = groups if groups is not None else {}
+    finish = [0.0] * len(nodes)
+    free = defaultdict(float)
+    out = PassTime()
+    for i, node in enumerate(nodes):
+        op = node.op
+        ready = max((finish[d] for d in node.deps), default=0.0)
+        if isinstance(op, Compute):
+            t = cost.compute_time(op)
+            start = max(ready, free["compute"])
+            if start > free["compute"]:
+                # idle because of a dependency: blame the latest-finishing comm it waits for
+                waits = [nodes[d].op for d in node.deps if isinstance(nodes[d].op, Comm) and finish[d] > free["compute"]]
+                if waits:
+                    last = max((d for d in node.deps if isinstance(nodes[d].op, Comm)), key=lambda d: finish[d])
+                    out.exposed[nodes[last].op.dim] += start - free["compute"]
+            finish[i] = start + t
+            free["compute"] = finish[i]
+            if node.tag == "R":
+                out.recompute += t
+            else:
+                out.compute += t
+                out.flops += op.flops if op.kind in ("gemm", "attention") else 0.0
+            out.hw_flops += op.flops
+        else:
+            key = op.group or op.dim
+            if key not in groups:
+                groups[key] = _group(sc, op)
+            t = cost.comm_time(op, groups[key])
+            start = max(ready, free[op.dim])
+            finish[i] = start + t
+            free[op.dim] = finish[i]
+            out.comm[op.dim] += t
+    end = max(finish, default=0.0)
+    # communication still running after the last compute op is exposed too
+    tail = end - free["compute"]
+    if tail > 0:
+        last = max(range(len(nodes)), key=lambda i: finish[i])
+        out.exposed[nodes[last].op.dim] += tail
+    out.duration = end
+    return out
+
+
+@dataclass
+class StageTime:
+    pp_rank: int
+    F: PassTime
+    B: PassTime
+    W: PassTime
+
+    @property
+    def total(self) -> float:
+        return self.F.duration + self.B.duration + self.W.duration
+
+
+def stage_times(sc: Scenario, cost: CostModel) -> list[StageTime]:
+    """Per pp rank: one micro-batch through all of its chunks (F, B, W summed over chunks)."""
+    z = shard(sc)
+    groups: dict = {}
+    cache: dict = {}
+    out = []
+    last = sc.parallel.pp * sc.parallel.vpp - 1
+    for r in range(sc.parallel.pp):
+        F, B, W = PassTime(), PassTime(), PassTime()
+        for chunk, layers in rank_chunks(sc, r):
+            for layer in layers:
+                moe = sc.model.is_moe_layer(layer)
+                if moe not in cache:
+                    lp = layer_passes(sc, layer, z)
+                    cache[moe] = tuple(pass_time(sc, cost, n, groups) for n in (lp.F, lp.B, lp.W))
+                f, b, w = cache[moe]
+                F.add(f), B.add(b), W.add(w)
+            if chunk == 0:
+                F.add(pass_time(sc, cost, embedding_forward(sc, z), groups))
+                B.add(pass_time(sc, cost, embedding_backward(sc, z), groups))
+            if chunk == last:
+                F.add(pass_time(sc, cost, head_forward(sc, z), groups))
+                hb, hw = head_backward(sc, z)
+                B.add(pass_time(sc, cost, hb, groups))
+                W.add(pass_time(sc, cost, hw, groups))
+        out.append(StageTime(r, F, B, W))
+    return out
+
+
+def pipeline_time(sc: Scenario, stages: list[StageTime]) -> float:
+    """Closed forms of MODELING.md 6 (see module docstring), generalised to non-uniform stages."""
+    p, v, m = sc.parallel.pp, sc.parallel.vpp, sc.micro_batches
+    worst = max(s.total for s in stages)
+    if p == 1:
+        return m * worst
+    s = sc.parallel.pp_schedule
+    TF = max(st.F.duration for st in stages)
+    TB = max(st.B.duration for st in stages)
+    TW = max(st.W.duration for st in stages)
+    if s in ("afab", "1f1b"):
+        return (m - 1) * worst + sum(st.total for st in stages)
+    if s == "interleaved-1f1b":
+        return m * worst + (p - 1) * worst / v
+    if s == "zb-h1":
+        return m * worst + (p - 1) * max(0.0, TF + TB - TW)
+    if s == "zbv":
+        # TF/TB/TW here cover both chunks of a rank; one chunk is half
+        return m * worst + (p - 1) * max(0.0, (TF + TB - 2 * TW) / 2)
+    if s == "dualpipev":
+        return m * worst + (p / 2 - 1) * max(0.0, (TF + 2 * TB - 3 * TW) / 2)
+    raise ValueError(s)
+
+
+@dataclass
+class AnalyticResult:
+    iteration_time_s: float
+    bubble_fraction: float
+    comm: dict
+    overlap_fraction: float
+    breakdown: dict
+    flops_hw: float
+    events: int = 0
+    ranks_simulated: int = 0
+
+
+def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float, float, float]:
+    """(gradient-sync seconds, parameter all-gather seconds, optimizer seconds) for one pp rank.
+    ZeRO-0: all-reduce of gradients; ZeRO-1/2: reduce-scatter + all-gather (ZeRO §7.2.1); ZeRO-3: the
+    per-layer traffic is added separately (`zero3_layer_time`)."""
+    p = sc.parallel
+    rp = rank_params(sc, pp_rank)
+    gb = sc.training.grad_bytes
+    sync = gather = 0.0
+    for params, group in ((rp.dense, "dp_cp"), (rp.expert, "edp")):
+        g = group_shape(sc, group)
+        if g.size <= 1 or params <= 0:
+            continue
+        coll = "all_reduce" if p.zero == 0 else "reduce_scatter"
+        if p.zero < 3:
+            for nbytes in dp_buckets(sc, params, gb):
+                sync += cost.comm_time(Comm("dp_grad", "dp", coll, nbytes, group=group), g)
+        if p.zero in (1, 2):
+            for nbytes in dp_buckets(sc, params, param_bytes(sc)):
+                gather += cost.comm_time(Comm("dp_param_allgather", "dp", "all_gather", nbytes, group=group), g)
+    shard_params = rp.dense / (group_shape(sc, "dp_cp").size if p.zero >= 1 else 1)
+    shard_params += rp.expert / (group_shape(sc, "edp").size if p.zero >= 1 else 1)
+    opt = cost.compute_time(optimizer_op(sc, shard_params))
+    return sync, gather, opt
+
+
+def zero3_layer_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float, float, float]:
+    """ZeRO-3 per micro-batch on one rank: (comm seconds, exposed seconds). Each layer's parameters are
+    all-gathered before its forward and again before its backward, its gradients reduce-scattered
+    (ZeRO §7.2.2). Returns (total comm seconds per micro-batch, one gather, one reduce-scatter)."""
+    rp = rank_params(sc, pp_rank)
+    g = group_shape(sc, "dp_cp")
+    if sc.parallel.zero != 3 or not rp.layers or g.size <= 1:
+        return 0.0, 0.0, 0.0
+    per_layer = rp.total / len(rp.layers)
+    ag = cost.comm_time(Comm("zero3_allgather", "dp", "all_gather", per_layer * param_bytes(sc), group="dp_cp"), g)
+    rs = cost.comm_time(Comm("zero3_reducescatter", "dp", "reduce_scatter", per_layer * sc.training.grad_bytes, group="dp_cp"), g)
+    return len(rp.layers) * (2 * ag + rs), ag, rs
+
+
+def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
+    p, m = sc.parallel, sc.micro_batches
+    stages = stage_times(sc, cost)
+    # ZeRO-3: per layer per micro-batch gathers; exposed where longer than one layer's compute
+    z3_exposed = [0.0] * p.pp
+    z3_comm = [0.0] * p.pp
+    if p.zero == 3:
+        for st in stages:
+            comm, ag, rs = zero3_layer_time(sc, cost, st.pp_rank)
+            if comm:
+                n = max(1, len(rank_params(sc, st.pp_rank).layers))
+                f_layer, b_layer = st.F.compute / n, (st.B.compute + st.W.compute) / n
+                hidden = p.overlap_dp
+                exp = n * (max(0.0, ag - f_layer) + max(0.0, ag - b_layer) + max(0.0, rs - b_layer)) if hidden else comm
+                exp += ag if hidden else 0.0  # the first gather of a pass has nothing to hide behind
+                z3_comm[st.pp_rank] = comm * m
+                z3_exposed[st.pp_rank] = exp * m
+                st.F.duration += exp * 0.5
+                st.B.duration += exp * 0.5
+    t_pipe = pipeline_time(sc, stages)
+    # PP p2p on the first traversal (forward and backward), per boundary
+    p2p = 0.0
+    if p.pp > 1:
+        same_node = group_shape(sc, "pp").intra_node
+        p2p_one = cost.p2p_time(pp_activation_bytes(sc), same_node)
+        hops = (p.pp - 1) * (1 if p.pp_schedule not in ("zbv", "dualpipev") else 2)
+        p2p = 2 * hops * p2p_one
+        pp_comm_total = 2 * m * p.vpp * p2p_one
+    else:
+        pp_comm_total = 0.0
+    # DP / ZeRO and the optimizer, on each rank; the slowest rank decides
+    tails = []
+    for st in stages:
+        sync, gather, opt = dp_sync_time(sc, cost, st.pp_rank)
+        if p.overlap_dp:
+            last_bwd = st.B.duration + st.W.duration
+            buckets = max(1, len(dp_buckets(sc, rank_params(sc, st.pp_rank).total, sc.training.grad_bytes)))
+            exposed_sync = max(sync / buckets, sync - last_bwd)
+            exposed_gather = max(gather / buckets, gather - st.F.duration) if gather else 0.0
+        else:
+            exposed_sync, exposed_gather = sync, gather
+        tails.append((exposed_sync + exposed_gather + opt, sync + gather, exposed_sync + exposed_gather, opt))
+    crit = max(range(p.pp), key=lambda r: tails[r][0] + stages[r].total * m)
+    tail, dp_total, dp_exposed, opt = tails[crit]
+    iteration = t_pipe + p2p + tail
+    st = stages[crit]
+    comm, exposed = defaultdict(float), defaultdict(float)
+    for ps in (st.F, st.B, st.W):
+        for d, v in ps.comm.items():
+            comm[d] += v * m
+        for d, v in ps.exposed.items():
+            exposed[d] += v * m
+    comm["dp"] += dp_total + z3_comm[crit]
+    exposed["dp"] += dp_exposed + z3_exposed[crit]
+    comm["pp"] += pp_comm_total
+    exposed["pp"] += p2p
+    work = [s.total * m for s in stages]
+    bubble = max(t_pipe - w for w in work) / iteration if iteration else 0.0
+    total_comm = sum(comm.values())
+    total_exposed = sum(min(exposed[d], comm[d]) for d in comm)
+    breakdown = {
+        "compute_s": (st.F.compute + st.B.compute + st.W.compute) * m,
+        "recompute_s": (st.F.recompute + st.B.recompute + st.W.recompute) * m,
+        "optimizer_s": opt,
+        "bubble_s": max(0.0, t_pipe - work[crit]),
+        **{f"exposed_{d}_s": min(exposed[d], comm[d]) for d in DIMS},
+    }
+    hw = sum((s.F.hw_flops + s.B.hw_flops + s.W.hw_flops) * m for s in stages)
+    return AnalyticResult(
+        iteration_time_s=iteration,
+        bubble_fraction=bubble,
+        comm={d: {"time_s": comm[d], "exposed_s": min(exposed[d], comm[d])} for d in DIMS},
+        overlap_fraction=(total_comm - total_exposed) / total_comm if total_comm else 0.0,
+        breakdown=breakdown,
+        flops_hw=hw,
+        ranks_simulated=p.pp,
+    )

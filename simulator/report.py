@@ -1,0 +1,71 @@
+"""The terminal report: the `run --json` dict as tables a person can scan."""
+from __future__ import annotations
+
+
+def _fmt_s(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.0f} us"
+
+
+def _table(rows: list[list[str]], header: list[str], align: str | None = None) -> list[str]:
+    cols = list(zip(*([header] + rows))) if rows else [[h] for h in header]
+    widths = [max(len(str(c)) for c in col) for col in cols]
+    align = align or ("l" + "r" * (len(header) - 1))
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if a == "l" else str(c).rjust(w) for c, w, a in zip(cells, widths, align))
+    return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def format_report(r: dict) -> str:
+    lay = r["layout"]
+    out = [f"{r['name']}", ""]
+    out.append(f"  {r['gpus']} GPUs   dp {lay['dp']}  tp {lay['tp']}{' +sp' if lay['sp'] else ''}  pp {lay['pp']}"
+               f" ({lay['pp_schedule']}{', vpp ' + str(lay['vpp']) if lay['vpp'] > 1 else ''})  cp {lay['cp']}  ep {lay['ep']}"
+               f"  zero {lay['zero']}   micro-batch {lay['micro_batch']} x {lay['micro_batches']}   recompute {lay['recompute']}")
+    m = r["model"]
+    out.append(f"  model {m['name']}: {m['params'] / 1e9:.2f} B params"
+               + (f" ({m['active_params'] / 1e9:.2f} B active)" if m['active_params'] != m['params'] else ""))
+    out.append("")
+    rows = [
+        ["iteration time", _fmt_s(r["iteration_time_s"])],
+        ["tokens/s", f"{r['tokens_per_s']:,.0f}"],
+        ["tokens/s per GPU", f"{r['tokens_per_s_per_gpu']:,.1f}"],
+        ["model TFLOP/s per GPU", f"{r['model_tflops_per_gpu']:.1f}"],
+        ["MFU", f"{r['mfu'] * 100:.1f} %"],
+        ["bubble (worst stage)", f"{r['bubble_fraction'] * 100:.1f} %"],
+        ["comm hidden by compute", f"{r['overlap_fraction'] * 100:.1f} %"],
+    ]
+    if r.get("hfu"):
+        rows.insert(5, ["HFU", f"{r['hfu'] * 100:.1f} %"])
+    out += ["  " + x for x in _table(rows, ["step", "value"])]
+    out.append("")
+    crows = [[d, _fmt_s(v["time_s"]), _fmt_s(v["exposed_s"]),
+              f"{v['exposed_s'] / r['iteration_time_s'] * 100:.1f} %"] for d, v in r["comm"].items() if v["time_s"] > 0]
+    if crows:
+        out += ["  " + x for x in _table(crows, ["communication", "time", "exposed", "of step"])]
+        out.append("")
+    b = r.get("breakdown") or {}
+    if b:
+        brows = [[k.replace("_s", "").replace("_", " "), _fmt_s(v), f"{v / r['iteration_time_s'] * 100:.1f} %"]
+                 for k, v in b.items() if v > 0]
+        out += ["  " + x for x in _table(brows, ["where the time goes", "time", "of step"])]
+        out.append("")
+    mem = r["memory"]
+    mrows = [[str(s["stage"]), f"{s['weights_gib']:.2f}", f"{s['grads_gib']:.2f}", f"{s['optimizer_gib']:.2f}",
+              f"{s['activations_gib']:.2f}", f"{s['buffers_gib']:.2f}", f"{s['peak_gib']:.2f}"] for s in mem["per_stage"]]
+    out += ["  " + x for x in _table(mrows, ["stage", "weights", "grads", "optimizer", "activations", "buffers", "peak GiB"])]
+    verdict = "fits" if mem["fits"] else "DOES NOT FIT"
+    out.append(f"  memory: peak {mem['peak_gib']:.1f} GiB of {mem['capacity_gib']:.1f} GiB -> {verdict}"
+               f" ({mem['peak_gib'] / mem['capacity_gib'] * 100:.0f} % of capacity)")
+    out.append("")
+    prof = r["profile"]
+    src = "spec-based roofline" if prof["source"] == "default" else f"profile {prof['source']}"
+    out.append(f"  numbers from the {r['estimator']} estimator, costs from {src}"
+               + (f" ({prof['measured_compute_fraction'] * 100:.0f} % of compute time measured)" if prof["source"] != "default" else ""))
+    out.append(f"  FLOPs: {r['model']['flop_convention']}")
+    sim = r["sim"]
+    out.append(f"  simulated {sim['ranks_simulated']} ranks, {sim['events']:,} events in {sim['wall_s']:.2f} s")
+    return "\n".join(out)

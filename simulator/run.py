@@ -1,0 +1,87 @@
+"""`simulate(sc)`: one scenario in, the contract's report (a plain dict) out.
+
+The discrete-event engine (`simulator/engine`) produces the numbers by default; `estimator="analytic"`
+uses the closed-form fast path of `analytic.py`. Either way the report says which one it was.
+"""
+from __future__ import annotations
+
+import time
+
+from .analytic import estimate
+from .costs import build_cost_model
+from .flops import FLOP_CONVENTION, model_flops_per_step
+from .memory import memory_report
+from .params import active_params, total_params
+from .scenario import Scenario
+
+ESTIMATORS = ("engine", "analytic")
+
+
+def _engine_available() -> bool:
+    try:
+        from .engine import simulate_engine  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
+def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, trace_path=None, plot_path=None,
+             memory_plot_path=None) -> dict:
+    """Simulate one optimizer step of `sc` and return the `run --json` report (CONTRACT.md)."""
+    t0 = time.perf_counter()
+    cost = build_cost_model(sc)
+    if estimator == "engine" and not _engine_available():
+        estimator = "analytic"
+    if estimator == "engine":
+        from .engine import simulate_engine  # noqa: PLC0415
+        res = simulate_engine(sc, cost, full=full, trace_path=trace_path, plot_path=plot_path,
+                              memory_plot_path=memory_plot_path)
+        iteration, bubble = res.iteration_time_s, res.bubble_fraction
+        comm = {d: {"time_s": t, "exposed_s": e} for d, (t, e) in res.comm.items()}
+        overlap, breakdown, hw = res.overlap_fraction, dict(res.breakdown), res.hfu_flops
+        events, ranks = res.events, res.ranks_simulated
+        mem_peaks = getattr(res, "memory_peak_bytes", None)
+    else:
+        res = estimate(sc, cost)
+        iteration, bubble, comm = res.iteration_time_s, res.bubble_fraction, res.comm
+        overlap, breakdown, hw = res.overlap_fraction, res.breakdown, res.flops_hw
+        events, ranks = 0, res.ranks_simulated
+        mem_peaks = None
+    for d in ("tp", "dp", "pp", "cp", "ep"):
+        comm.setdefault(d, {"time_s": 0.0, "exposed_s": 0.0})
+    gpus = sc.gpus
+    model_flops = model_flops_per_step(sc.model, sc.training.seq_len, sc.training.global_batch)
+    tflops = model_flops / iteration / gpus / 1e12
+    peak = sc.topology.peak_flops(sc.training.precision) / 1e12
+    # MFU against the bf16 dense peak even for fp8 (MODELING.md 2.5: state which peak)
+    mfu_peak = sc.topology.peak_flops("bf16" if sc.training.precision == "fp8" else sc.training.precision) / 1e12
+    mem = memory_report(sc)
+    mem_json = mem.to_json()
+    if mem_peaks is not None:
+        mem_json["timeline_peak_gib"] = [round(b / 2**30, 3) for b in mem_peaks]
+    stats = cost.stats
+    coverage = stats["measured_s"] / stats["compute_s"] if stats["compute_s"] else 0.0
+    return {
+        "name": sc.name,
+        "gpus": gpus,
+        "iteration_time_s": iteration,
+        "tokens_per_s": sc.tokens_per_step / iteration,
+        "tokens_per_s_per_gpu": sc.tokens_per_step / iteration / gpus,
+        "model_tflops_per_gpu": tflops,
+        "mfu": tflops / mfu_peak,
+        "hfu": hw / iteration / gpus / 1e12 / peak if hw else None,
+        "bubble_fraction": bubble,
+        "comm": comm,
+        "overlap_fraction": overlap,
+        "breakdown": breakdown,
+        "memory": mem_json,
+        "layout": {"dp": sc.dp, "tp": sc.parallel.tp, "pp": sc.parallel.pp, "cp": sc.parallel.cp, "ep": sc.parallel.ep,
+                   "zero": sc.parallel.zero, "sp": sc.parallel.sp, "pp_schedule": sc.parallel.pp_schedule,
+                   "vpp": sc.parallel.vpp, "micro_batch": sc.training.micro_batch, "micro_batches": sc.micro_batches,
+                   "recompute": sc.training.recompute},
+        "model": {"name": sc.model.name, "params": total_params(sc.model), "active_params": active_params(sc.model),
+                  "flops_per_step": model_flops, "flop_convention": FLOP_CONVENTION},
+        "estimator": estimator,
+        "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage},
+        "sim": {"wall_s": time.perf_counter() - t0, "events": events, "ranks_simulated": ranks},
+    }

@@ -1,0 +1,95 @@
+"""Scenario loading: strict validation, overrides, layout checks."""
+import pytest
+
+from simulator.errors import ScenarioError
+from simulator.layout import group_ranks, group_shape, rank_chunks
+from simulator.scenario import load_scenario, scenario_from_mapping
+
+BASE = {
+    "name": "t",
+    "model": "llama3-8b",
+    "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1},
+    "cluster": {"topology": "dgx-h100", "nodes": 2},
+    "parallel": {"tp": 8, "pp": 1, "dp": 2},
+}
+
+
+def load(overrides=(), raw=None):
+    return scenario_from_mapping(raw or BASE, list(overrides))
+
+
+def test_shipped_70b_scenario():
+    sc = load_scenario("scenarios/70b_512gpu.yaml")
+    assert sc.gpus == 512 and sc.dp == 8 and sc.micro_batches == 128
+
+
+def test_dp_is_derived_when_omitted():
+    raw = {**BASE, "parallel": {"tp": 4, "pp": 2}}
+    assert load(raw=raw).dp == 2
+
+
+def test_override_changes_value_and_preset_fields():
+    sc = load(["parallel.tp=4", "parallel.dp=4", "model.layers=16"])
+    assert sc.parallel.tp == 4 and sc.model.layers == 16 and sc.model.hidden == 4096
+
+
+@pytest.mark.parametrize("override, path", [
+    (["parallel.tpp=2"], "parallel.tpp"),
+    (["training.seq_len=abc"], "training.seq_len"),
+    (["training.recompute=some"], "training.recompute"),
+    (["model=smollm-360m", "parallel.tp=2", "parallel.dp=8"], "parallel.tp"),
+    (["parallel.dp=3"], "parallel"),
+    (["training.global_batch=63"], "training.global_batch"),
+    (["parallel.ep=2"], "parallel.ep"),
+    (["parallel.pp=3", "parallel.dp=null", "parallel.tp=2", "cluster.nodes=3"], "parallel.pp"),
+    (["parallel.pp_schedule=interleaved-1f1b"], "parallel.vpp"),
+    (["parallel.pp_schedule=zbv", "parallel.vpp=1"], "parallel.vpp"),
+    (["cluster.topology=nope"], "cluster.topology"),
+    (["model=nope"], "model"),
+    (["parallel.sp=yes please"], "parallel.sp"),
+    (["parallel.order=tp-dp-pp"], "parallel.order"),
+    (["training.micro_batch=0"], "training.micro_batch"),
+    (["parallel.pp_layers=[10,10]", "parallel.pp=2", "parallel.dp=1"], "parallel.pp_layers"),
+])
+def test_bad_layouts_name_the_key(override, path):
+    with pytest.raises(ScenarioError) as e:
+        load(override)
+    assert e.value.path == path, str(e.value)
+
+
+def test_bool_is_not_an_integer():
+    with pytest.raises(ScenarioError, match="parallel.tp"):
+        load(["parallel.tp=true"])
+
+
+def test_fp8_needs_fp8_hardware():
+    with pytest.raises(ScenarioError, match="fp8"):
+        load(["training.precision=fp8", "cluster.topology=cpu-host", "cluster.nodes=1", "cluster.gpus_per_node=16"])
+
+
+def test_tp_group_is_innermost_and_inside_a_node():
+    sc = load_scenario("scenarios/70b_512gpu.yaml")
+    assert group_ranks(sc, "tp") == list(range(8))
+    assert group_shape(sc, "tp").nodes == 1
+    assert group_shape(sc, "dp").nodes == 8
+
+
+def test_order_puts_dp_inside_the_node():
+    sc = load_scenario("scenarios/70b_512gpu.yaml", ["parallel.order=dp-tp-cp-ep-pp"])
+    assert group_shape(sc, "dp").nodes == 1
+    assert group_shape(sc, "tp").nodes == 8
+
+
+def test_v_schedules_put_first_and_last_chunk_on_rank_zero():
+    raw = {**BASE, "parallel": {"tp": 8, "pp": 2, "dp": 1, "pp_schedule": "zbv", "vpp": 2}}
+    sc = load(raw=raw)
+    chunks = [c for c, _ in rank_chunks(sc, 0)]
+    assert chunks == [0, 3]
+
+
+def test_ep_groups_borrow_from_dp():
+    raw = {**BASE, "model": "mixtral-8x7b", "parallel": {"tp": 2, "pp": 1, "dp": 8, "ep": 4}}
+    sc = load(raw=raw)
+    ep = group_ranks(sc, "ep")
+    assert len(ep) == 4 and ep == [0, 2, 4, 6]
+    assert group_shape(sc, "edp").size == 2 * 8 // 4
