@@ -96,8 +96,8 @@ class _Seq:
         self.last_compute = len(self.nodes) - 1
         return self.last_compute
 
-    def comm(self, op: Comm, extra=()) -> int:
-        deps = ([self.last_compute] if self.last_compute is not None else []) + list(extra)
+    def comm(self, op: Comm, extra=(), after_compute: bool = True) -> int:
+        deps = ([self.last_compute] if (after_compute and self.last_compute is not None) else []) + list(extra)
         self.nodes.append(Node(op, tuple(sorted(set(deps))), self.tag))
         i = len(self.nodes) - 1
         if op.blocking:
@@ -212,14 +212,17 @@ def _attention_forward(sc: Scenario, z: Shard, seq: _Seq, tag: str = "") -> None
         seq.compute(_attention_op(sc, z, "attn", z.s, 0.5, bwd=False))
     elif sc.parallel.cp_comm == "allgather":
         seq.comm(Comm("cp_kv_allgather", "cp", "all_gather", kv_bytes * c))
-        seq.compute(_attention_op(sc, z, "attn", z.s * c, 0.5 / c, bwd=False))
+        # local queries (head-tail balanced) against the whole gathered sequence: on average half of it
+        seq.compute(_attention_op(sc, z, "attn", z.s * c, 0.5, bwd=False))
     else:
         # zig-zag ring (RFA): step 0 is the local causal block, steps 1..c-1 half blocks against remote K/V
         prev = None
         for i in range(c):
             extra = (prev,) if prev is not None else ()
             if i < c - 1:
-                nxt = seq.comm(Comm(f"cp_kv_ring{i}", "cp", "send_recv", kv_bytes, blocking=False), extra=extra)
+                # pass the chunk on as soon as it arrived (the first one right after the QKV projection)
+                nxt = seq.comm(Comm(f"cp_kv_ring{i}", "cp", "send_recv", kv_bytes, blocking=False), extra=extra,
+                               after_compute=(i == 0))
             frac = 0.5 if i == 0 else 0.5  # zig-zag: every step does half of a full s_loc x s_loc block
             seq.compute(_attention_op(sc, z, f"attn_step{i}", z.s, frac, bwd=False), extra=extra)
             prev = nxt if i < c - 1 else None
@@ -232,7 +235,7 @@ def _attention_backward(sc: Scenario, z: Shard, seq: _Seq) -> None:
         seq.compute(_attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True))
     elif sc.parallel.cp_comm == "allgather":
         seq.comm(Comm("cp_kv_allgather_bwd", "cp", "all_gather", kv_bytes * c))
-        seq.compute(_attention_op(sc, z, "attn_bwd", z.s * c, 0.5 / c, bwd=True))
+        seq.compute(_attention_op(sc, z, "attn_bwd", z.s * c, 0.5, bwd=True))
         seq.comm(Comm("cp_dkv_reduce_scatter", "cp", "reduce_scatter", kv_bytes * c))
     else:
         # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA)
@@ -240,7 +243,8 @@ def _attention_backward(sc: Scenario, z: Shard, seq: _Seq) -> None:
         for i in range(c):
             extra = (prev,) if prev is not None else ()
             if i < c - 1:
-                nxt = seq.comm(Comm(f"cp_kv_ring_bwd{i}", "cp", "send_recv", kv_bytes, blocking=False), extra=extra)
+                nxt = seq.comm(Comm(f"cp_kv_ring_bwd{i}", "cp", "send_recv", kv_bytes, blocking=False), extra=extra,
+                               after_compute=(i == 0))
             seq.compute(_attention_op(sc, z, f"attn_bwd_step{i}", z.s, 0.5, bwd=True), extra=extra)
             seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1)))
             prev = nxt if i < c - 1 else None
@@ -354,6 +358,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     w_ops: list[Compute] = []
     wgrad_ag: list[Comm] = []
     sp = sc.parallel.sp and z.t > 1
+    attention_done = False
     for node in reversed(fwd.nodes):
         op = node.op
         if isinstance(op, Comm):
@@ -367,6 +372,9 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
                 wgrad_ag.append(Comm(op.name + "_wgrad", "tp", "all_gather", op.bytes, blocking=False))
             continue
         if op.kind == "attention":
+            if attention_done:
+                continue  # the CP ring's forward steps share one backward (emitted once, all steps)
+            attention_done = True
             if rc == "selective" and sc.training.attention == "eager":
                 sub = _Seq("R")
                 _attention_forward(sc, z, sub)

@@ -1,0 +1,62 @@
+"""The closed-form fast path: pipeline formulas with uniform stages and free communication."""
+import pytest
+
+from simulator.analytic import estimate
+from simulator.costs import CostModel
+from simulator.scenario import scenario_from_mapping
+
+LAYER = 1e-3  # seconds per pass per layer (F, B and W each)
+
+
+class UniformCost(CostModel):
+    """Every layer's F, B and W take LAYER seconds (its QKV GEMM does); everything else is free."""
+
+    def compute_time(self, op):
+        return LAYER if op.name in ("qkv", "qkv_dgrad", "qkv_wgrad") else 0.0
+
+    def comm_time(self, op, group):
+        return 0.0
+
+    def p2p_time(self, nbytes, same_node):
+        return 0.0
+
+
+def scenario(pp=4, m=8, schedule="1f1b", vpp=1, layers=8):
+    raw = {"name": "uniform", "model": {"arch": "llama", "layers": layers, "hidden": 256, "ffn_hidden": 512,
+                                        "heads": 4, "vocab": 1000},
+           "training": {"seq_len": 128, "global_batch": m},
+           "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": pp},
+           "parallel": {"pp": pp, "pp_schedule": schedule, "vpp": vpp}}
+    return scenario_from_mapping(raw)
+
+
+def run(sc):
+    return estimate(sc, UniformCost(topology=sc.topology))
+
+
+@pytest.mark.parametrize("pp, m", [(2, 4), (4, 8), (4, 16), (8, 32)])
+@pytest.mark.parametrize("schedule", ["afab", "1f1b"])
+def test_bubble_is_p_minus_1_over_m_plus_p_minus_1(pp, m, schedule):
+    r = run(scenario(pp, m, schedule))
+    assert r.bubble_fraction == pytest.approx((pp - 1) / (m + pp - 1), abs=1e-9)
+
+
+def test_interleaved_bubble():
+    pp, m, v = 4, 8, 2
+    r = run(scenario(pp, m, "interleaved-1f1b", v))
+    assert r.bubble_fraction == pytest.approx((pp - 1) / (v * m + pp - 1), abs=1e-9)
+
+
+def test_zero_bubble_schedules_beat_1f1b():
+    """ZB-H1's bubble time is (p-1)(T_F+T_B-T_W): a third of 1F1B's when T_F=T_B=T_W (ZB Table 2)."""
+    base = run(scenario(4, 8, "1f1b")).breakdown["bubble_s"]
+    zb = run(scenario(4, 8, "zb-h1")).breakdown["bubble_s"]
+    assert zb == pytest.approx(base / 3, rel=1e-9)
+    assert run(scenario(4, 8, "zbv", 2)).breakdown["bubble_s"] < zb
+
+
+def test_single_stage_has_no_bubble_and_time_is_m_passes():
+    sc = scenario(pp=1, m=8)
+    r = run(sc)
+    assert r.bubble_fraction == 0
+    assert r.iteration_time_s == pytest.approx(8 * 8 * 3 * LAYER)
