@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from . import collectives
 from .layout import GroupShape
 from .ops import Comm, Compute
 from .topology import Topology
@@ -90,16 +91,10 @@ class CostModel:
 
     # ------------------------------------------------------------------ communication
     def comm_spec(self, group: GroupShape) -> CommSpec:
-        """Bottleneck bandwidth of a group: NVLink when it stays in a node; otherwise the NICs, shared by
-        the group's ranks on one node (each rank gets nics/gpus of a node's NIC bandwidth)."""
-        node = self.topology.node
-        if group.intra_node:
-            return CommSpec(node.latency_us * 1e-6, node.bandwidth_gbs * 1e9)
-        per_gpu_nic = node.nic_bandwidth_gbs * 1e9 * max(node.nics, 1) / node.gpus
-        # ranks of one group on the same node: the inter-node part of a hierarchical ring moves 1/per_node
-        # of the data per rank over its own NIC (MODELING.md 5.4)
-        bw = per_gpu_nic * group.per_node
-        return CommSpec(node.nic_latency_us * 1e-6, bw)
+        """Alpha-beta summary of a group from `collectives.group_alpha_beta`: NCCL's per-step latency
+        (intra- or inter-node) and the large-message ring busbw through the group's bottleneck link."""
+        alpha, busbw = collectives.group_alpha_beta(self.topology, group)
+        return CommSpec(alpha, busbw)
 
     def comm_time(self, op: Comm, group: GroupShape) -> float:
         n = group.size
@@ -109,18 +104,10 @@ class CostModel:
             t = self.profile.comm_time(op, group)
             if t is not None:
                 return t
-        spec = self.comm_spec(group)
-        steps, factor = _ring_steps(op.collective, n)
-        if op.collective == "send_recv":
-            factor = 1.0
-        return steps * spec.alpha_s + op.bytes * factor / spec.bandwidth_Bps
+        return collectives.collective_time(self.topology, op.collective, op.bytes, group)
 
     def p2p_time(self, nbytes: float, same_node: bool) -> float:
-        node = self.topology.node
-        if same_node:
-            return node.latency_us * 1e-6 + nbytes / (node.bandwidth_gbs * 1e9)
-        per_gpu_nic = node.nic_bandwidth_gbs * 1e9 * max(node.nics, 1) / node.gpus
-        return node.nic_latency_us * 1e-6 + nbytes / per_gpu_nic
+        return collectives.p2p_time(self.topology, nbytes, same_node)
 
 
 def build_cost_model(sc) -> CostModel:

@@ -69,7 +69,8 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "tokens_per_s_per_gpu": sc.tokens_per_step / iteration / gpus,
         "model_tflops_per_gpu": tflops,
         "mfu": tflops / mfu_peak,
-        "hfu": hw / iteration / gpus / 1e12 / peak if hw else None,
+        # hw counts one rank per pipeline stage: scale to every rank of the stage (tp * cp * dp)
+        "hfu": hw * sc.parallel.tp * sc.parallel.cp * sc.dp / iteration / gpus / 1e12 / peak if hw else None,
         "bubble_fraction": bubble,
         "comm": comm,
         "overlap_fraction": overlap,

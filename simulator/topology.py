@@ -1,20 +1,27 @@
 """Cluster hardware: the GPU, the node and the scale-out fabric, read from `topologies/<name>.yaml`.
 
-Only specs live here (plain frozen dataclasses, strict loading). The cluster graph and collective
-algorithms that use them are in `network.py` and `collectives.py`.
+Only specs live here (plain frozen dataclasses, strict loading). Where ranks sit and which links a
+process group crosses are in `network.py`; the collective algorithms that price them in `collectives.py`.
+Bandwidths are GB/s = 1e9 bytes/s per direction; latencies in microseconds unless a name says otherwise.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
 import yaml
 
 from .errors import ScenarioError
-from .schema import from_mapping
+from .schema import from_mapping, to_mapping
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+FIBRE_KM_PER_S = 299_792.458 * 2 / 3
+"""Light in optical fibre travels at about 2/3 c (refractive index ~1.5): ~5 us per km."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,36 +34,51 @@ class GPUSpec:
     peak_tflops: dict[str, float] = field(default_factory=dict)
     """Dense peak per dtype (fp32, tf32, bf16, fp16, fp8), TFLOP/s, without 2:4 sparsity."""
     sources: list[str] = field(default_factory=list)
+    """Where each figure comes from; figures not checked against a primary source say "unverified"."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class NodeSpec:
     gpus: int = field(metadata={"min": 1})
+    """GPUs in one node = one NVLink domain (72 for GB200 NVL72)."""
     interconnect: str = field(default="nvswitch", metadata={"choices": ("nvswitch", "nvlink", "pcie", "host")})
-    """nvswitch: all-to-all NVLink through switches; pcie: GPUs share a PCIe switch; host: CPU processes."""
+    """nvswitch: all-to-all NVLink through switches; nvlink: direct NVLink (priced like nvswitch);
+    pcie: GPUs hang off PCIe switches; host: CPU processes talking through host memory (gloo)."""
     bandwidth_gbs: float = field(metadata={"min": 0.0})
-    """Intra-node bandwidth per GPU per direction, GB/s (H100 NVLink4: 450)."""
-    latency_us: float = field(default=2.0, metadata={"min": 0.0})
-    """Per-step latency of an intra-node collective hop."""
+    """Intra-node bandwidth per GPU per direction, GB/s (H100 NVLink4: 450; PCIe Gen4 x16: 32)."""
+    latency_us: Optional[float] = field(default=None, metadata={"min": 0.0})
+    """Per-step latency of an intra-node ring hop with NCCL's Simple protocol; null = NCCL's table for
+    the interconnect (NVLink 3.4 us, PCIe 5.7 us). The only intra-node latency for `host`."""
     nvls: bool = False
     """NVLink SHARP (in-switch reduction) available for all-reduce."""
+    bus_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
+    """Large-message ring busbw / bandwidth_gbs; null = the constant for the interconnect in collectives.py."""
+    pcie_switches: int = field(default=1, metadata={"min": 1})
+    """PCIe switches the GPUs are split across (pcie interconnect); a ring spanning them crosses the uplinks."""
+    switch_uplink_gbs: float = field(default=0.0, metadata={"min": 0.0})
+    """Bandwidth between PCIe switches (through the CPU root complexes), per direction; 0 = not a bottleneck."""
     nics: int = field(default=0, metadata={"min": 0})
-    """Scale-out NICs per node (one per GPU on DGX H100)."""
+    """Scale-out NICs per node (one per GPU on DGX H100). With fewer NICs than GPUs, GPU i uses NIC
+    i * nics // gpus; with more (AWS p5: 4 per GPU), GPU i owns NICs i*k .. i*k+k-1, k = nics // gpus."""
     nic_bandwidth_gbs: float = field(default=0.0, metadata={"min": 0.0})
     """Per NIC per direction, GB/s (400 Gb/s NDR: 50)."""
-    nic_latency_us: float = field(default=5.0, metadata={"min": 0.0})
-    """Per-step latency of an inter-node hop (NIC, switch, software)."""
+    nic_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
+    """Achieved / nominal NIC bandwidth for large messages; null = the constant in collectives.py (0.94)."""
+    nic_latency_us: float = field(default=1.0, metadata={"min": 0.0})
+    """Network latency added to each inter-node step on top of NCCL's software latency: NIC to NIC
+    through one switch (NCCL's `latencyInter`; added twice for Simple, which flushes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class FabricSpec:
     rail_optimized: bool = True
-    """GPU i of every node reaches GPU i of every other node through its own leaf (rail)."""
+    """GPU i of every node reaches GPU i of every other node in its scalable unit through its own leaf (rail)."""
     oversubscription: float = field(default=1.0, metadata={"min": 1.0})
     """Leaf-to-spine oversubscription (1 = full bisection)."""
     leaf_radix: int = field(default=64, metadata={"min": 2})
-    """Ports per leaf switch that face nodes."""
+    """Ports per leaf switch that face nodes (rail-optimized: nodes per scalable unit)."""
     switch_latency_us: float = field(default=0.6, metadata={"min": 0.0})
+    """Per switch hop; a path through the spine crosses three switches instead of one."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,14 +86,23 @@ class DatacenterLink:
     bandwidth_gbs: float = field(metadata={"min": 0.0})
     """Bandwidth of the WAN link between neighbouring sites, per direction, GB/s."""
     distance_km: float = field(default=0.0, metadata={"min": 0.0})
-    latency_ms: Optional[float] = None
+    latency_ms: Optional[float] = field(default=None, metadata={"min": 0.0})
     """One-way latency; null = distance / (2/3 c) in fibre."""
+
+    @property
+    def latency_s(self) -> float:
+        if self.latency_ms is not None:
+            return self.latency_ms * 1e-3
+        return self.distance_km / FIBRE_KM_PER_S
 
 
 @dataclass(frozen=True, kw_only=True)
 class DatacenterSpec:
     sites: int = field(default=1, metadata={"min": 1})
-    nodes_per_site: Optional[int] = None
+    nodes_per_site: Optional[int] = field(default=None, metadata={"min": 1})
+    """Node k sits in site k // nodes_per_site (the last site takes any extra nodes)."""
+    arrangement: str = field(default="line", metadata={"choices": ("line", "loop")})
+    """line: site i links to i+1; loop: also the last to the first (needs 3+ sites)."""
     link: Optional[DatacenterLink] = None
 
 
@@ -91,9 +122,62 @@ class Topology:
         value = t.get(dtype) or (t.get("bf16") if dtype == "fp8" else None) or t.get("fp32")
         return float(value) * 1e12
 
+    @cached_property
+    def key(self) -> str:
+        """Canonical text of every field: equal topologies have equal keys (used to cache per topology)."""
+        return json.dumps(to_mapping(self), sort_keys=True)
+
+    def __hash__(self) -> int:  # kept by @dataclass (explicit __hash__); fields hold dicts and lists
+        return hash(self.key)
+
+    @property
+    def sites(self) -> int:
+        return self.datacenters.sites if self.datacenters else 1
+
 
 def topology_names() -> list[str]:
     return sorted(p.stem for p in TOPOLOGY_DIR.glob("*.yaml"))
+
+
+def check_topology(t: Topology, where: str) -> Topology:
+    """Cross-field checks `from_mapping` cannot express; each names the key path."""
+    unknown = [k for k in t.gpu.peak_tflops if k not in DTYPES]
+    if unknown:
+        raise ScenarioError(f"{where}.gpu.peak_tflops.{unknown[0]}", "unknown dtype", " | ".join(DTYPES))
+    if not any(k in t.gpu.peak_tflops for k in ("bf16", "fp32")):
+        raise ScenarioError(f"{where}.gpu.peak_tflops", "needs at least a bf16 or an fp32 figure")
+    n = t.node
+    for key in ("bus_efficiency", "nic_efficiency"):
+        v = getattr(n, key)
+        if v is not None and v > 1.0:
+            raise ScenarioError(f"{where}.node.{key}", f"{v} is above 1", "a fraction in (0, 1]")
+    if n.bandwidth_gbs <= 0 and n.gpus > 1:
+        raise ScenarioError(f"{where}.node.bandwidth_gbs", "must be positive for a node with more than one GPU")
+    if n.nvls and n.interconnect not in ("nvswitch",):
+        raise ScenarioError(f"{where}.node.nvls", f"true with interconnect {n.interconnect!r}", "nvls only with nvswitch")
+    if n.gpus % n.pcie_switches:
+        raise ScenarioError(f"{where}.node.pcie_switches", f"{n.pcie_switches} does not divide {n.gpus} GPUs", "a divisor of node.gpus")
+    if n.pcie_switches > 1 and n.interconnect != "pcie":
+        raise ScenarioError(f"{where}.node.pcie_switches", f"{n.pcie_switches} with interconnect {n.interconnect!r}", "1 unless interconnect is pcie")
+    if (n.nics > 0) != (n.nic_bandwidth_gbs > 0):
+        raise ScenarioError(f"{where}.node.nic_bandwidth_gbs", f"nics = {n.nics} with nic_bandwidth_gbs = {n.nic_bandwidth_gbs}",
+                            "both zero (single node only) or both positive")
+    if n.nics and n.nics % n.gpus and n.gpus % n.nics:
+        raise ScenarioError(f"{where}.node.nics", f"{n.nics} NICs for {n.gpus} GPUs",
+                            "a divisor or a multiple of node.gpus (GPUs share NICs evenly, or own several each)")
+    d = t.datacenters
+    if d is not None and d.sites > 1:
+        if d.link is None or d.link.bandwidth_gbs <= 0:
+            raise ScenarioError(f"{where}.datacenters.link", "a positive link.bandwidth_gbs is required with more than one site")
+        if d.nodes_per_site is None:
+            raise ScenarioError(f"{where}.datacenters.nodes_per_site", "required with more than one site")
+        if d.arrangement == "loop" and d.sites < 3:
+            raise ScenarioError(f"{where}.datacenters.arrangement", f"loop with {d.sites} sites", "line, or loop with 3+ sites")
+    return t
+
+
+def topology_from_mapping(raw, where: str = "topology") -> Topology:
+    return check_topology(from_mapping(Topology, raw, where), where)
 
 
 def load_topology(spec: str, base_dir: Path | None = None, path: str = "cluster.topology") -> Topology:
@@ -111,4 +195,4 @@ def load_topology(spec: str, base_dir: Path | None = None, path: str = "cluster.
         raw = yaml.safe_load(file.read_text())
     except yaml.YAMLError as e:
         raise ScenarioError(path, f"{file} is not valid YAML: {str(e).splitlines()[0]}")
-    return from_mapping(Topology, raw, f"topology {file.name}")
+    return topology_from_mapping(raw, f"topology {file.name}")

@@ -1,0 +1,106 @@
+"""Topology files load strictly, and the network placement / routes agree with the cluster graph."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from simulator.errors import ScenarioError
+from simulator.network import build_graph, group_layout, group_links, locate, path
+from simulator.topology import load_topology, topology_from_mapping, topology_names
+
+REQUIRED = ("dgx-a100", "dgx-h100", "hgx-h200", "gb200-nvl72", "pcie-l40s", "cpu-host", "two-dc-h100")
+
+
+def raw(name: str) -> dict:
+    return yaml.safe_load((load_topology.__globals__["TOPOLOGY_DIR"] / f"{name}.yaml").read_text())
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_required_topologies_load_with_gpu_specs_and_sources(name):
+    t = load_topology(name)
+    assert name in topology_names()
+    assert t.gpu.memory_gib > 0 and t.gpu.hbm_bandwidth_gbs > 0
+    assert t.peak_flops("bf16") > 0
+    assert t.gpu.sources, "every GPU spec names its sources"
+
+
+def test_gpu_peaks_match_modeling_table():
+    assert load_topology("dgx-h100").peak_flops("bf16") == pytest.approx(989.4e12)
+    assert load_topology("dgx-a100").peak_flops("bf16") == pytest.approx(312e12)
+    assert "fp8" not in load_topology("dgx-a100").gpu.peak_tflops  # Ampere has no FP8
+    assert load_topology("hgx-h200").gpu.hbm_bandwidth_gbs == 4800
+    assert load_topology("gb200-nvl72").node.gpus == 72
+
+
+@pytest.mark.parametrize("name", ("hgx-h200", "gb200-nvl72"))
+def test_secondary_figures_are_marked_unverified(name):
+    assert any("unverified" in s for s in load_topology(name).gpu.sources)
+
+
+def test_equal_topologies_hash_equal():
+    a, b = load_topology("dgx-h100"), load_topology("dgx-h100")
+    assert a == b and hash(a) == hash(b)
+    assert hash(replace(a, node=replace(a.node, nics=4))) != hash(a)
+
+
+def test_unknown_topology_names_the_choices():
+    with pytest.raises(ScenarioError, match="unknown topology 'nope'.*dgx-h100"):
+        load_topology("nope")
+
+
+@pytest.mark.parametrize("edit, where", [
+    (lambda r: r["node"].update(nvlinks=18), "node.nvlinks: unknown key"),
+    (lambda r: r["gpu"].pop("memory_gib"), "gpu.memory_gib: missing required key"),
+    (lambda r: r["node"].update(gpus="eight"), "node.gpus: expected an integer"),
+    (lambda r: r["node"].update(interconnect="infinityfabric"), "node.interconnect"),
+    (lambda r: r["gpu"]["peak_tflops"].update(int4=4000), "peak_tflops.int4: unknown dtype"),
+    (lambda r: r["node"].update(interconnect="pcie"), "node.nvls"),
+    (lambda r: r["node"].update(nics=3), "node.nics"),
+    (lambda r: r["node"].update(nic_bandwidth_gbs=0), "node.nic_bandwidth_gbs"),
+    (lambda r: r["node"].update(bus_efficiency=1.2), "node.bus_efficiency"),
+    (lambda r: r["fabric"].update(oversubscription=0.5), "fabric.oversubscription"),
+    (lambda r: r.update(datacenters={"sites": 2, "nodes_per_site": 4}), "datacenters.link"),
+    (lambda r: r.update(datacenters={"sites": 2, "link": {"bandwidth_gbs": 10}}), "datacenters.nodes_per_site"),
+    (lambda r: r.update(datacenters={"sites": 2, "nodes_per_site": 4, "arrangement": "loop", "link": {"bandwidth_gbs": 10}}),
+     "datacenters.arrangement"),
+])
+def test_strict_loading_names_the_key(edit, where):
+    r = raw("dgx-h100")
+    edit(r)
+    with pytest.raises(ScenarioError, match=where.replace(".", r"\.")):
+        topology_from_mapping(r)
+
+
+def test_rank_placement_is_rank_div_gpus_per_node():
+    t = load_topology("dgx-h100")
+    loc = locate(t, 8 * 33 + 5)
+    assert (loc.node, loc.local, loc.nic, loc.domain) == (33, 5, 5, 1)  # 32 nodes per scalable unit
+
+
+def test_group_layout_counts():
+    t = load_topology("dgx-h100")
+    L = group_layout(t, tuple(range(0, 8 * 64, 8)))  # a DP group, one GPU per node, 64 nodes
+    assert (L.size, L.nodes, L.per_node, L.domains, L.nodes_per_domain) == (64, 64, 1, 2, 32)
+    L = group_layout(load_topology("pcie-l40s"), tuple(range(8)))
+    assert (L.nodes, L.switches, L.per_switch) == (1, 2, 4)
+
+
+@pytest.mark.parametrize("name, nodes", [("dgx-h100", 40), ("pcie-l40s", 3), ("two-dc-h100", 66), ("aws-p5", 3)])
+def test_routes_are_paths_in_the_cluster_graph(name, nodes):
+    t = load_topology(name)
+    G = build_graph(t, nodes)
+    g = t.node.gpus
+    for src, dst in [(0, 1), (0, g - 1), (0, g), (3, 2 * g + 5), (0, (nodes - 1) * g + 1)]:
+        links = path(t, src, dst)
+        assert links[0][0] == f"n{src // g}.gpu{src % g}" and links[-1][1] == f"n{dst // g}.gpu{dst % g}"
+        assert all(a[1] == b[0] for a, b in zip(links, links[1:])), "consecutive links"
+        missing = [l for l in links if not G.has_edge(*l)]
+        assert not missing, missing
+
+
+def test_two_sites_route_through_the_wan():
+    t = load_topology("two-dc-h100")
+    kinds = group_links(t, [0, 64 * 8])
+    assert kinds["wan"] == [("s0.gw", "s1.gw"), ("s1.gw", "s0.gw")]
