@@ -282,7 +282,8 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
         "bubble_s": max(0.0, t_pipe - work[crit]),
         **{f"exposed_{d}_s": min(exposed[d], comm[d]) for d in DIMS},
     }
-    hw = sum((s.F.hw_flops + s.B.hw_flops + s.W.hw_flops) * m for s in stages)
+    # hardware FLOPs over all GPUs: one rank per stage was priced; tp * cp * dp ranks do the same work
+    hw = sum((s.F.hw_flops + s.B.hw_flops + s.W.hw_flops) * m for s in stages) * p.tp * p.cp * sc.dp
     return AnalyticResult(
         iteration_time_s=iteration,
         bubble_fraction=bubble,

@@ -369,7 +369,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             b.comm(Comm(op.name + "_bwd", op.dim, _BWD_COMM[op.collective], op.bytes, op.blocking))
             if op.collective == "all_gather" and sp:
                 # Megatron re-gathers the SP input for the weight gradient (KOR22 §4.2.2), overlapped with dgrad
-                wgrad_ag.append(Comm(op.name + "_wgrad", "tp", "all_gather", op.bytes, blocking=False))
+                wgrad_ag.append(Comm(op.name + "_wgrad", "tp", "all_gather", op.bytes, blocking=not sc.parallel.overlap_tp))
             continue
         if op.kind == "attention":
             if attention_done:
@@ -394,7 +394,9 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     for op in w_ops:
         key = {"qkv_wgrad": "attn", "fc1_wgrad": "mlp", "shared_fc1_wgrad": "shared"}.get(op.name)
         if key and key in ag:
-            w.comm(ag.pop(key))
+            # the re-gather reads the saved SP-sharded input: with overlap_tp it starts at once, behind earlier
+            # W GEMMs; without, it runs in line like every other TP collective
+            w.comm(ag.pop(key), after_compute=not sc.parallel.overlap_tp)
             w.pending = [len(w.nodes) - 1]
         w.compute(op)
     return LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes))

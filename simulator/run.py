@@ -11,6 +11,8 @@ from .analytic import estimate
 from .costs import build_cost_model
 from .flops import FLOP_CONVENTION, model_flops_per_step
 from .memory import memory_report
+from .ops import (Compute, embedding_backward, embedding_forward, head_backward, head_forward, layer_passes,
+                  rank_params, shard)
 from .params import active_params, total_params
 from .scenario import Scenario
 
@@ -23,6 +25,33 @@ def _engine_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def measured_compute_fraction(sc: Scenario, cost) -> float:
+    """Share of one step's compute time (every op occurrence on every pipeline rank, weighted by how often
+    it runs) that the calibration profile priced from measurements rather than the spec roofline."""
+    z = shard(sc)
+    measured = total = 0.0
+    m = sc.micro_batches
+    for r in range(sc.parallel.pp):
+        lists = []
+        rp = rank_params(sc, r)
+        for layer in rp.layers:
+            lp = layer_passes(sc, layer, z)
+            lists += [lp.F, lp.B, lp.W]
+        if rp.embedding:
+            lists += [embedding_forward(sc, z), embedding_backward(sc, z)]
+        if rp.head:
+            hb, hw = head_backward(sc, z)
+            lists += [head_forward(sc, z), hb, hw]
+        for nodes in lists:
+            for n in nodes:
+                if isinstance(n.op, Compute):
+                    t = cost.compute_time(n.op) * m
+                    total += t
+                    if cost.profile.compute_time(n.op) is not None:
+                        measured += t
+    return measured / total if total else 0.0
 
 
 def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, trace_path=None, plot_path=None,
@@ -59,8 +88,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
     mem_json = mem.to_json()
     if mem_peaks is not None:
         mem_json["timeline_peak_gib"] = [round(b / 2**30, 3) for b in mem_peaks]
-    stats = cost.stats
-    coverage = stats["measured_s"] / stats["compute_s"] if stats["compute_s"] else 0.0
+    coverage = measured_compute_fraction(sc, cost) if cost.profile is not None else 0.0
     return {
         "name": sc.name,
         "gpus": gpus,
@@ -69,8 +97,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "tokens_per_s_per_gpu": sc.tokens_per_step / iteration / gpus,
         "model_tflops_per_gpu": tflops,
         "mfu": tflops / mfu_peak,
-        # hw counts one rank per pipeline stage: scale to every rank of the stage (tp * cp * dp)
-        "hfu": hw * sc.parallel.tp * sc.parallel.cp * sc.dp / iteration / gpus / 1e12 / peak if hw else None,
+        "hfu": hw / iteration / gpus / 1e12 / peak if hw else None,
         "bubble_fraction": bubble,
         "comm": comm,
         "overlap_fraction": overlap,

@@ -26,7 +26,10 @@ BAD_SCENARIOS = {
     "typo_section": GOOD.read_text().replace("parallel:", "paralel:"),
     "wrong_type": GOOD.read_text().replace("seq_len: 4096", "seq_len: long"),
     "impossible_layout": GOOD.read_text().replace("dp: 8", "dp: 4"),
-    "heads_not_divisible": GOOD.read_text().replace("tp: 8", "tp: 16").replace("dp: 8", "dp: 4"),
+    "layers_not_divisible": GOOD.read_text().replace("pp: 8", "pp: 32").replace("dp: 8", "dp: 2"),
+    "heads_not_divisible": GOOD.read_text().replace(
+        "model: llama3-70b", "model: {arch: llama, layers: 80, hidden: 8192, ffn_hidden: 28672, heads: 12, head_dim: 128,"
+        " kv_heads: 4, vocab: 128256}"),
     "unknown_preset": GOOD.read_text().replace("model: llama3-70b", "model: llama9-1t"),
     "unknown_topology": GOOD.read_text().replace("topology: dgx-h100", "topology: dgx-h900"),
     "unknown_schedule": GOOD.read_text().replace("pp_schedule: 1f1b", "pp_schedule: 2f2b"),
@@ -34,7 +37,7 @@ BAD_SCENARIOS = {
     "python_tag": "name: !!python/object/apply:os.system ['echo hacked']\nmodel: llama3-70b\n",
     "broken_yaml": "name: [unclosed\n",
     "empty_file": "",
-    "batch_not_divisible": GOOD.read_text().replace("global_batch: 1024", "global_batch: 1000"),
+    "batch_not_divisible": GOOD.read_text().replace("global_batch: 1024", "global_batch: 1001"),
     "negative": GOOD.read_text().replace("nodes: 64", "nodes: -1"),
 }
 

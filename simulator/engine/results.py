@@ -1,0 +1,120 @@
+"""What the engine measured, read off the simulated timeline (not from formulas).
+
+Per simulated rank, over the step [0, T] where T = the latest rank's end (the iteration time):
+  busy      = compute + recompute + optimizer seconds on the compute stream;
+  exposed_d = seconds the compute stream waited on dimension d's communication (inside passes: TP/CP/EP
+              collectives it depends on; outside: a PP receive after the sender's data was ready, DP/ZeRO
+              collectives after all group members were ready);
+  bubble    = T - busy - sum_d exposed_d: idle for lack of work (pipeline fill/drain, waiting for an
+              upstream stage's compute or for a slower peer), excluding its own exposed communication.
+`bubble_fraction` is the worst rank's bubble / T (NAR21's idle share of wall time: (p-1)/(m+p-1) for
+1F1B with uniform stages). The critical rank is the one that ends last; `comm`, `breakdown` and
+`overlap_fraction` = 1 - exposed/total communication are taken on it. `breakdown` sums to T.
+Memory per stage: static states + buffers (`memory.static_bytes`, `memory.buffers_total`) + the peak of
+the activation timeline (allocated at F start, released at B end).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .templates import COMM_DIMS
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageResult:
+    stage: int
+    rank: int
+    """Global rank reported for the stage (its worst simulated rank)."""
+    end_s: float
+    """When the rank finished its step (optimizer and any exposed parameter gather)."""
+    compute_s: float
+    recompute_s: float
+    optimizer_s: float
+    bubble_s: float
+    comm: dict
+    """dim -> (seconds of communication, seconds exposed)."""
+    comm_count: dict
+    """dim -> number of collectives / p2p sends of non-zero duration the rank issued."""
+    activation_peak_bytes: float
+    memory_peak_bytes: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineResult:
+    iteration_time_s: float
+    """One optimizer step: from the step start (all ranks idle, parameters gathered in steady state) until
+    the last rank ends."""
+    bubble_fraction: float
+    """Worst rank: idle for lack of work / iteration time (module docstring)."""
+    comm: dict
+    """dim (tp, dp, pp, cp, ep) -> (time_s, exposed_s) on the critical rank."""
+    overlap_fraction: float
+    """Hidden / total communication time on the critical rank (0 when it has none)."""
+    breakdown: dict
+    """Seconds on the critical rank: compute_s, recompute_s, optimizer_s, bubble_s, exposed_<dim>_s; sums to
+    iteration_time_s."""
+    memory_peak_bytes: tuple
+    """Per stage: static + buffers + peak of the activation timeline."""
+    events: int
+    """SimPy events processed."""
+    ops_simulated: int
+    """Op instances on the simulated ranks' timelines (each pass's ops, collectives, p2p, optimizer): what
+    the events stand for once passes are coarsened into one timed segment each."""
+    ranks_simulated: int
+    wall_s: float
+    hfu_flops: float
+    """FLOPs executed in the step by all GPUs, recomputation included."""
+    critical_rank: int
+    stages: tuple = field(default_factory=tuple)
+    """StageResult per pipeline stage."""
+    full: bool = False
+
+
+def stage_results(sc, ranks, T: float, static: list[float]) -> list[StageResult]:
+    """The worst (most bubble) simulated rank of each stage."""
+    best: dict = {}
+    for rk in ranks:
+        busy = rk.compute_s + rk.recompute_s + rk.optimizer_s
+        exposed = sum(rk.exposed.get(d, 0.0) for d in COMM_DIMS)
+        bubble = max(0.0, T - busy - exposed)
+        sr = StageResult(stage=rk.stage, rank=rk.grank, end_s=rk.end, compute_s=rk.compute_s, recompute_s=rk.recompute_s,
+                         optimizer_s=rk.optimizer_s, bubble_s=bubble,
+                         comm={d: (rk.comm.get(d, 0.0), rk.exposed.get(d, 0.0)) for d in COMM_DIMS},
+                         comm_count={d: rk.count.get(d, 0) for d in COMM_DIMS},
+                         activation_peak_bytes=rk.act_peak, memory_peak_bytes=static[rk.stage] + rk.act_peak)
+        cur = best.get(rk.stage)
+        if cur is None or (sr.bubble_s, sr.memory_peak_bytes) > (cur.bubble_s, cur.memory_peak_bytes):
+            best[rk.stage] = sr
+    return [best[s] for s in sorted(best)]
+
+
+def summarize(sc, ranks, static: list[float], *, events: int, wall_s: float, full: bool) -> EngineResult:
+    T = max(rk.end for rk in ranks)
+    stages = stage_results(sc, ranks, T, static)
+    crit = max(ranks, key=lambda rk: (rk.end, -rk.stage))
+    busy = crit.compute_s + crit.recompute_s + crit.optimizer_s
+    comm = {d: (crit.comm.get(d, 0.0), crit.exposed.get(d, 0.0)) for d in COMM_DIMS}
+    exposed = sum(e for _, e in comm.values())
+    total = sum(t for t, _ in comm.values())
+    breakdown = {"compute_s": crit.compute_s, "recompute_s": crit.recompute_s, "optimizer_s": crit.optimizer_s,
+                 "bubble_s": max(0.0, T - busy - exposed), **{f"exposed_{d}_s": comm[d][1] for d in COMM_DIMS}}
+    replicas = 1 if full else sc.gpus // sc.parallel.pp
+    peaks = [0.0] * sc.parallel.pp
+    for s in stages:
+        peaks[s.stage] = s.memory_peak_bytes
+    return EngineResult(
+        iteration_time_s=T,
+        bubble_fraction=max((s.bubble_s for s in stages), default=0.0) / T if T > 0 else 0.0,
+        comm=comm,
+        overlap_fraction=min(1.0, max(0.0, 1.0 - exposed / total)) if total > 0 else 0.0,
+        breakdown=breakdown,
+        memory_peak_bytes=tuple(peaks),
+        events=events,
+        ops_simulated=sum(rk.ops for rk in ranks),
+        ranks_simulated=len(ranks),
+        wall_s=wall_s,
+        hfu_flops=sum(rk.flops for rk in ranks) * replicas,
+        critical_rank=crit.grank,
+        stages=tuple(stages),
+        full=full,
+    )

@@ -1,0 +1,192 @@
+"""Discrete-event engine: communication measured on the timeline (TP/SP, DP/ZeRO, PP, CP, EP), with an
+alpha-beta stub cost model so the numbers do not move when the roofline model does."""
+from dataclasses import replace
+
+import pytest
+
+from simulator.engine import run_engine, simulate_engine
+from simulator.scenario import scenario_from_mapping
+from test_engine import LAYER, CommCost, UniformCost, scenario
+
+
+def run(sc, cost, **kw):
+    return simulate_engine(sc, cost, **kw)
+
+
+# ------------------------------------------------------------------------------- TP
+
+@pytest.mark.parametrize("sp, recompute", [(False, "none"), (True, "none"), (True, "full"), (False, "selective")])
+def test_tp_exposed_equals_tp_time_when_overlap_tp_is_off(sp, recompute):
+    sc = scenario(pp=2, m=4, tp=4, sp=sp)
+    sc = replace(sc, training=replace(sc.training, recompute=recompute))
+    r = run(sc, CommCost(sc.topology, dims=("tp",)))
+    tp_time, tp_exposed = r.comm["tp"]
+    assert tp_time > 0
+    assert tp_exposed == pytest.approx(tp_time, rel=1e-9)
+    assert r.overlap_fraction == pytest.approx(0.0, abs=1e-9)
+
+
+class SpreadCost(CommCost):
+    """Every GEMM (forward, dgrad, wgrad) takes LAYER/4: compute to hide communication behind."""
+
+    def compute_time(self, op):
+        return LAYER / 4 if op.kind == "gemm" else 0.0
+
+
+def test_overlap_tp_hides_tp_communication():
+    on = scenario(pp=2, m=4, tp=4, sp=True, overlap_tp=True, layers=16)
+    off = scenario(pp=2, m=4, tp=4, sp=True, layers=16)
+    r_on = run(on, SpreadCost(on.topology, dims=("tp",)))
+    r_off = run(off, SpreadCost(off.topology, dims=("tp",)))
+    assert r_on.comm["tp"][0] == pytest.approx(r_off.comm["tp"][0])
+    # what stays exposed: a pass's last reduce-scatter (nothing left in the pass to overlap with) and the
+    # SP re-gathers for the weight gradient, which ops.py chains behind the previous wgrad GEMM
+    assert r_on.comm["tp"][1] < 0.4 * r_on.comm["tp"][0]
+    assert r_off.comm["tp"][1] == pytest.approx(r_off.comm["tp"][0])
+    assert r_on.iteration_time_s < r_off.iteration_time_s
+
+
+# ------------------------------------------------------------------------------- DP / ZeRO
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_dp_comm_is_hidden_with_overlap_and_a_long_backward(zero):
+    """Buckets are released as each layer's weight gradients complete and reduced under the rest of the
+    backward; only what the last layer and the embedding release is left after it (MEG-DDP), plus with
+    ZeRO-1/2 the first parameter bucket and with ZeRO-3 each pass's first gather (nothing to prefetch
+    behind). This toy model's embedding is 0.4 of a layer, 8 layers per stage."""
+    layers = 16
+    sc = scenario(pp=2, m=4, dp=4, zero=zero, overlap_dp=True, dp_bucket_mb=0.25, layers=layers)
+    cost = CommCost(sc.topology, dims=("dp",))
+    r = run(sc, cost)
+    dp_time, dp_exposed = r.comm["dp"]
+    assert dp_time > 0
+    assert dp_exposed < 0.25 * dp_time
+    if zero < 3:  # ZeRO-3's per-layer waits on other stages also reach the critical rank, as bubble
+        free = run(sc, UniformCost(topology=sc.topology))
+        assert r.iteration_time_s == pytest.approx(free.iteration_time_s + dp_exposed, rel=1e-9)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_dp_comm_is_fully_exposed_without_overlap(zero):
+    sc = scenario(pp=2, m=4, dp=4, zero=zero, overlap_dp=False, dp_bucket_mb=0.25)
+    r = run(sc, CommCost(sc.topology, dims=("dp",)))
+    dp_time, dp_exposed = r.comm["dp"]
+    assert dp_time > 0
+    assert dp_exposed == pytest.approx(dp_time, rel=1e-9)
+    hidden = run(scenario(pp=2, m=4, dp=4, zero=zero, overlap_dp=True, dp_bucket_mb=0.25),
+                 CommCost(sc.topology, dims=("dp",)))
+    assert hidden.iteration_time_s < r.iteration_time_s
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
+def test_zero3_adds_two_gathers_and_a_reduce_scatter_per_layer_per_micro_batch(schedule):
+    pp, m, layers = 4, 6, 8
+    sc = scenario(pp=pp, m=m, dp=2, zero=3, layers=layers, schedule=schedule)
+    r = run(sc, CommCost(sc.topology, dims=("dp",)))
+    middle = r.stages[1]  # no embedding or head: layers only
+    assert middle.comm_count["dp"] == m * (layers // pp) * 3
+    z1 = run(scenario(pp=pp, m=m, dp=2, zero=1, layers=layers), CommCost(sc.topology, dims=("dp",)))
+    assert r.stages[1].comm["dp"][0] > 2 * z1.stages[1].comm["dp"][0]
+
+
+def test_zero2_reduce_scatters_every_micro_batch_zero1_only_the_last():
+    sc1 = scenario(pp=2, m=4, dp=2, zero=1, dp_bucket_mb=0.5)
+    sc2 = scenario(pp=2, m=4, dp=2, zero=2, dp_bucket_mb=0.5)
+    cost = CommCost(sc1.topology, dims=("dp",))
+    eng1, _ = run_engine(sc1, cost)
+    eng2, _ = run_engine(sc2, cost)
+    for a, b in zip(eng1.ranks, eng2.ranks):
+        rs1 = sum(1 for c, _ in a.rec.colls if "reduce_scatter" in c.label)
+        rs2 = sum(1 for c, _ in b.rec.colls if "reduce_scatter" in c.label)
+        ag1 = sum(1 for c, _ in a.rec.colls if "all_gather" in c.label)
+        assert rs1 > 0 and rs2 == 4 * rs1
+        assert ag1 > 0
+
+
+def test_zero1_parameter_gather_gates_the_first_forward():
+    """Steady state: the all-gather of the updated parameters is issued at step start and the first
+    forward of each chunk waits for its bucket (Megatron --overlap-param-gather)."""
+    sc = scenario(pp=1, m=2, dp=4, zero=1, dp_bucket_mb=1000)
+    cost = CommCost(sc.topology, dims=("dp",), bw=1e9)
+    eng, _ = run_engine(sc, cost)
+    rk = eng.ranks[0]
+    gather = next(c for c, label in rk.rec.colls if "param" in label)
+    first_pass_start = rk.rec.passes[0][0]
+    assert gather.start == 0.0
+    assert first_pass_start >= gather.end or any(s.start >= gather.end for s in rk.rec.passes[0][4] or ())
+
+
+def test_tied_embeddings_all_reduce_between_first_and_last_stage():
+    raw = {"name": "tied", "model": {"arch": "llama", "layers": 4, "hidden": 256, "ffn_hidden": 512, "heads": 4,
+                                     "vocab": 1000, "tie_embeddings": True},
+           "training": {"seq_len": 128, "global_batch": 4},
+           "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": 4},
+           "parallel": {"pp": 4, "dp": 1}}
+    sc = scenario_from_mapping(raw)
+    cost = CommCost(sc.topology, dims=("dp",))
+    eng, _ = run_engine(sc, cost)
+    tied = [[c for c, label in rk.rec.colls if "tied" in label] for rk in eng.ranks]
+    assert [len(t) for t in tied] == [1, 0, 0, 1]
+    assert tied[0][0] is tied[3][0]  # one rendezvous of the two stages
+    assert tied[0][0].start >= max(eng.ranks[0].compute_s, eng.ranks[3].compute_s) - 1e-12
+    full = run(sc, cost, full=True)
+    assert full.iteration_time_s == pytest.approx(run(sc, cost).iteration_time_s)
+
+
+# ------------------------------------------------------------------------------- PP, CP, EP
+
+def test_pp_transfers_delay_the_step_and_are_exposed_on_the_critical_path():
+    pp, m = 4, 8
+    sc = scenario(pp=pp, m=m)
+    free = run(sc, UniformCost(topology=sc.topology))
+    cost = CommCost(sc.topology, dims=("pp",), bw=1e9)
+    r = run(sc, cost)
+    hop = cost.alpha + 128 * 256 * 2 / cost.bw
+    assert r.iteration_time_s >= free.iteration_time_s + 2 * (pp - 1) * hop - 1e-12
+    assert r.comm["pp"][0] == pytest.approx(2 * m * hop)  # stage 0: sends activations, receives gradients
+    assert r.comm["pp"][1] > 0
+
+
+def test_cp_ring_and_allgather_communicate_on_the_cp_stream():
+    for cp_comm in ("ring", "allgather"):
+        sc = scenario(pp=2, m=2, cp=2, cp_comm=cp_comm)
+        r = run(sc, CommCost(sc.topology, dims=("cp",)))
+        assert r.comm["cp"][0] > 0 and r.comm["cp"][1] <= r.comm["cp"][0] + 1e-12
+
+
+def test_ep_all_to_alls_are_exposed_when_blocking():
+    raw = {"name": "moe", "model": {"arch": "llama", "layers": 4, "hidden": 256, "ffn_hidden": 512, "heads": 4,
+                                    "vocab": 1000, "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 256}},
+           "training": {"seq_len": 128, "global_batch": 8},
+           "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": 8},
+           "parallel": {"pp": 2, "dp": 4, "ep": 2, "zero": 1}}
+    sc = scenario_from_mapping(raw)
+    cost = CommCost(sc.topology, dims=("ep", "dp"))
+    r = run(sc, cost)
+    assert r.comm["ep"][0] > 0
+    assert r.comm["ep"][1] == pytest.approx(r.comm["ep"][0], rel=1e-9)
+    full = run(sc, cost, full=True)
+    assert full.iteration_time_s == pytest.approx(r.iteration_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("model, parallel", [
+    ({"arch": "llama", "layers": 4, "hidden": 256, "ffn_hidden": 512, "heads": 8, "kv_heads": 2, "vocab": 1000,
+      "tie_embeddings": True}, {"pp": 2, "tp": 4, "dp": 1}),
+    ({"arch": "gpt", "layers": 4, "hidden": 256, "ffn_hidden": 1024, "heads": 4, "vocab": 1000, "positions": 128},
+     {"pp": 1, "tp": 2, "dp": 4}),
+    ({"arch": "llama", "layers": 4, "hidden": 256, "ffn_hidden": 512, "heads": 4, "vocab": 1000,
+      "moe": {"experts": 4, "top_k": 2, "expert_ffn_hidden": 256, "dense_layers": 1}}, {"pp": 2, "dp": 4, "ep": 2}),
+])
+def test_block_parameters_add_up_to_ops_rank_params(model, parallel):
+    """The engine's per-block (layer, embedding, head) split of DP traffic covers exactly ops.rank_params."""
+    from simulator.ops import rank_params
+    gpus = parallel["pp"] * parallel.get("tp", 1) * parallel["dp"]
+    sc = scenario_from_mapping({"name": "p", "model": model, "training": {"seq_len": 128, "global_batch": 8},
+                                "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": gpus},
+                                "parallel": parallel})
+    eng, _ = run_engine(sc, UniformCost(topology=sc.topology))
+    for st in eng.plan.stages:
+        rp = rank_params(sc, st.stage)
+        blocks = [b for c in st.chunks for b in eng.plan.blocks[(c, "F")]]
+        assert sum(b.params_dense for b in blocks) == pytest.approx(rp.dense)
+        assert sum(b.params_expert for b in blocks) == pytest.approx(rp.expert)
