@@ -189,12 +189,13 @@ def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float, fl
         if g.size <= 1 or params <= 0:
             continue
         coll = "all_reduce" if p.zero == 0 else "reduce_scatter"
+        # buckets are equal-sized (dp_buckets): price one, count the rest
         if p.zero < 3:
-            for nbytes in dp_buckets(sc, params, gb):
-                sync += cost.comm_time(Comm("dp_grad", "dp", coll, nbytes, group=group), g)
+            buckets = dp_buckets(sc, params, gb)
+            sync += len(buckets) * cost.comm_time(Comm("dp_grad", "dp", coll, buckets[0], group=group), g)
         if p.zero in (1, 2):
-            for nbytes in dp_buckets(sc, params, param_bytes(sc)):
-                gather += cost.comm_time(Comm("dp_param_allgather", "dp", "all_gather", nbytes, group=group), g)
+            buckets = dp_buckets(sc, params, param_bytes(sc))
+            gather += len(buckets) * cost.comm_time(Comm("dp_param_allgather", "dp", "all_gather", buckets[0], group=group), g)
     shard_params = rp.dense / (group_shape(sc, "dp_cp").size if p.zero >= 1 else 1)
     shard_params += rp.expert / (group_shape(sc, "edp").size if p.zero >= 1 else 1)
     opt = cost.compute_time(optimizer_op(sc, shard_params))
@@ -227,9 +228,11 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
             if comm:
                 n = max(1, len(rank_params(sc, st.pp_rank).layers))
                 f_layer, b_layer = st.F.compute / n, (st.B.compute + st.W.compute) / n
+                # the two gathers and the reduce-scatter share one DP stream: with prefetch they hide behind
+                # the layer's forward and backward compute only as far as their sum fits into it
                 hidden = p.overlap_dp
-                exp = n * (max(0.0, ag - f_layer) + max(0.0, ag - b_layer) + max(0.0, rs - b_layer)) if hidden else comm
-                exp += ag if hidden else 0.0  # the first gather of a pass has nothing to hide behind
+                exp = n * max(0.0, 2 * ag + rs - f_layer - b_layer) if hidden else comm
+                exp += (2 * ag + rs) if hidden else 0.0  # a pass's first gather and last reduce-scatter stick out
                 z3_comm[st.pp_rank] = comm * m
                 z3_exposed[st.pp_rank] = exp * m
                 st.F.duration += exp * 0.5

@@ -1,0 +1,44 @@
+"""validation/playbook_regret.py: the pick is the sweep's first among layouts predicted to fit."""
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("playbook_regret", ROOT / "validation" / "playbook_regret.py")
+regret = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(regret)
+
+
+def run(dp, tp, measured, label="8B", nodes=2):
+    return SimpleNamespace(label=label, kv_heads=32, heads=32, nodes=nodes, global_batch=256, dp=dp, tp=tp, pp=1, zero=1,
+                           micro_batch=1, grad_accum=256 // dp, tokens_per_s_per_gpu=measured,
+                           layout_key=(label, nodes, dp, tp))
+
+
+def test_regret_is_the_shortfall_of_the_pick():
+    runs = [run(16, 1, 100.0), run(8, 2, 90.0), run(4, 4, 80.0)]
+    preds = [{"ok": True, "tokens_per_s_per_gpu": p, "fits": True} for p in (5.0, 9.0, 1.0)]
+    (g,) = regret.regret_groups(regret.group_members(runs, preds))
+    assert g["pick"].startswith("dp8 tp2") and g["best"].startswith("dp16 tp1")
+    assert abs(g["regret"] - 0.10) < 1e-12 and g["pick_rank_measured"] == 2
+
+
+def test_layouts_predicted_not_to_fit_are_not_picked():
+    runs = [run(16, 1, 100.0), run(8, 2, 90.0)]
+    preds = [{"ok": True, "tokens_per_s_per_gpu": 5.0, "fits": True}, {"ok": True, "tokens_per_s_per_gpu": 9.0, "fits": False}]
+    (g,) = regret.regret_groups(regret.group_members(runs, preds))
+    assert g["regret"] == 0.0
+
+
+def test_engine_numbers_rank_first():
+    runs = [run(16, 1, 100.0), run(8, 2, 90.0)]
+    preds = [{"ok": True, "tokens_per_s_per_gpu": 5.0, "fits": True, "engine": 8.0},
+             {"ok": True, "tokens_per_s_per_gpu": 9.0, "fits": True, "engine": 7.0}]
+    (g,) = regret.regret_groups(regret.group_members(runs, preds))
+    assert g["regret"] == 0.0 and g["pick_by"] == "engine"
+
+
+def test_summary_splits_fit_and_validation():
+    groups = [{"split": "fit", "regret": 0.0}, {"split": "fit", "regret": 0.05}, {"split": "validation", "regret": 0.01}]
+    s = regret.summary(groups)
+    assert s["fit"]["groups"] == 2 and s["fit"]["within_bar"] == 0.5 and s["validation"]["within_bar"] == 1.0
