@@ -110,6 +110,9 @@ class Candidate:
     bottleneck: str
     max_bytes: float = math.inf
     """Largest S it is used for (LL for send/recv)."""
+    busy: tuple = ()
+    """(link class, seconds per byte of S) for every class it loads: the time that class (the group's
+    share of it, as in `shares`) spends moving the bytes, protocol and latency aside (`link_busy`)."""
 
     def time(self, nbytes: float) -> float:
         if nbytes > self.max_bytes or self.bandwidth_Bps <= 0:
@@ -217,6 +220,17 @@ def bottleneck(loads: dict[str, float], sh: Shares) -> tuple[float, str]:
     return worst, name
 
 
+def class_times(loads: dict[str, float], sh: Shares) -> tuple:
+    """(link class, seconds per byte of S) of every loaded class: `bottleneck`'s terms, all of them."""
+    rate = {"intra": sh.intra, "uplink": sh.uplink, "nic": sh.nic, "spine": sh.spine, "wan": sh.wan}
+    out = []
+    for cls, load in loads.items():
+        if load <= 0 or rate.get(cls) is None:
+            continue
+        out.append((cls, load * (sh.wan_factor if cls == "wan" else 1.0) / rate[cls]))
+    return tuple(out)
+
+
 def _bw(seconds_per_byte: float) -> float:
     """Bytes/s from seconds per byte (a group whose bytes cross no priced link moves them for free)."""
     return 1 / seconds_per_byte if seconds_per_byte > 0 else math.inf
@@ -320,7 +334,8 @@ def _ring(topology, L, sh, collective) -> list[Candidate]:
     out = []
     for proto in protocols(topology, "ring"):
         bw = _with_protocol("ring", proto, collective, L, _bw(t))
-        out.append(Candidate("ring", proto, ring_latency(topology, L, collective, proto), bw, where))
+        out.append(Candidate("ring", proto, ring_latency(topology, L, collective, proto), bw, where,
+                             busy=class_times(loads, sh)))
     return out
 
 
@@ -334,7 +349,8 @@ def _tree(topology, L, sh) -> list[Candidate]:
     for proto in protocols(topology, "tree"):
         base, intra, inter = step_latency(topology, L, "tree", proto)
         lat = base + 2 * ((p - 1) * intra + int(math.log2(N)) * inter) + 2 * L.wan_span_s
-        out.append(Candidate("tree", proto, lat, _with_protocol("tree", proto, "all_reduce", L, _bw(t)), where))
+        out.append(Candidate("tree", proto, lat, _with_protocol("tree", proto, "all_reduce", L, _bw(t)), where,
+                             busy=class_times(loads, sh)))
     return out
 
 
@@ -350,7 +366,7 @@ def _nvls(topology, L, sh) -> list[Candidate]:
     algo = "nvls" if N == 1 else "nvls_tree"
     base, intra, inter = step_latency(topology, L, algo, "Simple")
     lat = base + intra + (2 * max(1, int(math.log2(N))) * inter + 2 * L.wan_span_s if N > 1 else 0.0)
-    return [Candidate(algo, "Simple", lat, _bw(t), where)]
+    return [Candidate(algo, "Simple", lat, _bw(t), where, busy=class_times(loads, sh_nvls))]
 
 
 def _hierarchical(topology, L, sh, collective) -> list[Candidate]:
@@ -367,9 +383,12 @@ def _hierarchical(topology, L, sh, collective) -> list[Candidate]:
                         wan_span_s=L.wan_span_s, wan_hops=L.wan_hops)
     sh_in = Shares(intra=sh.intra, uplink=sh.uplink, nic=None, spine=None, wan=None)
     ar = collective == "all_reduce"
-    t_in, _ = bottleneck({"intra": (2 if ar else 1) * (p - 1) / p, "uplink": (2 if ar else 1) if sh.uplink else 0.0}, sh_in)
+    loads_in = {"intra": (2 if ar else 1) * (p - 1) / p, "uplink": (2 if ar else 1) if sh.uplink else 0.0}
+    t_in, _ = bottleneck(loads_in, sh_in)
     # across nodes: every node sends (its p rails together) 2(N-1)/N S (all-reduce) or (N-1)/N S
-    t_out, where = bottleneck(net_loads(busbw_factor("all_reduce" if ar else "all_gather", N), L), sh)
+    loads_out = net_loads(busbw_factor("all_reduce" if ar else "all_gather", N), L)
+    t_out, where = bottleneck(loads_out, sh)
+    busy = class_times(loads_in, sh_in) + class_times(loads_out, sh)  # phases in turn: classes disjoint
     out = []
     for proto in protocols(topology, "ring"):
         lat_in = ring_latency(topology, inner, "reduce_scatter", proto) * (2 if ar else 1)
@@ -378,7 +397,7 @@ def _hierarchical(topology, L, sh, collective) -> list[Candidate]:
         inv = (1 / _with_protocol("hierarchical", proto, collective, inner, _bw(t_in))
                + 1 / _with_protocol("hierarchical", proto, collective, outer, _bw(t_out)))
         out.append(Candidate("hierarchical", proto, lat_in + lat_out, 1 / inv,
-                             "intra" if t_in > t_out else where))
+                             "intra" if t_in > t_out else where, busy=busy))
     return out
 
 
@@ -402,7 +421,8 @@ def _pairwise(topology, L, sh) -> list[Candidate]:
         base, intra, inter = step_latency(topology, L, "ring", proto)
         lat = base + (p - 1) * intra + (n - p) * inter + L.wan_span_s
         cap = NCCL_P2P_LL_THRESHOLD * n if proto == "LL" else math.inf
-        out.append(Candidate("pairwise", proto, lat, _with_protocol("pairwise", proto, "all_to_all", L, _bw(t)), where, cap))
+        out.append(Candidate("pairwise", proto, lat, _with_protocol("pairwise", proto, "all_to_all", L, _bw(t)), where, cap,
+                             busy=class_times(loads, sh)))
     return out
 
 
@@ -439,7 +459,8 @@ def _send_recv(topology, L, sh) -> list[Candidate]:
         base, intra, inter = step_latency(topology, L, "ring", proto)
         lat = base + (inter if L.nodes > 1 else intra) + L.wan_step_s
         cap = NCCL_P2P_LL_THRESHOLD if proto == "LL" else math.inf
-        out.append(Candidate("p2p", proto, lat, _with_protocol("p2p", proto, "send_recv", L, _bw(t)), where, cap))
+        out.append(Candidate("p2p", proto, lat, _with_protocol("p2p", proto, "send_recv", L, _bw(t)), where, cap,
+                             busy=class_times(loads, sh)))
     return out
 
 
@@ -513,6 +534,33 @@ def collective_time(topology: Topology, collective: str, nbytes: float, group, c
     if not hasattr(group, "ranks"):
         group = tuple(int(r) for r in group)
     return _cached_time(topology, collective, float(nbytes), group, int(concurrent), gpus_per_node, bool(siblings))
+
+
+@lru_cache(maxsize=65536)
+def _cached_busy(topology, collective, nbytes, group, gpus_per_node) -> tuple:
+    L = layout_of(topology, group, gpus_per_node)
+    if L.size <= 1 or nbytes <= 0:
+        return ()
+    best, best_t = None, math.inf
+    for c in candidates(topology, collective, L, 1, True):
+        t = c.time(nbytes)
+        if best is None or t < best_t:  # estimate's choice: the first of equally fast candidates
+            best, best_t = c, t
+    return tuple((cls, nbytes * t) for cls, t in best.busy) if best is not None else ()
+
+
+def link_busy(topology: Topology, collective: str, nbytes: float, group, *,
+              gpus_per_node: int | None = None) -> dict[str, float]:
+    """Seconds each link class is busy while one collective of `nbytes` runs alone, for the algorithm
+    and protocol `estimate` picks (siblings=True): class -> S x load / share, the terms whose largest is
+    the bandwidth part of `collective_time`. Classes: intra (a GPU's NVLink / PCIe / host port, per
+    direction), uplink (PCIe switch uplinks), nic, spine (leaf-to-spine uplinks), wan; each is the
+    share the group's ranks get of it (`shares`), so per rank and per direction. The engine's link
+    sharing (`engine/links.py`) divides these by the collective's time to get how much of each link a
+    transfer uses when it runs at full speed."""
+    if not hasattr(group, "ranks"):
+        group = tuple(int(r) for r in group)
+    return dict(_cached_busy(topology, collective, float(nbytes), group, gpus_per_node))
 
 
 def p2p_time(topology: Topology, nbytes: float, same_node: bool) -> float:

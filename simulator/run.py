@@ -70,12 +70,14 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         overlap, breakdown, hw = res.overlap_fraction, dict(res.breakdown), res.hfu_flops
         events, ranks = res.events, res.ranks_simulated
         mem_peaks = getattr(res, "memory_peak_bytes", None)
+        contention = dict(getattr(res, "contention_s", {}) or {})
     else:
         res = estimate(sc, cost)
         iteration, bubble, comm = res.iteration_time_s, res.bubble_fraction, res.comm
         overlap, breakdown, hw = res.overlap_fraction, res.breakdown, res.flops_hw
         events, ranks = 0, res.ranks_simulated
         mem_peaks = None
+        contention = {}
     for d in ("tp", "dp", "pp", "cp", "ep"):
         comm.setdefault(d, {"time_s": 0.0, "exposed_s": 0.0})
     gpus = sc.gpus
@@ -101,6 +103,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "bubble_fraction": bubble,
         "comm": comm,
         "overlap_fraction": overlap,
+        "contention_s": contention,
         "breakdown": breakdown,
         "memory": mem_json,
         "layout": {"dp": sc.dp, "tp": sc.parallel.tp, "pp": sc.parallel.pp, "cp": sc.parallel.cp, "ep": sc.parallel.ep,

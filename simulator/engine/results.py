@@ -10,6 +10,9 @@ Per simulated rank, over the step [0, T] where T = the latest rank's end (the it
 `bubble_fraction` is the worst rank's bubble / T (NAR21's idle share of wall time: (p-1)/(m+p-1) for
 1F1B with uniform stages). The critical rank is the one that ends last; `comm`, `breakdown` and
 `overlap_fraction` = 1 - exposed/total communication are taken on it. `breakdown` sums to T.
+`contention_s` (per dimension, on the critical rank) is how much longer its transfers took than
+priced alone because others shared their links (`links.py`): part of `comm` time_s, not a breakdown
+term (what of it the compute stream waited for is already in exposed or bubble).
 Memory per stage: static states + buffers (`memory.static_bytes`, `memory.buffers_total`) + the peak of
 the activation timeline (allocated at F start, released at B end).
 """
@@ -35,6 +38,8 @@ class StageResult:
     """dim -> (seconds of communication, seconds exposed)."""
     comm_count: dict
     """dim -> number of collectives / p2p sends of non-zero duration the rank issued."""
+    contention_s: dict
+    """dim -> seconds its transfers took beyond their alone prices (link sharing)."""
     activation_peak_bytes: float
     memory_peak_bytes: float
 
@@ -65,9 +70,17 @@ class EngineResult:
     hfu_flops: float
     """FLOPs executed in the step by all GPUs, recomputation included."""
     critical_rank: int
+    contention_s: dict = field(default_factory=dict)
+    """dim (tp, dp, pp, cp, ep) -> seconds the critical rank's transfers took beyond their alone prices
+    because concurrent transfers shared their links (`links.py`); included in `comm` time_s, not in
+    `breakdown`. All zero with contention off."""
+    transfers_shared: int = 0
+    """Transfers (all simulated ranks) that ran slower than alone at some point."""
     stages: tuple = field(default_factory=tuple)
     """StageResult per pipeline stage."""
     full: bool = False
+    contention: bool = True
+    """Whether link sharing between concurrent transfers was on."""
 
 
 def stage_results(sc, ranks, T: float, static: list[float]) -> list[StageResult]:
@@ -81,6 +94,7 @@ def stage_results(sc, ranks, T: float, static: list[float]) -> list[StageResult]
                          optimizer_s=rk.optimizer_s, bubble_s=bubble,
                          comm={d: (rk.comm.get(d, 0.0), rk.exposed.get(d, 0.0)) for d in COMM_DIMS},
                          comm_count={d: rk.count.get(d, 0) for d in COMM_DIMS},
+                         contention_s={d: rk.contention.get(d, 0.0) for d in COMM_DIMS},
                          activation_peak_bytes=rk.act_peak, memory_peak_bytes=static[rk.stage] + rk.act_peak)
         cur = best.get(rk.stage)
         if cur is None or (sr.bubble_s, sr.memory_peak_bytes) > (cur.bubble_s, cur.memory_peak_bytes):
@@ -88,7 +102,7 @@ def stage_results(sc, ranks, T: float, static: list[float]) -> list[StageResult]
     return [best[s] for s in sorted(best)]
 
 
-def summarize(sc, ranks, static: list[float], *, events: int, wall_s: float, full: bool) -> EngineResult:
+def summarize(sc, ranks, static: list[float], *, events: int, wall_s: float, full: bool, links=None) -> EngineResult:
     T = max(rk.end for rk in ranks)
     stages = stage_results(sc, ranks, T, static)
     crit = max(ranks, key=lambda rk: (rk.end, -rk.stage))
@@ -115,6 +129,9 @@ def summarize(sc, ranks, static: list[float], *, events: int, wall_s: float, ful
         wall_s=wall_s,
         hfu_flops=sum(rk.flops for rk in ranks) * replicas,
         critical_rank=crit.grank,
+        contention_s={d: crit.contention.get(d, 0.0) for d in COMM_DIMS},
+        transfers_shared=links.slowed if links is not None else 0,
         stages=tuple(stages),
         full=full,
+        contention=links is not None,
     )

@@ -8,6 +8,13 @@ sent yet, a rendezvous whose peers have not arrived (full mode), a ZeRO gate, th
 barrier, and one timeout per step to advance the clock. DP/ZeRO collectives reserve time on the dp
 stream (`fabric.py`) as the templates' blocks release them (overlapped) or after the backward (not).
 
+Link sharing (`links.py`, on unless `contention=False`): DP/ZeRO collectives, the tied-embedding
+all-reduce and PP sends carry their demand on the ranks' links (`collectives.link_busy` per class and
+direction) and share them with whatever else is in flight on those links; their ends then come from
+the link model, one timeout per distinct start or end, instead of being reserved ahead. The seconds a
+transfer took beyond its alone price are added to its dimension's communication time and counted
+in `contention` on every rank it involves.
+
 Waiting is accounted where it happens: a compute stream that waits for a PP receive counts the part
 after the sender's data was ready as exposed pp (transfer and link queueing), the part before as
 bubble; a wait on a collective counts the part after all members were ready as exposed on its
@@ -15,15 +22,17 @@ dimension, peers' skew as bubble.
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import simpy
 
+from ..collectives import link_busy
 from ..layout import GroupShape
 from ..ops import Comm
 from .fabric import Collective, Fabric, Stream
+from .links import LinkSharing
 from .lower import Plan, StageProgram, Step
-from .templates import OpTimes, PassScheduler, PassTemplate, build_template
+from .templates import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
 
 
 class CountingEnvironment(simpy.Environment):
@@ -70,6 +79,10 @@ class RankState:
         self.comm = defaultdict(float)
         self.exposed = defaultdict(float)
         self.count = defaultdict(int)
+        self.contention = defaultdict(float)
+        """dim -> seconds its transfers took beyond their alone prices (link sharing)."""
+        self.intra_q = 0
+        """DP / PP transfers in flight or queued that load this GPU's intra-node port (link sharing)."""
         self.ops = 0
         """Op instances this rank executed (every op of every pass, collective, p2p and optimizer)."""
         self.act = 0.0
@@ -81,15 +94,85 @@ class RankState:
         self.last_dp: Collective | None = None
 
 
+class PassFlows:
+    """The linked collectives of one pass on the link model (`Engine._link_comms`): one chain per
+    stream, each collective starting at its scheduled offset, later by what the pass's earlier
+    collectives lost to sharing (their lag delays what follows them), and not before the previous one
+    of its stream ends. `wait()` fires when all have ended; `extra`: (block, node) -> seconds beyond
+    their prices."""
+
+    def __init__(self, eng: "Engine", rk: RankState, t0: float, comms):
+        self.links, self.rk, self.t0, self.env = eng.links, rk, t0, eng.env
+        self._waiter = None
+        self.left = 0
+        self.lag = 0.0
+        self.last, self.last_dim = t0, None
+        """When the latest of its collectives ended, and its dimension."""
+        self.extra: dict = {}
+        self.keys: set = set()
+        self._chains: dict = {}
+        self._free: dict = {}
+        """stream -> end of its last collective (absent while one is in flight)."""
+        self.extend(comms)
+
+    def extend(self, comms) -> None:
+        for c in comms:
+            if c.stream not in self._chains:
+                self._chains[c.stream] = deque()
+                self._free[c.stream] = self.t0
+            self._chains[c.stream].append(c)
+            self.keys.add((c.block, c.node))
+            self.left += 1
+        for stream in list(self._free):
+            self._next(stream)
+
+    def _next(self, stream: str) -> None:
+        q = self._chains[stream]
+        if not q or stream not in self._free:
+            return
+        c: CommSlice = q.popleft()
+        start = max(self.t0 + c.start + self.lag, self._free.pop(stream))
+        idx = self.rk.idx
+        demand = {(idx, cls, d): u for cls, u in c.use for d in ("out", "in")}
+        self.links.add(demand, start, c.dur, lambda flow, c=c: self._ended(c, flow))
+
+    def _ended(self, c: CommSlice, flow) -> None:
+        if flow.slowed:
+            x = flow.finish - flow.start - c.dur
+            if x > 0:
+                self.extra[(c.block, c.node)] = x
+                self.lag += x
+        self.left -= 1
+        if flow.finish > self.last:
+            self.last, self.last_dim = flow.finish, c.dim
+        self._free[c.stream] = flow.finish
+        self._next(c.stream)
+        if self.left == 0 and self._waiter is not None:
+            self._waiter.succeed()
+            self._waiter = None
+
+    def wait(self):
+        """An event that fires when every collective added so far has ended (None if they have)."""
+        if self.left == 0:
+            return None
+        if self._waiter is None:
+            self._waiter = self.env.event()
+        return self._waiter
+
+
 class Engine:
     """Runs a plan: `Engine(...).run()` fills the ranks' accumulators and recorders."""
 
     def __init__(self, plan: Plan, cost, ranks: list[RankState], pp_shape, group_shapes: dict, *, steps: int = 1,
-                 record_slices: bool = True):
+                 record_slices: bool = True, contention: bool = True):
         self.plan, self.cost, self.ranks, self.steps = plan, cost, ranks, steps
         self.sc = plan.sc
         self.env = CountingEnvironment()
-        self.fabric = Fabric(self.env)
+        self.links = LinkSharing(self.env) if contention else None
+        self.fabric = Fabric(self.env, self.links, self._done)
+        self._use: dict = {}
+        self._pairs: dict = {}
+        """(sender idx, receiver idx) -> (PP send seconds, link use)."""
         self.mailbox: dict = {}
         self.pp_shape = pp_shape
         """(idx_a, idx_b) -> GroupShape of the pair, for p2p pricing."""
@@ -112,7 +195,8 @@ class Engine:
         key = (chunk, kind, speed)
         t = self._templates.get(key)
         if t is None:
-            t = self._templates[key] = build_template(self.times(speed), chunk, kind, self.plan.blocks[(chunk, kind)])
+            t = self._templates[key] = build_template(self.times(speed), chunk, kind, self.plan.blocks[(chunk, kind)],
+                                                      share=self.links is not None)
         return t
 
     def comm_dur(self, comm: Comm) -> float:
@@ -120,6 +204,43 @@ class Engine:
         if t is None:
             t = self._comm_dur[comm] = self.times(1.0).comm_on(comm, self.group_shapes[comm.group or comm.dim])
         return t
+
+    def link_use(self, comm: Comm, shape: GroupShape, dur: float, key) -> tuple:
+        """(link class, share of a rank's link used at full speed) of a transfer priced `dur` alone:
+        `collectives.link_busy` / dur, at most 1 (`links.py`). Cached under `key`."""
+        use = self._use.get(key)
+        if use is None:
+            busy = link_busy(self.cost.topology, comm.collective, comm.bytes, shape) if dur > 0 else {}
+            use = self._use[key] = tuple((cls, min(1.0, b / dur)) for cls, b in busy.items() if b > 0)
+        return use
+
+    def _done(self, c: Collective) -> None:
+        """A transfer with a demand or a message ended: deliver the message, count link contention."""
+        if c.payload is not None:  # a PP send: (sender, receiver, mailbox key, data ready, flow id, label)
+            src, dst, key, data_ready, fid, label = c.payload
+            msg = (c.end, data_ready)
+            ev = self.mailbox.pop(key, None)
+            if ev is not None:
+                ev.succeed(msg)
+            else:
+                self.mailbox[key] = msg
+            if fid:
+                if src.rec is not None:
+                    src.rec.sends.append((c.start, c.end, dst.idx, fid, label))
+                if dst.rec is not None:
+                    dst.rec.recvs.append((c.start, c.end, src.idx, fid, label))
+            owners = (src, dst)
+        else:
+            owners = c.owners
+        if c.demand:
+            for rk in owners:
+                if (rk.idx, "intra", "out") in c.demand or (rk.idx, "intra", "in") in c.demand:
+                    rk.intra_q -= 1
+        extra = c.contention_s
+        if extra > 0:
+            for rk in owners:
+                rk.comm[c.dim] += extra
+                rk.contention[c.dim] += extra
 
     # ------------------------------------------------------------------ run
     def run(self) -> None:
@@ -136,7 +257,14 @@ class Engine:
         seq = rk.seq[group]
         rk.seq[group] = seq + 1
         dur = self.comm_dur(comm)
-        c = self.fabric.join((group, members[0], seq), len(members), dur, comm.dim, label, rk.streams["dp"], ready)
+        demand = None
+        if self.links is not None and dur > 0:
+            use = self.link_use(comm, self.group_shapes[group], dur, (comm, group))
+            demand = {(rk.idx, cls, d): u for cls, u in use for d in ("out", "in")}
+            if (rk.idx, "intra", "out") in demand:
+                rk.intra_q += 1
+        c = self.fabric.join((group, members[0], seq), len(members), dur, comm.dim, label, rk.streams["dp"], ready,
+                             demand=demand, owner=rk)
         rk.comm[comm.dim] += dur
         rk.ops += 1
         if dur > 0:
@@ -194,22 +322,38 @@ class Engine:
                 if gated:
                     end = yield from self._gated_pass(rk, prog, st, ready, speed, gathers)
                 else:
-                    end = ready + tpl.duration
-                    rk.ops += len(tpl.slices)
-                    rk.compute_s += tpl.compute_s
-                    rk.recompute_s += tpl.recompute_s
-                    rk.flops += tpl.flops
-                    for d, v in tpl.comm_s.items():
-                        rk.comm[d] += v
-                    for d, v in tpl.exposed_s.items():
-                        rk.exposed[d] += v
-                    for d, v in tpl.comm_count.items():
-                        rk.count[d] += v
-                    if st.grad_sync:
+                    if st.grad_sync and self.overlap:
                         for k, comm, label in self._grad_releases(prog, st):
-                            self._join(rk, comm.group, comm, ready + tpl.block_grads[k] if self.overlap else end, label)
-                    if rk.rec is not None:
-                        rk.rec.passes.append((ready, end, st, tpl, None))
+                            self._join(rk, comm.group, comm, ready + tpl.block_grads[k], label)
+                    dyn = self._link_comms(rk, tpl.net, tpl.local) if self.links is not None and tpl.comms else ()
+                    s = None
+                    if dyn:  # its collectives run on the link model: wait for them, re-schedule if slowed
+                        s = yield from self._linked_pass(rk, st, ready, speed, PassFlows(self, rk, ready, dyn), tpl.extra)
+                    if s is None:
+                        end = ready + tpl.duration
+                        rk.ops += len(tpl.slices)
+                        rk.compute_s += tpl.compute_s
+                        rk.recompute_s += tpl.recompute_s
+                        rk.flops += tpl.flops
+                        for d, v in tpl.comm_s.items():
+                            rk.comm[d] += v
+                        for d, v in tpl.exposed_s.items():
+                            rk.exposed[d] += v
+                        for d, v in tpl.comm_count.items():
+                            rk.count[d] += v
+                        for d, v in tpl.contention_s.items():
+                            rk.contention[d] += v
+                        if rk.rec is not None:
+                            rk.rec.passes.append((ready, end, st, tpl, None))
+                    else:
+                        end = s.end
+                        rk.ops += len(tpl.slices)
+                        self._account(rk, s)
+                        if rk.rec is not None:
+                            rk.rec.passes.append((ready, end, st, None, tuple(s.slices) if s.record else None))
+                    if st.grad_sync and not self.overlap:
+                        for k, comm, label in self._grad_releases(prog, st):
+                            self._join(rk, comm.group, comm, end, label)
                 if st.grad_sync and not self.overlap and rk.last_dp is not None:
                     # without overlap, per-micro-batch ZeRO-2/3 reduce-scatters block the compute stream
                     end = yield from self._await(rk, rk.last_dp, end, "blocking gradient reduce-scatter")
@@ -235,14 +379,17 @@ class Engine:
             rk.rec.memory.append((t, rk.act))
 
     def _send(self, rk: RankState, st: Step, ready: float, step_no: int) -> None:
-        """PP p2p: reserve the sender's link out and the receiver's link in (FIFO), deliver at arrival."""
+        """PP p2p on the sender's link out and the receiver's link in (each FIFO); the message is
+        delivered when it ends (at once, reserved ahead, without link sharing)."""
         dst = self.ranks[rk.pp_peer[st.send_to]]
-        shape: GroupShape = self.pp_shape[(rk.idx, dst.idx)]
-        comm = Comm("pp_send_recv", "pp", "send_recv", self.plan.pp_bytes)
-        dur = self.times(1.0).comm_on(comm, shape)
-        tx, rx = rk.streams["pp send"], dst.streams["pp recv"]
-        start = max(ready, tx.free, rx.free)
-        arrival = tx.free = rx.free = start + dur
+        pair = self._pairs.get((rk.idx, dst.idx))
+        if pair is None:
+            shape: GroupShape = self.pp_shape[(rk.idx, dst.idx)]
+            comm = Comm("pp_send_recv", "pp", "send_recv", self.plan.pp_bytes)
+            dur = self.times(1.0).comm_on(comm, shape)
+            use = self.link_use(comm, shape, dur, (comm, shape.ranks)) if self.links is not None else ()
+            pair = self._pairs[(rk.idx, dst.idx)] = (dur, use)
+        dur, use = pair
         rk.comm["pp"] += dur
         dst.comm["pp"] += dur
         rk.ops += 1
@@ -250,19 +397,19 @@ class Engine:
             rk.count["pp"] += 1
         kind = "F" if st.kind == "F" else "B"
         key = (dst.idx, (kind, st.chunk, st.mb), step_no)
-        msg = (arrival, ready)
-        ev = self.mailbox.pop(key, None)
-        if ev is not None:
-            ev.succeed(msg)
-        else:
-            self.mailbox[key] = msg
+        fid, label = 0, ""
         if rk.rec is not None or dst.rec is not None:
             self._flow += 1
-            label = f"C{st.chunk} mb{st.mb} {'act' if kind == 'F' else 'grad'}"
-            if rk.rec is not None:
-                rk.rec.sends.append((start, arrival, dst.idx, self._flow, label))
-            if dst.rec is not None:
-                dst.rec.recvs.append((start, arrival, rk.idx, self._flow, label))
+            fid, label = self._flow, f"C{st.chunk} mb{st.mb} {'act' if kind == 'F' else 'grad'}"
+        demand = None
+        if use:
+            demand = {(rk.idx, cls, "out"): u for cls, u in use}
+            demand.update({(dst.idx, cls, "in"): u for cls, u in use})
+            if (rk.idx, "intra", "out") in demand:
+                rk.intra_q += 1
+                dst.intra_q += 1
+        self.fabric.join(("send", rk.idx, dst.idx, key), 1, dur, "pp", label, (rk.streams["pp send"], dst.streams["pp recv"]),
+                         ready, demand=demand, payload=(rk, dst, key, ready, fid, label))
 
     def _param_gathers(self, rk: RankState, prog: StageProgram, t: float) -> dict:
         """ZeRO-1/2 with overlap: the updated parameters' all-gather buckets, issued when the step starts
@@ -276,12 +423,61 @@ class Engine:
             out[c] = [self._join(rk, b.comm.group, b.comm, t, f"C{c} {b.label}") for b in prog.dp[c].params]
         return out
 
+    def _link_comms(self, rk: RankState, net: tuple, local: tuple) -> tuple:
+        """The in-pass collectives that run on the link model: `net` (they use links beyond the GPU's
+        intra-node port) always; `local` (its intra-node port only) too while the rank has DP / PP
+        transfers in flight or queued on that port (else the template's pricing stands)."""
+        if not local or rk.intra_q == 0:
+            return net
+        return tuple(sorted(net + local, key=lambda x: (x.start, x.block, x.node)))
+
+    def _linked_pass(self, rk: RankState, st: Step, ready: float, speed: float, flows: "PassFlows", extra: dict,
+                     gates: list | None = None, applied: bool = True):
+        """Generator: wait until a pass's linked collectives have ended; if link sharing slowed any of
+        them, re-schedule the pass with their measured durations (the other collectives keep `extra`,
+        in-pass sharing: the template's, `applied` in the first schedule, or a gated pass's, not yet)
+        and return that schedule, else None (the first schedule stands).
+        The gradient buckets the pass released and the times its successors were told keep the first
+        schedule's times (the slow-down reaches them through the pass end)."""
+        ev = flows.wait()
+        if ev is not None:
+            rk.waiting = f"in-pass collectives {st.kind}{(st.chunk, st.mb)}"
+            yield ev
+            rk.waiting = ""
+        if not flows.extra and (not extra or applied and not any(k in flows.keys for k in extra)):
+            return None  # nothing it was priced with changed
+        merged = {k: v for k, v in (extra or {}).items() if k not in flows.keys}
+        merged.update(flows.extra)
+        s = schedule_pass(self.times(speed), self.plan.blocks[(st.chunk, st.kind)], ready,
+                          record=rk.rec is not None and self.record_slices, extra=merged, gates=gates)
+        if flows.last > s.end:  # a collective started later than the re-schedule has it (lag): it ends the pass
+            s.exposed[flows.last_dim] += flows.last - s.end
+            s.end = flows.last
+        return s
+
+    def _account(self, rk: RankState, s: PassScheduler) -> None:
+        rk.compute_s += s.compute_s
+        rk.recompute_s += s.recompute_s
+        rk.flops += s.flops
+        for d, v in s.comm.items():
+            rk.comm[d] += v
+        for d, v in s.exposed.items():
+            rk.exposed[d] += v
+        for d, v in s.count.items():
+            rk.count[d] += v
+        for d, v in s.contention.items():
+            rk.contention[d] += v
+
     def _gated_pass(self, rk: RankState, prog: StageProgram, st: Step, ready: float, speed: float, gathers: dict):
         """Generator: a pass whose blocks wait on DP collectives (ZeRO-3 gathers; ZeRO-1/2 first forward),
         scheduled block by block at run time. Returns the pass end."""
         blocks = self.plan.blocks[(st.chunk, st.kind)]
         dp = prog.dp[st.chunk]
-        s = PassScheduler(self.times(speed), ready, record=rk.rec is not None and self.record_slices)
+        linked = self.links is not None
+        comms: list | None = [] if linked else None
+        unlinked: list = []
+        flows = PassFlows(self, rk, ready, ()) if linked else None
+        s = PassScheduler(self.times(speed), ready, record=rk.rec is not None and self.record_slices, comms=comms)
         z3 = self.zero == 3
         gath = dp.z3_gather.get(st.kind, ()) if z3 else ()
         releases = self._grad_releases(prog, st) if st.grad_sync else []
@@ -309,6 +505,12 @@ class Engine:
                 if gate is None or c.end > gate:
                     gate, gate_ready = c.end, c.ready
             start = s.block(blk, gate, "dp", gate_ready)
+            if linked and comms:
+                dyn = self._link_comms(rk, tuple(c for c in comms if c.net),
+                                       tuple(c for c in comms if c.use and not c.net))
+                flows.extend(dyn)
+                unlinked.extend(c for c in comms if c not in dyn)
+                comms.clear()
             if z3 and self.overlap and k + 1 < len(blocks) and gath:
                 issue(k + 1, start)
             if st.grad_sync and self.overlap:
@@ -316,19 +518,17 @@ class Engine:
                     if kk == k:
                         self._join(rk, comm.group, comm, s.block_grads[-1], label)
         end = s.finish()
+        if linked:  # in-pass sharing of what is not on the link model, then the linked collectives
+            static = shared_extra(unlinked)
+            if flows.left or flows.extra or static:
+                again = yield from self._linked_pass(rk, st, ready, speed, flows, static, gates=s.gates, applied=False)
+                if again is not None:
+                    s, end = again, again.end
         rk.ops += sum(len(b.nodes) for b in blocks)
         if st.grad_sync and not self.overlap:
             for _, comm, label in releases:
                 self._join(rk, comm.group, comm, end, label)
-        rk.compute_s += s.compute_s
-        rk.recompute_s += s.recompute_s
-        rk.flops += s.flops
-        for d, v in s.comm.items():
-            rk.comm[d] += v
-        for d, v in s.exposed.items():
-            rk.exposed[d] += v
-        for d, v in s.count.items():
-            rk.count[d] += v
+        self._account(rk, s)
         if rk.rec is not None:
             rk.rec.passes.append((ready, end, st, None, tuple(s.slices) if s.record else None))
         return end

@@ -10,6 +10,8 @@ starts with a rendezvous of the rank's TP/CP/EP group (the collectives inside it
 and PP sends go to the same (tp, cp, dp) coordinates of the next stage. `rank_speed` (full mode) makes
 a GPU slower or faster: {global rank: compute-time multiplier}; a pass runs at the pace of the slowest
 member of its TP/CP/EP group.
+Link sharing between concurrent transfers (`links.py`) is on by default; `contention=False` prices
+every transfer alone (each gets its full share of its links whatever else is in flight).
 """
 from __future__ import annotations
 
@@ -127,7 +129,7 @@ class _LazyPairs(dict):
 
 
 def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | None = None, steps: int = 1,
-               record_slices: bool = True) -> tuple[Engine, list[float]]:
+               record_slices: bool = True, contention: bool = True) -> tuple[Engine, list[float]]:
     """Lower and simulate; returns the engine (ranks with their accumulators and recorders) and the
     per-stage static memory."""
     if rank_speed and not full:
@@ -148,17 +150,18 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
         ranks, pairs = _representative(sc, emb_stage, head_stage)
     shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"),
               "embd": pair_shape(sc, pp_rank_of_stage_rank(sc, emb_stage), pp_rank_of_stage_rank(sc, head_stage))}
-    eng = Engine(plan, cost, ranks, pairs, shapes, steps=steps, record_slices=record_slices)
+    eng = Engine(plan, cost, ranks, pairs, shapes, steps=steps, record_slices=record_slices, contention=contention)
     eng.run()
     return eng, _static(sc)
 
 
 def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, plot_path=None, memory_plot_path=None,
-                    rank_speed: dict | None = None) -> EngineResult:
+                    rank_speed: dict | None = None, contention: bool = True) -> EngineResult:
     """Simulate one training step of `sc` on the discrete-event engine (module docstring)."""
     t0 = time.perf_counter()
-    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed)
-    res = summarize(sc, eng.ranks, static, events=eng.env.processed, wall_s=time.perf_counter() - t0, full=full)
+    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention)
+    res = summarize(sc, eng.ranks, static, events=eng.env.processed, wall_s=time.perf_counter() - t0, full=full,
+                    links=eng.links)
     traced = [rk for rk in eng.ranks if rk.rec is not None]
     if trace_path:
         from .trace import write_trace  # noqa: PLC0415 (only when asked)
@@ -168,6 +171,6 @@ def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, 
         plot_timeline(Path(plot_path), sc, eng, traced, res)
     if memory_plot_path:
         from .plot import plot_memory  # noqa: PLC0415
-        eng2, _ = run_engine(sc, cost, full=False, steps=2, record_slices=False)
+        eng2, _ = run_engine(sc, cost, full=False, steps=2, record_slices=False, contention=contention)
         plot_memory(Path(memory_plot_path), sc, eng2)
     return res

@@ -18,16 +18,29 @@ Exposed communication (MODELING.md 5.5 spirit, measured instead of by ratio): wh
 sits idle before a compute op, the gap is charged to the dimension of the dependency that finished
 last (a comm, the previous block's trailing blocking comm, or an external gate such as a ZeRO
 parameter all-gather); the idle tail after the last compute op goes to the comm that ends last.
+
+Link sharing inside a pass (`share=True`, `links.py`): collectives of different streams (tp, cp, ep)
+that overlap in the pass and only use the GPU's intra-node port share it, worked out here once per
+template (fluid sharing of the overlapping ones, re-scheduled with the longer durations until the
+schedule stops moving). Collectives that also use other links (NICs, spine, WAN) are priced alone in
+the template and listed in `comms` for the engine, which runs them on its link model with the
+rank's other traffic (`sim.py`).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..collectives import link_busy
 from ..costs import CostModel
 from ..layout import GroupShape, group_shape
 from ..ops import Comm, Compute, Node
 from ..scenario import Scenario
+from .links import fluid_ends
+
+SHARE_ITERATIONS = 8
+"""Most re-schedules of a template while in-pass link sharing still moves its collectives (a bound:
+shares and schedule are worked out in turn, not solved together)."""
 
 COMM_DIMS = ("tp", "cp", "ep", "dp", "pp")
 """Communication dimensions, in the contract's order of the report."""
@@ -62,6 +75,28 @@ class Slice:
     dur: float
     cat: str
     """compute | recompute | tp | cp | ep: the Chrome trace category."""
+    node: int = -1
+    """Index of the op in its block's nodes."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommSlice:
+    """An in-pass collective as the link model sees it."""
+    block: int
+    node: int
+    stream: str
+    dim: str
+    start: float
+    """Offset from the pass start."""
+    dur: float
+    """Seconds alone (its price)."""
+    use: tuple
+    """(link class, share of the rank's link used at full speed), `OpTimes.use`."""
+
+    @property
+    def net(self) -> bool:
+        """Uses a link beyond the GPU's own intra-node port (NICs, PCIe uplinks, spine, WAN)."""
+        return any(cls != "intra" for cls, _ in self.use)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +125,16 @@ class PassTemplate:
     """Offset at which each block's weight gradients are complete (its last W op); -1 if none."""
     sync_dims: frozenset
     """Dimensions of in-pass collectives over groups of size > 1 (full mode: the pass is a rendezvous)."""
+    comms: tuple = ()
+    """CommSlice of every in-pass collective that moves bytes, in issue order (with `share` only)."""
+    net: tuple = ()
+    """The CommSlices that use links beyond the GPU's intra-node port (`CommSlice.net`)."""
+    local: tuple = ()
+    """The other CommSlices that load some link (the GPU's intra-node port only)."""
+    extra: dict = None
+    """(block, node) -> seconds added to a collective's price by in-pass link sharing (`share`)."""
+    contention_s: dict = None
+    """dim -> the sum of `extra` per dimension."""
 
 
 class OpTimes:
@@ -118,6 +163,17 @@ class OpTimes:
             self._cache[op] = t
         return t
 
+    def use(self, op: Comm) -> tuple:
+        """(link class, share of a rank's link it uses at full speed) of an in-pass collective:
+        `collectives.link_busy` over its price, at most 1 (`links.py`)."""
+        key = ("use", op)
+        u = self._cache.get(key)
+        if u is None:
+            dur = self(op)
+            busy = link_busy(self.cost.topology, op.collective, op.bytes, self.shape(op.group or op.dim)) if dur > 0 else {}
+            u = self._cache[key] = tuple((cls, min(1.0, b / dur)) for cls, b in busy.items() if b > 0)
+        return u
+
     def comm_on(self, op: Comm, shape: GroupShape) -> float:
         """A collective on an explicit group (PP pairs, the tied-embedding pair)."""
         key = (op, shape.ranks if shape.size <= 2 else shape)
@@ -131,9 +187,17 @@ class PassScheduler:
     """List-schedules the blocks of one pass on one rank, block by block, so that the engine can gate a
     block on an external event (a ZeRO parameter all-gather) between two calls."""
 
-    def __init__(self, times: OpTimes, t0: float = 0.0, record: bool = True):
+    def __init__(self, times: OpTimes, t0: float = 0.0, record: bool = True, extra: dict | None = None,
+                 comms: list | None = None):
+        """`extra`: (block, node) -> seconds added to that collective (link sharing); `comms`: a list to
+        which each collective that moves bytes is appended as a CommSlice (offsets from `t0`)."""
         self.times = times
         self.t0 = t0
+        self.extra = extra
+        self.comms = comms
+        self.contention = defaultdict(float)
+        self.gates: list = []
+        """Per block: the (gate, gate_dim, gate_ready) it was scheduled with (to re-schedule it)."""
         self.free = defaultdict(lambda: t0)
         self.anchor, self.anchor_dim = t0, None
         self.end, self.end_dim = t0, None
@@ -152,6 +216,8 @@ class PassScheduler:
         an external collective whose members were all ready at `gate_ready`: idle before that is peers'
         skew, charged to "sync", not to `gate_dim`)."""
         nodes, times = blk.nodes, self.times
+        self.gates.append((gate, gate_dim, gate_ready))
+        extra, comms = self.extra, self.comms
         finish = [0.0] * len(nodes)
         dims: list[str | None] = [None] * len(nodes)
         free = self.free
@@ -197,6 +263,13 @@ class PassScheduler:
                 stream = op.dim
                 sf = free[stream]
                 start = ready if ready > sf else sf
+                if comms is not None and dur > 0:
+                    comms.append(CommSlice(bi, i, stream, op.dim, start - self.t0, dur, times.use(op)))
+                if extra:
+                    x = extra.get((bi, i), 0.0)
+                    if x:
+                        dur += x
+                        self.contention[op.dim] += x
                 end = start + dur
                 free[stream] = end
                 dims[i] = op.dim
@@ -214,7 +287,7 @@ class PassScheduler:
             if letter == "W":
                 grads = max(grads, end)
             if self.record:
-                self.slices.append(Slice(bi, op.name, letter, stream, start, dur, cat))
+                self.slices.append(Slice(bi, op.name, letter, stream, start, dur, cat, i))
         # the next block's roots consume this block's last compute output and its trailing blocking comms
         if last_compute is not None:
             anchor, adim = finish[last_compute], None
@@ -235,16 +308,58 @@ class PassScheduler:
         return self.end
 
 
-def build_template(times: OpTimes, chunk: int, kind: str, blocks: tuple[Block, ...]) -> PassTemplate:
-    """List-schedule a whole pass from an idle rank at t = 0."""
-    s = PassScheduler(times, 0.0, record=True)
-    for b in blocks:
-        s.block(b)
-    duration = s.finish()
-    return PassTemplate(chunk=chunk, kind=kind, blocks=blocks, duration=duration, compute_s=s.compute_s,
+def schedule_pass(times: OpTimes, blocks: tuple[Block, ...], t0: float = 0.0, *, record: bool = True,
+                  extra: dict | None = None, gates: list | None = None, comms: list | None = None) -> PassScheduler:
+    """List-schedule a whole pass from `t0`; `gates`: per block the (gate, gate_dim, gate_ready) of
+    `PassScheduler.block` (a gated pass re-scheduled with other collective durations)."""
+    s = PassScheduler(times, t0, record=record, extra=extra, comms=comms)
+    for k, b in enumerate(blocks):
+        if gates:
+            s.block(b, *gates[k])
+        else:
+            s.block(b)
+    s.finish()
+    return s
+
+
+def shared_extra(comms: list, only_intra: bool = True) -> dict:
+    """(block, node) -> seconds the collectives of one rank take beyond their prices when those that
+    overlap in time share the rank's links (`links.fluid_ends`), across streams. `only_intra`: only
+    those whose links are all the GPU's intra-node port (the rest is the engine's)."""
+    items = [c for c in comms if c.use and not (only_intra and c.net)]
+    if len(items) < 2 or len({c.stream for c in items}) < 2:
+        return {}
+    items.sort(key=lambda c: c.start)
+    reach: dict = {}
+    for c in items:  # any two of different streams overlapping at all?
+        if any(end > c.start for st, end in reach.items() if st != c.stream):
+            break
+        reach[c.stream] = max(reach.get(c.stream, 0.0), c.start + c.dur)
+    else:
+        return {}
+    ends = fluid_ends([(c.start, c.dur, {(cls, d): u for cls, u in c.use for d in ("out", "in")}) for c in items])
+    return {(c.block, c.node): e - c.start - c.dur for c, e in zip(items, ends) if e - c.start - c.dur > 1e-15}
+
+
+def build_template(times: OpTimes, chunk: int, kind: str, blocks: tuple[Block, ...], share: bool = False) -> PassTemplate:
+    """List-schedule a whole pass from an idle rank at t = 0; with `share`, collectives of different
+    streams that overlap on the GPU's intra-node links share them (module docstring)."""
+    comms: list = []
+    s = schedule_pass(times, blocks, comms=comms if share else None)
+    extra: dict = {}
+    if share:
+        for _ in range(SHARE_ITERATIONS):
+            new = shared_extra(comms)
+            if new.keys() == extra.keys() and all(abs(new[k] - extra[k]) <= 1e-9 * new[k] + 1e-15 for k in new):
+                break
+            extra, comms = new, []
+            s = schedule_pass(times, blocks, extra=extra, comms=comms)
+    return PassTemplate(chunk=chunk, kind=kind, blocks=blocks, duration=s.end, compute_s=s.compute_s,
                         recompute_s=s.recompute_s, flops=s.flops, comm_s=dict(s.comm), exposed_s=dict(s.exposed),
                         comm_count=dict(s.count), slices=tuple(s.slices), block_start=tuple(s.block_start),
-                        block_grads=tuple(s.block_grads), sync_dims=frozenset(s.sync_dims))
+                        block_grads=tuple(s.block_grads), sync_dims=frozenset(s.sync_dims), comms=tuple(comms),
+                        net=tuple(c for c in comms if c.net), local=tuple(c for c in comms if c.use and not c.net),
+                        extra=extra, contention_s=dict(s.contention))
 
 
 def concat(parts: list[tuple[tuple[Node, ...], str]]) -> tuple[tuple[Node, ...], tuple[str, ...]]:

@@ -95,7 +95,10 @@ def build_trace(sc, eng, traced, static: list[float], max_op_slices: int = MAX_O
             events.append(_x("optimizer step", "compute", pid, TID["compute"], a, b))
         for c, label in rec.colls:
             if c.end is not None and c.dur > 0:
-                events.append(_x(label, c.dim, pid, TID["dp"], c.start, c.end, {"group_size": c.size}))
+                args = {"group_size": c.size}
+                if c.contention_s > 0:  # it shared its links (engine/links.py): how much longer it took
+                    args["contention_us"] = round(c.contention_s * 1e6, 3)
+                events.append(_x(label, c.dim, pid, TID["dp"], c.start, c.end, args))
         for a, b, dst, fid, label in rec.sends:
             dst_rank = eng.ranks[dst].grank
             events.append(_x(f"send {label} to rank {dst_rank}", "pp", pid, TID["pp send"], a, b))
