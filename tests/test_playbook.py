@@ -1,0 +1,121 @@
+"""The playbook CSV: parsing, and each row turned into the scenario nanotron ran."""
+import csv
+
+import pytest
+
+from simulator.errors import ScenarioError
+from simulator.playbook import (DEFAULT_CSV, build_scenario, nanotron_pp_layers, read_runs, run_from_row,
+                                scenario_mapping)
+
+MODELS = {  # label: (layers, hidden, ffn, heads, tied)   ../shared/data/playbook/README.md
+    "1B": (16, 2048, 8192, 32, True),
+    "3B": (28, 3072, 8192, 32, True),
+    "8B": (32, 4096, 14336, 32, False),
+    "80B": (80, 8192, 28672, 64, False),
+    "469G": (126, 16384, 53248, 128, False),
+}
+
+
+def row(label="1B", kv=None, dp=8, tp=1, pp=1, zero=0, mbs=1, status="Success", fix=True, vocab=131072, **extra):
+    layers, hidden, ffn, heads, tied = MODELS[label]
+    gpus = dp * tp * pp
+    acc = 256 // (dp * mbs)
+    ran = status == "Success"
+    r = {"model_name": f"nanotron-llama-{label}", "playbook_label": label, "layers": layers, "hidden": hidden,
+         "ffn_hidden": ffn, "heads": heads, "kv_heads": kv or heads, "vocab": vocab, "tie_word_embeddings": tied,
+         "seq_len": 4096, "gpus": gpus, "nodes": max(1, gpus // 8), "gpus_per_node": 8, "tp": tp, "pp": pp, "dp": dp,
+         "cp": 1, "ep": 1, "zero_stage": zero, "micro_batch": mbs, "grad_accum": acc, "global_batch_seqs": 256,
+         "tp_mode": "REDUCE_SCATTER (sequence-parallel style)", "tp_async_comm": "True" if ran else "",
+         "status": status, "oom_error": status == "OOM", "after_pp_fix": fix,
+         "tokens_per_s_per_gpu": 40000.0 if ran else "", "step_time_s_derived": 3.2 if ran else "",
+         "mem_peak_allocated_gib": 25.0 if ran else "", "mem_peak_reserved_gib": 36.0 if ran else "",
+         "busbw_allreduce_alljob_GBps": 425.0 if ran else "", "busbw_allgather_intranode8_GBps": 262.0 if ran else "",
+         "job_id": str(abs(hash((label, kv, dp, tp, pp, zero, mbs, status))) % 10**8),
+         "run_name": f"{label}_dp{dp}_tp{tp}_pp{pp}_mbs{mbs}_zero{zero}{'_gqa8' if kv == 8 else ''}"}
+    r.update(extra)
+    return r
+
+
+def write_csv(path, rows):
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_rows_parse_with_types_and_measurements(tmp_path):
+    p = write_csv(tmp_path / "runs.csv", [row(), row("80B", dp=1, tp=8, pp=4, status="OOM"), row("8B", status="Other")])
+    runs = read_runs(p)
+    assert [r.status for r in runs] == ["Success", "OOM", "Other"]  # OOM and Other rows are kept
+    r = runs[0]
+    assert (r.layers, r.hidden, r.heads, r.kv_heads, r.vocab, r.tie_embeddings) == (16, 2048, 32, 32, 131072, True)
+    assert (r.dp, r.tp, r.pp, r.zero, r.micro_batch, r.grad_accum, r.global_batch) == (8, 1, 1, 0, 1, 32, 256)
+    assert r.tokens_per_s_per_gpu == 40000.0 and r.mem_allocated_gib == 25.0 and r.split == "fit"
+    assert r.busbw == {"all_reduce_alljob": 425.0, "all_gather_intranode8": 262.0}
+    oom = runs[1]
+    assert oom.tokens_per_s_per_gpu is None and oom.mem_allocated_gib is None and oom.split == "validation"
+    assert oom.tp_async  # not logged for failed runs; the benchmark sets it for every REDUCE_SCATTER run
+
+
+def test_bad_rows_and_missing_file_are_input_errors(tmp_path):
+    with pytest.raises(ScenarioError, match="status"):
+        run_from_row(row(status="Crashed"))
+    with pytest.raises(ScenarioError, match="layers"):
+        run_from_row(row(layers="many"))
+    with pytest.raises(ScenarioError, match="cannot read"):
+        read_runs(tmp_path / "nope.csv")
+
+
+def test_1b_maps_to_tied_bf16_fp32_grads_sp_async_tp_on_aws_p5():
+    r = run_from_row(row("1B", dp=2, tp=4, zero=1))
+    m = scenario_mapping(r)
+    assert m["model"]["tie_embeddings"] is True and m["model"]["kv_heads"] == 32
+    assert m["training"] == {"seq_len": 4096, "global_batch": 256, "micro_batch": 1, "precision": "bf16",
+                             "recompute": "none", "attention": "flash", "optimizer": "adamw", "grad_dtype": "fp32"}
+    p = m["parallel"]
+    assert (p["dp"], p["tp"], p["pp"], p["zero"], p["sp"], p["overlap_tp"], p["pp_schedule"]) == (2, 4, 1, 1, True, False, "1f1b")
+    assert p["order"] == "tp-cp-ep-dp-pp" and p["pp_layers"] is None
+    sc = build_scenario(r)
+    assert sc.topology.name == "aws-p5" and sc.gpus == 8 and sc.micro_batches == 128
+    assert sc.training.grad_bytes == 4
+
+
+def test_80b_is_mha_untied_and_gqa_variant_keeps_8_kv_heads():
+    mha = build_scenario(run_from_row(row("80B", dp=1, tp=8, pp=4)))
+    assert mha.model.n_kv == 64 and not mha.model.tie_embeddings and mha.parallel.pp_layers == [21, 20, 20, 19]
+    gqa = build_scenario(run_from_row(row("80B", kv=8, dp=1, tp=8, pp=4)))
+    assert gqa.model.n_kv == 8 and gqa.model.kv_dim == 1024
+    big = build_scenario(run_from_row(row("469G", kv=8, dp=1, tp=32, pp=2, vocab=49152)))
+    assert big.model.vocab == 49152 and big.parallel.tp == 32 and big.cluster.nodes == 8
+
+
+def test_nanotron_partition_counts_the_lm_head_and_depends_on_the_pp_fix():
+    # 1B: layer cost 4h^2 + 3hf = 67.1M, LM head V*h = 268M = 4 layers: threshold falls on a layer boundary
+    assert nanotron_pp_layers(16, 2048, 8192, 32, 131072, 2, inclusive=True) == [10, 6]
+    assert nanotron_pp_layers(16, 2048, 8192, 32, 131072, 2, inclusive=False) == [11, 5]
+    assert nanotron_pp_layers(28, 3072, 8192, 32, 131072, 2) == [16, 12]  # CSV Local Params: 554M at tp4
+    assert nanotron_pp_layers(80, 8192, 28672, 64, 131072, 4) == [21, 20, 20, 19]
+    eight = nanotron_pp_layers(16, 2048, 8192, 32, 131072, 8, inclusive=False)
+    assert sum(eight) == 16 and eight[-2:] == [0, 0]  # the last ranks hold only the head and the loss
+
+
+def test_layouts_clustersim_cannot_express_raise_scenario_error():
+    with pytest.raises(ScenarioError, match="parallel.tp"):
+        build_scenario(run_from_row(row("469G", dp=1, tp=256, pp=1, status="Other")))
+
+
+@pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
+def test_the_shared_csv_has_4104_runs_and_all_but_eight_build():
+    runs = read_runs()
+    assert len(runs) == 4104
+    statuses = {s: sum(r.status == s for r in runs) for s in ("Success", "OOM", "Other")}
+    assert statuses == {"Success": 1765, "OOM": 1917, "Other": 422}
+    assert {r.label for r in runs if r.split == "validation"} == {"80B", "469G"}
+    bad = []
+    for r in runs[::7] + [r for r in runs if r.tp > 128]:
+        try:
+            build_scenario(r)
+        except ScenarioError:
+            bad.append(r)
+    assert bad and all(r.tp == 256 and r.status == "Other" for r in bad)
