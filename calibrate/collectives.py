@@ -1,0 +1,221 @@
+"""Collective probe: all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over sizes and group
+sizes, reported as nccl-tests does (time, algbw, busbw; ECOSYSTEM.md 2.4).
+
+One process per device is started with torch.multiprocessing (spawn): NCCL over the visible GPUs, or
+gloo over CPU processes on 127.0.0.1. Every power-of-two group size up to the world is measured on ranks
+0..g-1. A repeat's time is the slowest rank's; the point's time is the median over repeats (GPU: CUDA
+events, no barrier between repeats, like nccl-tests; CPU: a barrier before each repeat, then
+perf_counter_ns). Rank 0 reports entries to the parent through a queue; a worker that fails or hangs
+becomes a `skipped` entry, never a crash of the calibration run.
+"""
+from __future__ import annotations
+
+import math
+import os
+import queue as queue_mod
+import socket
+import sys
+import time
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from .plan import CollectivePlan
+from .timing import summarize
+
+BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send_recv": lambda n: 1.0,
+}
+"""busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md, ECOSYSTEM.md 2.4)."""
+
+
+def group_sizes(world: int) -> list[int]:
+    return [g for g in (2 ** i for i in range(1, 31)) if g <= world]
+
+
+def points(plan: CollectivePlan) -> int:
+    return len(group_sizes(plan.max_world)) * len(plan.collectives) * len(plan.sizes)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------------- in the workers
+
+def _buffers(collective: str, size: int, g: int, device: torch.device):
+    count = max(g, size // 4 // g * g)  # fp32 elements, divisible by the group
+    x = torch.randn(count, device=device) + 0.5
+    if collective == "all_gather":
+        return x[: count // g].clone(), torch.empty(count, device=device)
+    if collective == "reduce_scatter":
+        return x, torch.empty(count // g, device=device)
+    return x, torch.empty_like(x)
+
+
+def _op(collective: str, inp, out, group, rank: int, g: int) -> Callable[[], None]:
+    if collective == "all_reduce":
+        return lambda: dist.all_reduce(inp, group=group)
+    if collective == "all_gather":  # *_single is the 2.13 name of *_into_tensor / *_tensor
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return lambda: gather(out, inp, group=group)
+    if collective == "reduce_scatter":
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(out, inp, group=group)
+    if collective == "all_to_all":
+        return lambda: dist.all_to_all_single(out, inp, group=group)
+    if collective == "send_recv":
+        # a ring: each rank sends to the next and receives from the previous (nccl-tests sendrecv_perf)
+        def sendrecv():
+            ops = [dist.P2POp(dist.isend, inp, (rank + 1) % g, group), dist.P2POp(dist.irecv, out, (rank - 1) % g, group)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+        return sendrecv
+    raise ValueError(collective)
+
+
+def _time_reps(fn, reps: int, device: torch.device, group) -> list[float]:
+    if device.type == "cuda":
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for a, b in ev:
+            a.record()
+            fn()
+            b.record()
+        torch.cuda.synchronize(device)
+        return [a.elapsed_time(b) * 1e-3 for a, b in ev]
+    out = []
+    for _ in range(reps):
+        dist.barrier(group=group)
+        t0 = time.perf_counter_ns()
+        fn()
+        out.append((time.perf_counter_ns() - t0) * 1e-9)
+    return out
+
+
+def _slowest(samples: list[float], group, device) -> list[float]:
+    t = torch.tensor(samples, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.tolist()
+
+
+def _measure(plan: CollectivePlan, collective: str, size: int, g: int, group, rank: int, device) -> dict:
+    inp, out = _buffers(collective, size, g, device)
+    fn = _op(collective, inp, out, group, rank, g)
+    b = plan.budget
+    warm = _slowest(_time_reps(fn, b.min_warmup, device, group), group, device)
+    per = max(min(warm[1:] or warm), 1e-7)  # the fastest warm-up repeat after the first (see timing.measure)
+    reps = int(min(b.max_reps, max(b.min_reps, math.ceil(b.target_s / per))))
+    t = summarize(_slowest(_time_reps(fn, reps, device, group), group, device))
+    nbytes = float(out.numel() * 4 if collective == "all_gather" else inp.numel() * 4)
+    algbw = nbytes / t.time_s / 1e9
+    return {"collective": collective, "backend": plan.backend, "group_size": g, "tier": "intra_node",
+            "size_bytes": nbytes, "dtype": "fp32", **t.as_fields(), "algbw_gbs": algbw,
+            "busbw_gbs": algbw * BUSBW_FACTOR[collective](g)}
+
+
+def worker(rank: int, world: int, port: int, plan: CollectivePlan, threads: int, q) -> None:
+    """One rank of the sweep (started by `run`); rank 0 sends ('entry' | 'check' | 'skip' | 'progress' |
+    'done' | 'error', payload) messages."""
+    if plan.backend == "gloo" and sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(threads)
+    device = torch.device("cuda", rank) if plan.backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    send = q.put if rank == 0 else (lambda msg: None)
+    try:
+        dist.init_process_group(plan.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=plan.timeout_s))
+        x = torch.full((1024,), float(rank + 1), device=device)
+        dist.all_reduce(x)
+        err = float((x - world * (world + 1) / 2).abs().max())
+        send(("check", {"probe": "collectives", "what": f"all_reduce sum {plan.backend} n={world}",
+                        "max_error": err, "tolerance": 0.0, "ok": err == 0.0}))
+        for g in group_sizes(world):
+            group = dist.new_group(list(range(g))) if g < world else None
+            if rank < g:
+                for collective in plan.collectives:
+                    for size in plan.sizes:
+                        what = f"{collective} n={g} {size} B"
+                        ok = torch.ones(1, device=device)
+                        try:
+                            entry = _measure(plan, collective, size, g, group, rank, device)
+                        except torch.cuda.OutOfMemoryError as e:
+                            ok.zero_()
+                            entry = {"table": "collectives", "what": what, "reason": f"out of memory: {str(e)[:200]}"}
+                        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=group)
+                        send(("entry", entry) if ok.item() == 1 and "reason" not in entry else ("skip", entry))
+                        send(("progress", what))
+            dist.barrier()
+        send(("done", None))
+    except Exception as e:  # noqa: BLE001 (reported to the parent as a skipped table)
+        send(("error", f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------- in the parent
+
+def run(plan: CollectivePlan, threads: int, on_progress: Callable[[str], None]) -> tuple[list, list, list]:
+    """Start the workers and collect (entries, checks, skipped)."""
+    entries, checks, skipped = [], [], []
+    if plan.max_world < 2:
+        return entries, checks, [{"table": "collectives", "what": "all", "reason": "only one device: no group to measure"}]
+    ctx = torch.multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, plan.max_world, port, plan, threads, q), daemon=True)
+             for r in range(plan.max_world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + plan.timeout_s
+    done = False
+    reason = None
+    try:
+        while not done:
+            try:
+                kind, payload = q.get(timeout=0.5)
+            except queue_mod.Empty:
+                if time.monotonic() > deadline:
+                    reason = f"timed out after {plan.timeout_s:.0f} s"
+                    break
+                if any(p.exitcode not in (None, 0) for p in procs):
+                    codes = [p.exitcode for p in procs]
+                    reason = f"a worker exited with code {next(c for c in codes if c not in (None, 0))}"
+                    break
+                if all(p.exitcode == 0 for p in procs):
+                    reason = "workers exited without reporting"
+                    break
+                continue
+            if kind == "entry":
+                entries.append(payload)
+            elif kind == "check":
+                checks.append(payload)
+            elif kind == "skip":
+                skipped.append(payload)
+            elif kind == "progress":
+                on_progress(payload)
+            elif kind == "error":
+                reason = payload
+                break
+            elif kind == "done":
+                done = True
+    finally:
+        for p in procs:
+            p.join(timeout=10 if done else 2)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+    if reason is not None:
+        skipped.append({"table": "collectives", "what": f"{plan.backend} sweep (after {len(entries)} points)",
+                        "reason": reason})
+    return entries, checks, skipped

@@ -1,0 +1,214 @@
+"""Memory-bound probe: RMSNorm, LayerNorm, SwiGLU, GeLU, rotary, residual add, cross-entropy over the
+vocabulary, embedding lookup, device copy (forward and backward), and host-device copies (GPU only).
+
+Each kernel is written the way plain PyTorch model code calls it (the replay and most trainers); achieved
+GB/s counts bytes by simulator.ops's convention (elements x passes x element bytes, MODELING.md 7.3), so a
+profile point prices exactly the op the simulator emits for the same tensor. Backward: `autograd.grad`
+of a retained graph.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from simulator.ops import GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES
+
+from ..plan import ElementwiseSpec
+from ..timing import Pools, RandomPool, measure
+from . import CHECK_TOLERANCE, DTYPES, CheckResult, Context, Task, relative_error, run_check, tensor
+
+PASSES = {"rmsnorm": NORM_PASSES, "layernorm": NORM_PASSES, "swiglu": SWIGLU_PASSES, "gelu": GELU_PASSES,
+          "rope": ROPE_PASSES, "residual_add": RESIDUAL_PASSES, "cross_entropy": (3, 3), "embedding": (2, 3),
+          "copy": (2, None)}
+"""(forward, backward) passes over the tensor; cross_entropy and embedding as simulator.ops.head_forward /
+embedding_forward count them; a copy reads and writes once and has no backward."""
+EPS = 1e-5
+EMBEDDING_MIN_ROWS = 64
+"""The default embedding table has as many rows as the lookup (at least this many), so that its dense
+backward, which writes the whole table gradient, scales with the lookup the way simulator.ops counts
+bytes; --scenario uses the scenario's own vocab/tp."""
+ROPE_HEADS = 8
+"""Heads sharing one cos/sin row in the rotary probe (they broadcast over heads in real models)."""
+BWD_GRAPHS = 4
+"""Retained forward graphs a backward measurement rotates through."""
+
+
+def conventional_bytes(spec: ElementwiseSpec, phase: str) -> float:
+    passes = PASSES[spec.op][0 if phase == "fwd" else 1]
+    elt = 4 if spec.op == "cross_entropy" else torch.empty((), dtype=DTYPES[spec.dtype]).element_size()
+    return float(spec.elements * passes * elt)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _rows(spec: ElementwiseSpec) -> int:
+    return spec.elements // spec.width
+
+
+def layout(spec: ElementwiseSpec) -> list[tuple[int, ...]]:
+    """Shapes of the random operands one call reads (the embedding's table and indices are in `_extra`;
+    a copy writes its second operand)."""
+    r, w = _rows(spec), spec.width
+    return {"rmsnorm": [(r, w), (w,)], "layernorm": [(r, w), (w,), (w,)], "swiglu": [(r, 2 * w)], "gelu": [(r, w)],
+            "rope": [(r, w)], "residual_add": [(r, w), (r, w)], "cross_entropy": [(r, w)], "embedding": [],
+            "copy": [(r, w), (r, w)]}[spec.op]
+
+
+def forward(spec: ElementwiseSpec, ops: list[torch.Tensor], extra: dict) -> torch.Tensor:
+    """The kernel(s) for spec.op; `extra` holds the non-random inputs (targets, indices, cos/sin, table)."""
+    w = spec.width
+    if spec.op == "rmsnorm":
+        return F.rms_norm(ops[0], (w,), ops[1], EPS)
+    if spec.op == "layernorm":
+        return F.layer_norm(ops[0], (w,), ops[1], ops[2], EPS)
+    if spec.op == "swiglu":
+        gate, up = ops[0].chunk(2, dim=-1)
+        return F.silu(gate) * up
+    if spec.op == "gelu":
+        return F.gelu(ops[0], approximate="tanh")
+    if spec.op == "rope":
+        x = ops[0].view(-1, extra["heads"], w)
+        return x * extra["cos"] + _rotate_half(x) * extra["sin"]
+    if spec.op == "residual_add":
+        return ops[0] + ops[1]
+    if spec.op == "cross_entropy":
+        return F.cross_entropy(ops[0].float(), extra["target"])
+    if spec.op == "embedding":
+        return F.embedding(extra["index"], extra["table"])
+    if spec.op == "copy":
+        return ops[1].copy_(ops[0])
+    raise ValueError(spec.op)
+
+
+def grad_inputs(spec: ElementwiseSpec, ops: list[torch.Tensor], extra: dict) -> list[torch.Tensor]:
+    if spec.op == "embedding":
+        return [extra["table"]]
+    n = {"rmsnorm": 2, "layernorm": 3, "residual_add": 2}.get(spec.op, 1)
+    return ops[:n]
+
+
+def extra_inputs(spec: ElementwiseSpec, device: torch.device, seed: int, grad: bool = False) -> dict:
+    dtype = DTYPES[spec.dtype]
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    r, w = _rows(spec), spec.width
+    if spec.op == "rope":
+        heads = ROPE_HEADS if r % ROPE_HEADS == 0 else 1
+        pos = torch.arange(r // heads, dtype=torch.float64)[:, None] / 10000 ** (torch.arange(w // 2) * 2 / w)
+        ang = torch.cat([pos, pos], dim=-1)[:, None, :]
+        return {"heads": heads, "cos": ang.cos().to(device, dtype), "sin": ang.sin().to(device, dtype)}
+    if spec.op == "cross_entropy":
+        return {"target": torch.randint(0, w, (r,), generator=gen).to(device)}
+    if spec.op == "embedding":
+        rows = spec.table_rows or max(r, EMBEDDING_MIN_ROWS)
+        table = (torch.randn((rows, w), generator=gen) + 0.05).to(device, dtype).requires_grad_(grad)
+        return {"index": torch.randint(0, rows, (r,), generator=gen).to(device), "table": table}
+    return {}
+
+
+def _reference(spec: ElementwiseSpec, ops: list[torch.Tensor], extra: dict) -> torch.Tensor:
+    """The same maths written out in float64."""
+    d = [o.double() for o in ops]
+    if spec.op == "rmsnorm":
+        return d[0] * torch.rsqrt(d[0].pow(2).mean(-1, keepdim=True) + EPS) * d[1]
+    if spec.op == "layernorm":
+        mu = d[0].mean(-1, keepdim=True)
+        var = (d[0] - mu).pow(2).mean(-1, keepdim=True)
+        return (d[0] - mu) / torch.sqrt(var + EPS) * d[1] + d[2]
+    if spec.op == "swiglu":
+        gate, up = d[0].chunk(2, dim=-1)
+        return gate * torch.sigmoid(gate) * up
+    if spec.op == "gelu":
+        x = d[0]
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    if spec.op == "rope":
+        x = d[0].view(-1, extra["heads"], spec.width)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * extra["cos"].double() + torch.cat((-x2, x1), dim=-1) * extra["sin"].double()
+    if spec.op == "residual_add":
+        return d[0] + d[1]
+    if spec.op == "cross_entropy":
+        logp = torch.log_softmax(d[0], dim=-1)
+        return -logp.gather(1, extra["target"][:, None]).mean()
+    if spec.op == "embedding":
+        return extra["table"].double()[extra["index"]]
+    if spec.op == "copy":
+        return d[0]
+    raise ValueError(spec.op)
+
+
+def checks(ctx: Context) -> list[CheckResult]:
+    out = []
+    for op, dtype in sorted({(s.op, s.dtype) for s in ctx.plan.elementwise}):
+        spec = ElementwiseSpec(op=op, dtype=dtype, elements=64 * 128, width=128)
+
+        def err(spec=spec) -> float:
+            extra = extra_inputs(spec, ctx.device, ctx.seed)
+            ops = [tensor(s, DTYPES[dtype], ctx.device, ctx.seed + j) for j, s in enumerate(layout(spec))]
+            return relative_error(forward(spec, ops, extra), _reference(spec, ops, extra))
+        # cross-entropy runs in fp32 whatever the activations (Megatron), so its tolerance is fp32's
+        tol = CHECK_TOLERANCE["fp32" if op == "cross_entropy" else dtype]
+        out.append(run_check(f"elementwise {op} {dtype}", "memory", tol, err))
+    return out
+
+
+def runner(spec: ElementwiseSpec, phase: str, pool: RandomPool, seed: int = 0) -> Callable[[int], object]:
+    """Call i: the forward on the i-th operand set, or the backward of one of BWD_GRAPHS retained graphs."""
+    shapes = layout(spec)
+    device = pool.data.device
+    if phase == "fwd":
+        extra = extra_inputs(spec, device, seed)
+
+        def fwd(i: int):
+            with torch.no_grad():
+                return forward(spec, pool.take(shapes, i), extra)
+        return fwd
+    graphs = []
+    for g in range(BWD_GRAPHS):
+        extra = extra_inputs(spec, device, seed + g, grad=True)
+        ops = [o.detach().requires_grad_() for o in pool.take(shapes, g)]
+        y = forward(spec, ops, extra)
+        graphs.append((y, grad_inputs(spec, ops, extra), torch.ones_like(y)))
+
+    def bwd(i: int):
+        y, inputs, dy = graphs[i % BWD_GRAPHS]
+        return torch.autograd.grad(y, inputs, dy, retain_graph=True)
+    return bwd
+
+
+def tasks(ctx: Context) -> list[Task]:
+    pools = Pools(ctx.device, ctx.plan.pool_cap_bytes, ctx.seed)
+    for s in ctx.plan.elementwise:
+        pools.need(DTYPES[s.dtype], layout(s))
+
+    def run(spec: ElementwiseSpec, phase: str) -> dict:
+        t = measure(runner(spec, phase, pools.get(DTYPES[spec.dtype]), ctx.seed), ctx.device, ctx.plan.budget)
+        nbytes = conventional_bytes(spec, phase)
+        return {"op": spec.op, "phase": phase, "dtype": spec.dtype, "elements": spec.elements, "bytes": nbytes,
+                **t.as_fields(), "gbs": nbytes / t.time_s / 1e9}
+
+    out = [Task(table="elementwise", what=f"{s.op} {phase} {s.dtype} {s.elements} elements",
+                requires=f"elementwise {s.op} {s.dtype}", run=lambda s=s, p=phase: run(s, p))
+           for s in ctx.plan.elementwise for phase in ("fwd", "bwd") if phase == "fwd" or PASSES[s.op][1] is not None]
+    if ctx.device.type == "cuda":
+        out += host_device_tasks(ctx)
+    return out
+
+
+def host_device_tasks(ctx: Context) -> list[Task]:
+    def run(nbytes: int, direction: str, pinned: bool) -> dict:
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned).fill_(1)
+        dev = torch.empty(nbytes, dtype=torch.uint8, device=ctx.device)
+        src, dst = (host, dev) if direction == "h2d" else (dev, host)
+        t = measure(lambda i: dst.copy_(src, non_blocking=pinned), ctx.device, ctx.plan.budget)
+        return {"direction": direction, "pinned": pinned, "bytes": float(nbytes), **t.as_fields(),
+                "gbs": nbytes / t.time_s / 1e9}
+
+    return [Task(table="host_device", what=f"{d} {'pinned' if p else 'pageable'} {n} B", requires="",
+                 run=lambda n=n, d=d, p=p: run(n, d, p))
+            for n in ctx.plan.host_device_sizes for d in ("h2d", "d2h") for p in (True, False)]

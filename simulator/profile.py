@@ -1,0 +1,571 @@
+"""Calibration profiles: measured kernel and collective times that `CostModel` consults before its roofline.
+
+`python -m calibrate` (the `calibrate/` package, the only part that touches torch) writes the JSON file;
+this module reads it (no torch), validates it strictly and answers two questions:
+
+* `Profile.compute_time(op)`: seconds for a `Compute` op, interpolated in log space over measured points;
+* `Profile.comm_time(op, group)`: seconds for a `Comm` on a process group, from the collective tables.
+
+Both return None when the profile holds nothing applicable, and the cost model then falls back to the
+spec roofline (`CostModel.stats` counts how much compute time came from measurements). The accepted
+ranges, beyond which a lookup gives None rather than extrapolating, are the constants below:
+
+| table | looked up by | below the smallest point | above the largest point |
+|---|---|---|---|
+| gemm | dtype, (m, n, k) | each dim down to 1/2 of the grid's smallest (log-linear) | each dim up to 64x the grid's largest, at the throughput of the largest (time linear in the dim) |
+| attention | dtype, d_head, causal, fwd/bwd; work = b*heads*s_q*s_kv (SDPA's default back end, else the fastest) | down to 1/2 (log-linear) | up to 64x, time linear in work |
+| elementwise | kind, fwd/bwd, dtype; HBM bytes | down to 1/4, at the smallest point's time (launch floor) | up to 64x, at the largest point's bandwidth |
+| optimizer | parameters | down to 1/4 (floor) | up to 64x, linear |
+| collectives | collective, group size, tier; bytes | any size, at the smallest point's time (latency floor) | up to 16x, at the largest point's busbw |
+
+Schema: CONTRACT.md "Calibration profile"; writer: `calibrate/cli.py`.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Optional
+
+from .costs import log_interp
+from .errors import ScenarioError
+from .layout import GroupShape
+from .ops import Comm, Compute
+from .schema import from_mapping
+
+SCHEMA_VERSION = 1
+"""Bump when a field changes meaning; readers refuse other versions with a message naming both."""
+
+GEMM_DIM_BELOW = 2.0
+"""A GEMM dimension may sit this factor under the smallest measured one (throughput falls fast below)."""
+GEMM_DIM_ABOVE = 64.0
+"""...and this factor over the largest: a bigger GEMM is more of the same tiles, at the saturated throughput."""
+WORK_BELOW = 2.0
+WORK_ABOVE = 64.0
+"""Attention work (b*heads*s_q*s_kv) range around the measured points."""
+D_HEAD_NEAR = 1.5
+"""An unmeasured head dim outside the measured ones borrows the nearest within this factor (time ~ d)."""
+STREAM_BELOW = 4.0
+STREAM_ABOVE = 64.0
+"""Memory-bound kernels and the optimizer: a launch floor below, constant bandwidth above."""
+COMM_ABOVE = 16.0
+"""Collectives above the largest measured size: constant busbw (the largest sizes are bandwidth-bound)."""
+
+GEMM_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+PHASES = ("fwd", "bwd")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+TIERS = ("intra_node", "inter_node")
+ELEMENTWISE_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rope", "residual_add", "cross_entropy",
+                     "embedding", "copy")
+
+_KIND_OF_NAME = (
+    ("final_norm", ("rmsnorm", "layernorm")),
+    ("norm", ("rmsnorm", "layernorm")),
+    ("swiglu", ("swiglu",)),
+    ("expert_act", ("swiglu", "gelu")),
+    ("gelu", ("gelu",)),
+    ("rope", ("rope",)),
+    ("residual", ("residual_add",)),
+    ("cross_entropy", ("cross_entropy",)),
+    ("embedding", ("embedding",)),
+)
+"""simulator.ops elementwise op names -> measured kernels, best match first. Anything else (MoE permute,
+unpermute) is priced as a device copy of the same bytes. Norms try RMSNorm first: the op does not say
+which norm the architecture uses (calibrate --scenario measures the right one)."""
+
+
+def elementwise_kinds(name: str) -> tuple[str, ...]:
+    """Measured kernels that stand for the `simulator.ops` elementwise op `name`, best first."""
+    for prefix, kinds in _KIND_OF_NAME:
+        if name.startswith(prefix):
+            return kinds + ("copy",)
+    return ("copy",)
+
+
+def elementwise_phase(name: str) -> str:
+    return "bwd" if name.endswith("_bwd") else "fwd"
+
+
+# ----------------------------------------------------------------------------------- the file's schema
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    device_type: str = field(metadata={"choices": ("cuda", "cpu")})
+    device_name: str
+    """torch.cuda.get_device_name, or the CPU model for --device cpu."""
+    device_index: int = 0
+    device_count: int = field(default=1, metadata={"min": 1})
+    """Devices visible (GPUs for CUDA, gloo processes for CPU collectives)."""
+    torch_version: str
+    cuda_version: Optional[str] = None
+    driver_version: Optional[str] = None
+    cudnn_version: Optional[str] = None
+    nccl_version: Optional[str] = None
+    cpu_model: str
+    cpu_count: int = field(metadata={"min": 1})
+    threads: int = field(metadata={"min": 1})
+    """torch intra-op threads the kernels ran with."""
+    hostname: str
+    date: str
+    """UTC, ISO 8601."""
+    command: str
+    python_version: str
+    clustersim_version: str
+    git_commit: Optional[str] = None
+    load_average_start: Optional[list[float]] = None
+    """1/5/15-minute load averages when the run started and ended (a loaded host gives noisy numbers)."""
+    load_average_end: Optional[list[float]] = None
+    quick: bool = False
+    scenario: Optional[str] = None
+    """The --scenario file whose shapes were measured, if any."""
+    wall_s: float = field(default=0.0, metadata={"min": 0.0})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecRef:
+    """The topology GPU the device was matched to, for achieved-vs-peak figures."""
+    topology: str
+    gpu_name: str
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+    hbm_bandwidth_gbs: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmPoint:
+    dtype: str = field(metadata={"choices": GEMM_DTYPES})
+    m: int = field(metadata={"min": 1})
+    n: int = field(metadata={"min": 1})
+    k: int = field(metadata={"min": 1})
+    """C[m, n] = A[m, k] @ B[k, n], FLOPs 2mnk (simulator.ops.gemm)."""
+    set: str = field(default="grid", metadata={"choices": ("grid", "transformer", "scenario")})
+    """grid: the full m x n x k product the interpolation uses; transformer / scenario: exact shapes."""
+    time_s: float = field(metadata={"min": 0.0})
+    """Median over repeats."""
+    p10_s: float = field(metadata={"min": 0.0})
+    p90_s: float = field(metadata={"min": 0.0})
+    reps: int = field(metadata={"min": 1})
+    tflops: float = field(metadata={"min": 0.0})
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionPoint:
+    dtype: str = field(metadata={"choices": GEMM_DTYPES})
+    backend: str
+    """default (what SDPA picks unasked) | flash | efficient | cudnn | math."""
+    batch_heads: int = field(metadata={"min": 1})
+    s_q: int = field(metadata={"min": 1})
+    s_kv: int = field(metadata={"min": 1})
+    d_head: int = field(metadata={"min": 1})
+    causal: bool
+    phase: str = field(metadata={"choices": PHASES})
+    time_s: float = field(metadata={"min": 0.0})
+    p10_s: float = field(metadata={"min": 0.0})
+    p90_s: float = field(metadata={"min": 0.0})
+    reps: int = field(metadata={"min": 1})
+    tflops: float = field(metadata={"min": 0.0})
+    """FLOPs as simulator.ops counts them: 4*bh*s_q*s_kv*d, x0.5 causal, x2.5 backward."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElementwisePoint:
+    op: str = field(metadata={"choices": ELEMENTWISE_KINDS})
+    phase: str = field(metadata={"choices": PHASES})
+    dtype: str
+    elements: int = field(metadata={"min": 1})
+    """As simulator.ops counts them (norm: tokens*hidden, swiglu: tokens*ffn, cross_entropy: tokens*vocab)."""
+    bytes: float = field(metadata={"min": 0.0})
+    """HBM bytes by simulator.ops's convention (elements x passes x element bytes)."""
+    time_s: float = field(metadata={"min": 0.0})
+    p10_s: float = field(metadata={"min": 0.0})
+    p90_s: float = field(metadata={"min": 0.0})
+    reps: int = field(metadata={"min": 1})
+    gbs: float = field(metadata={"min": 0.0})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyPoint:
+    """Host-device copies (recorded for offload studies; not priced by the simulator yet)."""
+    direction: str = field(metadata={"choices": ("h2d", "d2h")})
+    pinned: bool
+    bytes: float = field(metadata={"min": 0.0})
+    time_s: float = field(metadata={"min": 0.0})
+    p10_s: float = field(metadata={"min": 0.0})
+    p90_s: float = field(metadata={"min": 0.0})
+    reps: int = field(metadata={"min": 1})
+    gbs: float = field(metadata={"min": 0.0})
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerPoint:
+    optimizer: str = field(default="adamw", metadata={"choices": ("adamw",)})
+    impl: str = field(metadata={"choices": ("default", "foreach", "fused", "for_loop")})
+    """default = what torch.optim.AdamW picks unasked (foreach on CUDA, a for loop on CPU)."""
+    params: int = field(metadata={"min": 1})
+    tensors: int = field(metadata={"min": 1})
+    time_s: float = field(metadata={"min": 0.0})
+    p10_s: float = field(metadata={"min": 0.0})
+    p90_s: float = field(metadata={"min": 0.0})
+    reps: int = field(metadata={"min": 1})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectivePoint:
+    collective: str = field(metadata={"choices": COLLECTIVES})
+    backend: str
+    group_size: int = field(metadata={"min": 2})
+    tier: str = field(default="intra_node", metadata={"choices": TIERS})
+    size_bytes: float = field(metadata={"min": 1.0})
+    """nccl-tests `size`: the full buffer (n x the per-rank part for all-gather and reduce-scatter)."""
+    dtype: str = "fp32"
+    time_s: float = field(metadata={"min": 0.0})
+    """Median over iterations of the slowest rank's time."""
+    p10_s: float = field(metadata={"min": 0.0})
+    p90_s: float = field(metadata={"min": 0.0})
+    reps: int = field(metadata={"min": 1})
+    algbw_gbs: float = field(metadata={"min": 0.0})
+    busbw_gbs: float = field(metadata={"min": 0.0})
+    """algbw x factor (ECOSYSTEM.md 2.4): all_reduce 2(n-1)/n, all_gather/reduce_scatter/all_to_all (n-1)/n, send_recv 1."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """A probe's reference check (llm.c dev/cuda): its kernels against a float64 (or plain) reference."""
+    probe: str
+    what: str
+    max_error: float
+    tolerance: float
+    ok: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skipped:
+    table: str
+    what: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Curve:
+    """y(x) through points sorted by x: piecewise linear in log-log inside; the caller's rule outside."""
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+
+    @staticmethod
+    def of(pairs) -> "Curve":
+        """From (x, y) pairs; several y at one x are combined by their geometric mean."""
+        by_x: dict[float, list[float]] = {}
+        for x, y in pairs:
+            by_x.setdefault(float(x), []).append(float(y))
+        xs = sorted(by_x)
+        ys = [math.exp(sum(math.log(v) for v in by_x[x]) / len(by_x[x])) for x in xs]
+        return Curve(xs=tuple(xs), ys=tuple(ys))
+
+    def inside(self, x: float) -> float:
+        """Interpolated, held at the end values outside the points."""
+        return log_interp(min(max(x, self.xs[0]), self.xs[-1]), list(self.xs), list(self.ys))
+
+    def log_linear(self, x: float) -> float:
+        """Interpolated; below the first point, the first segment's log-log slope continued."""
+        return log_interp(min(x, self.xs[-1]), list(self.xs), list(self.ys))
+
+    def streaming(self, x: float, below: float, above: float) -> float | None:
+        """Memory-bound rule: floor at the first point down to x0/below, linear in x up to xn*above."""
+        if x <= 0 or x < self.xs[0] / below or x > self.xs[-1] * above:
+            return None
+        if x > self.xs[-1]:
+            return self.ys[-1] * x / self.xs[-1]
+        return self.inside(x)
+
+
+# ----------------------------------------------------------------------------------- lookups
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _GemmGrid:
+    """log(throughput) over the full m x n x k product of one dtype's grid points."""
+    axes: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+    log_thr: dict
+
+    def time(self, m: int, n: int, k: int) -> float | None:
+        q = (m, n, k)
+        cells = []
+        for d in range(3):
+            ax = self.axes[d]
+            if q[d] < ax[0] / GEMM_DIM_BELOW or q[d] > ax[-1] * GEMM_DIM_ABOVE:
+                return None
+            x = min(q[d], ax[-1])  # above the grid: throughput of the largest (saturated) dim
+            if len(ax) == 1:
+                cells.append(((ax[0], 1.0),))
+                continue
+            i = 0
+            while i < len(ax) - 2 and ax[i + 1] <= x:
+                i += 1
+            w = math.log(x / ax[i]) / math.log(ax[i + 1] / ax[i])  # w < 0 below the grid: log-linear
+            cells.append(((ax[i], 1.0 - w), (ax[i + 1], w)))
+        log_thr = 0.0
+        for a, wa in cells[0]:
+            for b, wb in cells[1]:
+                for c, wc in cells[2]:
+                    log_thr += wa * wb * wc * self.log_thr[(a, b, c)]
+        return 2.0 * m * n * k / math.exp(log_thr)
+
+
+def _gemm_grid(points: list[GemmPoint]) -> _GemmGrid | None:
+    """The grid points of one dtype, if they form a full product (else None)."""
+    times: dict[tuple, list[float]] = {}
+    for p in points:
+        if p.set == "grid":
+            times.setdefault((float(p.m), float(p.n), float(p.k)), []).append(p.time_s)
+    if not times:
+        return None
+    axes = tuple(tuple(sorted({key[d] for key in times})) for d in range(3))
+    if len(times) != len(axes[0]) * len(axes[1]) * len(axes[2]):
+        return None
+    log_thr = {key: math.log(2.0 * key[0] * key[1] * key[2] / min(ts)) for key, ts in times.items()}
+    return _GemmGrid(axes=axes, log_thr=log_thr)
+
+
+def _nearest_gemm(points: list[GemmPoint], m: int, n: int, k: int) -> float | None:
+    """Without a grid: inverse-distance weighting of log throughput over points within a factor
+    GEMM_DIM_BELOW in every dim (Chebyshev distance in log space)."""
+    lim = math.log(GEMM_DIM_BELOW)
+    weights, acc = 0.0, 0.0
+    for p in points:
+        d = max(abs(math.log(m / p.m)), abs(math.log(n / p.n)), abs(math.log(k / p.k)))
+        if d > lim:
+            continue
+        w = 1.0 / (d * d + 1e-12)
+        weights += w
+        acc += w * math.log(2.0 * p.m * p.n * p.k / p.time_s)
+    if weights == 0.0:
+        return None
+    return 2.0 * m * n * k / math.exp(acc / weights)
+
+
+def attention_work(batch_heads: float, s_q: float, s_kv: float, causal_fraction: float) -> float:
+    """Score entries computed: b*heads*s_q*s_kv, times the causal fraction (0.5 for a causal square)."""
+    return batch_heads * s_q * s_kv * causal_fraction
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """A loaded calibration profile (see the module docstring for the lookups and their ranges)."""
+    schema_version: int
+    provenance: Provenance
+    spec: Optional[SpecRef] = None
+    gemm: list[GemmPoint] = field(default_factory=list)
+    attention: list[AttentionPoint] = field(default_factory=list)
+    elementwise: list[ElementwisePoint] = field(default_factory=list)
+    host_device: list[CopyPoint] = field(default_factory=list)
+    optimizer: list[OptimizerPoint] = field(default_factory=list)
+    collectives: list[CollectivePoint] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    source: str = field(default="", init=False, compare=False)
+    """The file it was read from (set by load_profile)."""
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    # ---------------------------------------------------------------- indexes, built on first use
+    @cached_property
+    def _gemm_by_dtype(self) -> dict:
+        out: dict[str, dict] = {}
+        for p in self.gemm:
+            d = out.setdefault(p.dtype, {"points": [], "exact": {}})
+            d["points"].append(p)
+            key = (p.m, p.n, p.k)
+            d["exact"][key] = min(d["exact"].get(key, math.inf), p.time_s)
+        for d in out.values():
+            d["grid"] = _gemm_grid(d["points"])
+        return out
+
+    @cached_property
+    def _attention_index(self) -> dict:
+        """(dtype, causal, phase) -> {d_head: Curve of time over work}, plus the exact points. A point's time
+        is the `default` back end's (what SDPA picks unasked, as model code runs it), else the fastest."""
+        by_backend: dict[tuple, dict[str, float]] = {}
+        for p in self.attention:
+            key = (p.dtype, p.causal, p.phase, p.d_head, p.batch_heads, p.s_q, p.s_kv)
+            times = by_backend.setdefault(key, {})
+            times[p.backend] = min(times.get(p.backend, math.inf), p.time_s)
+        best = {k: v.get("default", min(v.values())) for k, v in by_backend.items()}
+        curves: dict[tuple, dict[int, list]] = {}
+        for (dtype, causal, phase, d, bh, sq, skv), t in best.items():
+            frac = 0.5 if (causal and sq == skv) else 1.0
+            curves.setdefault((dtype, causal, phase), {}).setdefault(d, []).append((attention_work(bh, sq, skv, frac), t))
+        return {"exact": best,
+                "curves": {k: {d: Curve.of(v) for d, v in ds.items()} for k, ds in curves.items()}}
+
+    @cached_property
+    def _elementwise_curves(self) -> dict:
+        pts: dict[tuple, list] = {}
+        for p in self.elementwise:
+            pts.setdefault((p.op, p.phase, p.dtype), []).append((p.bytes, p.time_s))
+        return {k: Curve.of(v) for k, v in pts.items()}
+
+    @cached_property
+    def _optimizer_curve(self) -> Curve | None:
+        impls = {p.impl for p in self.optimizer}
+        for impl in ("default", "fused", "foreach", "for_loop"):
+            if impl in impls:
+                return Curve.of((p.params, p.time_s) for p in self.optimizer if p.impl == impl)
+        return None
+
+    @cached_property
+    def _collective_curves(self) -> dict:
+        pts: dict[tuple, list] = {}
+        for p in self.collectives:
+            pts.setdefault((p.collective, p.group_size, p.tier), []).append((p.size_bytes, p.time_s))
+        return {k: Curve.of(v) for k, v in pts.items()}
+
+    # ---------------------------------------------------------------- the two questions
+    def compute_time(self, op: Compute) -> float | None:
+        """Seconds for `op` from the measurements, or None where none applies (the roofline is used)."""
+        key = (op.kind, op.name if op.kind == "elementwise" else "", op.dtype, op.shape, op.repeat, op.bytes)
+        if key not in self._memo:
+            self._memo[key] = self._compute_time(op)
+        return self._memo[key]
+
+    def _compute_time(self, op: Compute) -> float | None:
+        if op.kind == "gemm":
+            t = self.gemm_time(op.dtype, *op.shape[:3])
+            return None if t is None else t * op.repeat
+        if op.kind == "attention":
+            bh, sq, skv, d, frac, phase = op.shape
+            return self.attention_time("bf16" if op.dtype == "fp8" else op.dtype, bh, sq, skv, d, frac, phase)
+        if op.kind == "elementwise":
+            return self.elementwise_time(op.name, op.dtype, op.bytes)
+        if op.kind == "optimizer":
+            curve = self._optimizer_curve
+            return None if curve is None else curve.streaming(op.shape[0], STREAM_BELOW, STREAM_ABOVE)
+        return None
+
+    def gemm_time(self, dtype: str, m: int, n: int, k: int) -> float | None:
+        table = self._gemm_by_dtype.get(dtype)
+        if table is None:
+            return None
+        exact = table["exact"].get((m, n, k))
+        if exact is not None:
+            return exact
+        if table["grid"] is not None:
+            return table["grid"].time(m, n, k)
+        return _nearest_gemm(table["points"], m, n, k)
+
+    def attention_time(self, dtype: str, bh: int, s_q: int, s_kv: int, d: int, causal_fraction: float,
+                       phase: str) -> float | None:
+        idx = self._attention_index
+        causal = causal_fraction < 1.0
+        exact = idx["exact"].get((dtype, causal, phase, d, bh, s_q, s_kv))
+        if exact is not None and (not causal or s_q != s_kv or _close(causal_fraction, 0.5)):
+            return exact
+        work = attention_work(bh, s_q, s_kv, causal_fraction)
+        # prefer the table of the same masking; the other one is used by equal work (causal blocks skip half)
+        for table in (causal, not causal):
+            by_d = idx["curves"].get((dtype, table, phase))
+            if by_d:
+                t = _attention_by_d(by_d, d, work)
+                if t is not None:
+                    return t
+        return None
+
+    def elementwise_time(self, name: str, dtype: str, nbytes: float) -> float | None:
+        curves = self._elementwise_curves
+        phase = elementwise_phase(name)
+        for kind in elementwise_kinds(name):
+            for ph in (phase, "fwd"):
+                # same dtype first; another dtype's curve by bytes otherwise (bandwidth is dtype-blind)
+                keys = [(kind, ph, dtype)] + sorted(k for k in curves if k[:2] == (kind, ph) and k[2] != dtype)
+                for key in keys:
+                    if key in curves:
+                        return curves[key].streaming(nbytes, STREAM_BELOW, STREAM_ABOVE)
+        return None
+
+    def comm_time(self, op: Comm, group: GroupShape) -> float | None:
+        """Seconds for `op` on `group` from the collective tables; None when this collective, group size
+        or tier (intra-node / inter-node) was not measured."""
+        tier = "intra_node" if group.nodes <= 1 else "inter_node"
+        curves = self._collective_curves
+        if op.collective == "send_recv":
+            # point to point is a pair whatever the group: take the smallest measured ring
+            sizes = sorted(g for (c, g, t) in curves if c == "send_recv" and t == tier)
+            curve = curves.get(("send_recv", sizes[0], tier)) if sizes else None
+        else:
+            curve = curves.get((op.collective, group.size, tier))
+        if curve is None or op.bytes <= 0 or op.bytes > curve.xs[-1] * COMM_ABOVE:
+            return None
+        if op.bytes > curve.xs[-1]:
+            return curve.ys[-1] * op.bytes / curve.xs[-1]
+        return curve.inside(op.bytes)
+
+
+def _attention_by_d(by_d: dict, d: int, work: float) -> float | None:
+    def at(dd: int) -> float | None:
+        c = by_d[dd]
+        if work < c.xs[0] / WORK_BELOW or work > c.xs[-1] * WORK_ABOVE:
+            return None
+        return c.ys[-1] * work / c.xs[-1] if work > c.xs[-1] else c.log_linear(work)
+
+    if d in by_d:
+        return at(d)
+    lower = [x for x in by_d if x < d]
+    upper = [x for x in by_d if x > d]
+    if lower and upper:
+        lo, hi = max(lower), min(upper)
+        t_lo, t_hi = at(lo), at(hi)
+        if t_lo is None or t_hi is None:
+            return None
+        w = math.log(d / lo) / math.log(hi / lo)
+        return math.exp((1 - w) * math.log(t_lo) + w * math.log(t_hi))
+    near = max(lower) if lower else min(upper)
+    if max(d / near, near / d) > D_HEAD_NEAR:
+        return None
+    t = at(near)
+    return None if t is None else t * d / near
+
+
+# ----------------------------------------------------------------------------------- loading
+
+def profile_from_mapping(raw, where: str = "profile") -> Profile:
+    """Validate a parsed profile strictly (unknown keys, types, ranges, version) and build it."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(where, f"a calibration profile must be a JSON object, got {type(raw).__name__}")
+    version = raw.get("schema_version")
+    if version is None:
+        raise ScenarioError(where, "missing schema_version: not a clustersim calibration profile")
+    if version != SCHEMA_VERSION:
+        raise ScenarioError(where, f"schema_version {version!r} is not supported by this clustersim",
+                            f"{SCHEMA_VERSION}; re-run python -m calibrate")
+    try:
+        prof = from_mapping(Profile, raw, "")
+    except ScenarioError as e:
+        raise ScenarioError(where, f"{e.path}: {e.problem}", e.allowed) from None
+    for table in ("gemm", "attention", "elementwise", "host_device", "optimizer", "collectives"):
+        for i, p in enumerate(getattr(prof, table)):
+            if not p.time_s > 0 or not math.isfinite(p.time_s):
+                raise ScenarioError(where, f"{table}[{i}].time_s: {p.time_s!r} is not a positive time")
+            if not p.p10_s <= p.time_s * (1 + 1e-9) or not p.time_s <= p.p90_s * (1 + 1e-9):
+                raise ScenarioError(where, f"{table}[{i}]: expected p10_s <= time_s <= p90_s, got "
+                                           f"{p.p10_s!r}, {p.time_s!r}, {p.p90_s!r}")
+    return prof
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a calibration profile; a bad file is a ScenarioError naming it and the problem."""
+    path = Path(path)
+    where = f"cluster.profile {path}"
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ScenarioError(where, f"cannot read the calibration profile: {e.strerror or e}",
+                            "default, or a file written by python -m calibrate")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ScenarioError(where, f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})")
+    prof = profile_from_mapping(raw, where)
+    object.__setattr__(prof, "source", str(path))
+    return prof
