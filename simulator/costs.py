@@ -19,9 +19,13 @@ from .topology import Topology
 GEMM_PEAK_EFFICIENCY = 0.78
 """Large bf16 GEMMs on H100 reach ~75-80 % of dense peak with cuBLAS (FA3 §1 cites 80-90 % for tuned
 GEMMs; we take the lower end for the shapes transformers use). Replaced by measurements in a profile."""
-GEMM_HALF_EFFICIENCY_FLOPS = 2.0e9
-"""FLOPs at which a GEMM reaches half its peak efficiency: small GEMMs do not fill the SMs
-(wave quantisation, launch overhead). Assumption, to be fitted from profiles."""
+GEMM_HALF_EFFICIENCY_S = 2.0e-6
+"""A GEMM whose ideal time at peak is this short reaches half its peak efficiency: small GEMMs do not
+fill the device (wave quantisation, launch and tail). 2 us = 2e9 FLOPs on an H100; as a time it carries
+over to other devices (on the CPU profile the fitted knee is ~1e6 FLOPs at ~0.12 TFLOP/s, ~8 us)."""
+EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s")
+"""`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
+FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py)."""
 ATTENTION_EFFICIENCY = {"fwd": 0.55, "bwd": 0.45}
 """FlashAttention-2/3 on H100: FA2 ~35 % of peak, FA3 fwd up to 75 % (FA3 abstract); a middle value."""
 HBM_EFFICIENCY = 0.80
@@ -54,6 +58,8 @@ class CostModel:
     precision: str = "bf16"
     profile: object | None = None
     """A calibration profile (calibrate/profile schema) consulted first when given."""
+    efficiency: dict = field(default_factory=dict)
+    """`cluster.efficiency` overrides (EFFICIENCY_KEYS)."""
     stats: dict = field(default_factory=lambda: {"compute_s": 0.0, "measured_s": 0.0})
     """Seconds of compute priced from measurements vs in total (the report's coverage figure)."""
 
@@ -61,18 +67,21 @@ class CostModel:
     def peak_flops(self, dtype: str) -> float:
         return self.topology.peak_flops(dtype)
 
-    def gemm_efficiency(self, flops: float) -> float:
-        return GEMM_PEAK_EFFICIENCY * flops / (flops + GEMM_HALF_EFFICIENCY_FLOPS)
+    def gemm_efficiency(self, flops: float, dtype: str = "bf16") -> float:
+        """eta_max * F / (F + F_half), F_half = peak * GEMM_HALF_EFFICIENCY_S."""
+        half = self.peak_flops(dtype) * GEMM_HALF_EFFICIENCY_S
+        return self.efficiency.get("gemm", GEMM_PEAK_EFFICIENCY) * flops / (flops + half)
 
     def spec_compute_time(self, op: Compute) -> float:
-        hbm = self.topology.gpu.hbm_bandwidth_gbs * 1e9 * HBM_EFFICIENCY
+        hbm = self.topology.gpu.hbm_bandwidth_gbs * 1e9 * self.efficiency.get("hbm", HBM_EFFICIENCY)
         t_mem = op.bytes / hbm
         if op.kind == "gemm":
             per = op.flops / op.repeat
-            t_c = op.flops / (self.peak_flops(op.dtype) * self.gemm_efficiency(per))
+            t_c = op.flops / (self.peak_flops(op.dtype) * self.gemm_efficiency(per, op.dtype))
         elif op.kind == "attention":
             phase = op.shape[5] if len(op.shape) > 5 else "fwd"
-            t_c = op.flops / (self.peak_flops(op.dtype) * ATTENTION_EFFICIENCY[phase])
+            eff = self.efficiency.get(f"attention_{phase}", ATTENTION_EFFICIENCY[phase])
+            t_c = op.flops / (self.peak_flops(op.dtype) * eff)
         else:
             t_c = 0.0
         return max(t_c, t_mem) + KERNEL_OVERHEAD_S * op.repeat
@@ -100,11 +109,12 @@ class CostModel:
         n = group.size
         if n <= 1 or op.bytes <= 0:
             return 0.0
+        overhead = self.efficiency.get("tp_comm_overhead_s", 0.0) if op.dim == "tp" else 0.0
         if self.profile is not None:
             t = self.profile.comm_time(op, group)
             if t is not None:
-                return t
-        return collectives.collective_time(self.topology, op.collective, op.bytes, group)
+                return t + overhead
+        return collectives.collective_time(self.topology, op.collective, op.bytes, group) + overhead
 
     def p2p_time(self, nbytes: float, same_node: bool) -> float:
         return collectives.p2p_time(self.topology, nbytes, same_node)
@@ -116,7 +126,8 @@ def build_cost_model(sc) -> CostModel:
     if sc.cluster.profile not in ("default", "", None):
         from .profile import load_profile  # noqa: PLC0415 (optional piece, lands with calibration)
         profile = load_profile(sc.cluster.profile)
-    return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile)
+    return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
+                     efficiency=dict(sc.cluster.efficiency))
 
 
 def bytes_fmt(n: float) -> str:

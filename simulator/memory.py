@@ -108,6 +108,11 @@ class StateBytes:
         return self.weights + self.grads + self.optimizer
 
 
+UNFUSED_BF16_GRAD_BYTES = 2
+"""With unfused fp32 accumulation (training.grad_accum_fused: false) each parameter also keeps its bf16
+gradient (nanotron: 1B dp8 ZeRO-0 measures 25.07 GiB = 20.07 B/param, playbook fit split)."""
+
+
 def state_bytes_per_param(precision: str, grad_bytes: int, optimizer: str, zero: int, group: int) -> StateBytes:
     """Bytes per parameter: weights W (4 fp32, 2 bf16/fp8), grads G, optimizer K (fp32 master 4 unless
     fp32 training, + Adam m, v 8; SGD without momentum keeps only the master). ZeRO over `group` ranks:
@@ -137,8 +142,11 @@ def static_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     dense_group, expert_group = groups or zero_groups(sc)
     d = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, dense_group)
     e = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, expert_group)
+    grads = rp.dense * d.grads + rp.expert * e.grads
+    if not tr.grad_accum_fused and tr.precision != "fp32" and tr.grad_bytes == 4:
+        grads += UNFUSED_BF16_GRAD_BYTES * rp.total  # the bf16 .grad kept beside the fp32 buffer
     return {"weights": rp.dense * d.weights + rp.expert * e.weights,
-            "grads": rp.dense * d.grads + rp.expert * e.grads,
+            "grads": grads,
             "optimizer": rp.dense * d.optimizer + rp.expert * e.optimizer}
 
 

@@ -399,7 +399,29 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             w.comm(ag.pop(key), after_compute=not sc.parallel.overlap_tp)
             w.pending = [len(w.nodes) - 1]
         w.compute(op)
+    acc = grad_accum_op(sc, layer_rank_param_count(sc, layer))
+    if acc is not None:
+        w.compute(acc)
     return LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes))
+
+
+GRAD_ACCUM_BYTES_PER_PARAM = 2 + 4 + 4
+"""Unfused fp32 gradient accumulation: read the bf16 gradient, read and write the fp32 buffer."""
+
+
+def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
+    """`fp32_grad += bf16_grad` after each micro-batch's backward when the accumulation is not fused
+    into the weight-gradient GEMM (nanotron's FP32GradientAccumulator); None when it is fused."""
+    tr = sc.training
+    if tr.grad_accum_fused or tr.precision == "fp32" or tr.grad_bytes != 4 or params <= 0:
+        return None
+    return Compute("grad_accum_fp32", "elementwise", 0.0, params * GRAD_ACCUM_BYTES_PER_PARAM, "fp32", (int(params),))
+
+
+def layer_rank_param_count(sc: Scenario, layer: int) -> float:
+    """Parameters of one layer on one rank: linears / t, norms replicated, routed experts / ep."""
+    lp = layer_params(sc.model, layer)
+    return (lp.attn + lp.mlp) / sc.parallel.tp + lp.norms + lp.experts / sc.parallel.ep
 
 
 # ----------------------------------------------------------------------------------- ends of the pipeline
@@ -457,6 +479,9 @@ def head_backward(sc: Scenario, z: Shard | None = None) -> tuple[tuple[Node, ...
     b.compute(elementwise("final_norm_bwd", z.T_sp * z.h, NORM_PASSES[1], z))
     w = _Seq()
     w.compute(wgrad)
+    acc = grad_accum_op(sc, m.vocab * m.hidden / z.t)
+    if acc is not None:
+        w.compute(acc)
     return tuple(b.nodes), tuple(w.nodes)
 
 

@@ -34,6 +34,10 @@ class Training:
     optimizer: str = field(default="adamw", metadata={"choices": ("adamw", "sgd")})
     grad_dtype: Optional[str] = field(default=None, metadata={"choices": ("fp32", "bf16")})
     """Gradient accumulation and reduction dtype; null = fp32 (Megatron's main_grad, nanotron's default)."""
+    grad_accum_fused: bool = True
+    """True: the weight-gradient GEMM accumulates straight into the fp32 buffer (Megatron's
+    gradient_accumulation_fusion). False: a bf16 gradient is produced and added to the fp32 buffer after
+    every micro-batch (nanotron's FP32GradientAccumulator): +10 B/param of traffic, +2 B/param held."""
 
     @property
     def grad_bytes(self) -> int:
@@ -48,6 +52,9 @@ class Cluster:
     """Defaults to the topology's."""
     profile: str = "default"
     """default = the spec-based profile of the topology's GPU; or a path to a calibration profile."""
+    efficiency: dict[str, float] = field(default_factory=dict)
+    """Per-software-stack overrides of the spec roofline (costs.py): gemm, attention_fwd, attention_bwd,
+    hbm (fractions of peak) and tp_comm_overhead_s (seconds added to every TP collective)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +194,13 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     training = from_mapping(Training, top.training, "training")
     cluster = from_mapping(Cluster, top.cluster, "cluster")
     parallel = from_mapping(Parallel, top.parallel, "parallel")
+    from .costs import EFFICIENCY_KEYS  # noqa: PLC0415 (costs imports scenario's neighbours)
+    for key, value in cluster.efficiency.items():
+        if key not in EFFICIENCY_KEYS:
+            raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(EFFICIENCY_KEYS))
+        if value < 0 or (key != "tp_comm_overhead_s" and not 0 < value <= 1):
+            raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range",
+                                "seconds >= 0" if key == "tp_comm_overhead_s" else "a fraction in (0, 1]")
     topology = load_topology(cluster.topology, base_dir)
     if cluster.profile not in ("default",) and base_dir is not None and not Path(cluster.profile).is_absolute():
         local = base_dir / cluster.profile

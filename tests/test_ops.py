@@ -106,3 +106,19 @@ def test_deps_point_backwards():
         for nodes in (lp.F, lp.B, lp.W):
             for i, n in enumerate(nodes):
                 assert all(0 <= d < i for d in n.deps)
+
+
+def test_unfused_fp32_grad_accumulation_adds_a_pass_over_the_gradients():
+    fused = load_scenario("scenarios/70b_512gpu.yaml")
+    unfused = load_scenario("scenarios/70b_512gpu.yaml", ["training.grad_accum_fused=false"])
+    assert not [n for n in layer_passes(fused, 0).W if n.op.name == "grad_accum_fp32"]
+    acc = [n.op for n in layer_passes(unfused, 0).W if n.op.name == "grad_accum_fp32"]
+    assert len(acc) == 1 and acc[0].bytes == pytest.approx(10 * 855_654_400 / 8, rel=1e-3)
+
+
+def test_gemm_efficiency_override_slows_gemms():
+    from simulator.costs import build_cost_model
+    base = load_scenario("scenarios/70b_512gpu.yaml")
+    slow = load_scenario("scenarios/70b_512gpu.yaml", ["cluster.efficiency={gemm: 0.39}"])
+    qkv = next(n.op for n in layer_passes(base, 0).F if n.op.name == "qkv")
+    assert build_cost_model(slow).compute_time(qkv) > 1.9 * build_cost_model(base).compute_time(qkv) - 1e-5

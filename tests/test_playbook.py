@@ -72,7 +72,8 @@ def test_1b_maps_to_tied_bf16_fp32_grads_sp_async_tp_on_aws_p5():
     m = scenario_mapping(r)
     assert m["model"]["tie_embeddings"] is True and m["model"]["kv_heads"] == 32
     assert m["training"] == {"seq_len": 4096, "global_batch": 256, "micro_batch": 1, "precision": "bf16",
-                             "recompute": "none", "attention": "flash", "optimizer": "adamw", "grad_dtype": "fp32"}
+                             "recompute": "none", "attention": "flash", "optimizer": "adamw", "grad_dtype": "fp32",
+                             "grad_accum_fused": False}
     p = m["parallel"]
     assert (p["dp"], p["tp"], p["pp"], p["zero"], p["sp"], p["overlap_tp"], p["pp_schedule"]) == (2, 4, 1, 1, True, False, "1f1b")
     assert p["order"] == "tp-cp-ep-dp-pp" and p["pp_layers"] is None

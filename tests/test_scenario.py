@@ -93,3 +93,12 @@ def test_ep_groups_borrow_from_dp():
     ep = group_ranks(sc, "ep")
     assert len(ep) == 4 and ep == [0, 2, 4, 6]
     assert group_shape(sc, "edp").size == 2 * 8 // 4
+
+
+def test_efficiency_overrides_are_validated():
+    with pytest.raises(ScenarioError) as e:
+        load(["cluster.efficiency={gemmm: 0.5}"])
+    assert e.value.path == "cluster.efficiency.gemmm"
+    with pytest.raises(ScenarioError, match="cluster.efficiency.gemm"):
+        load(["cluster.efficiency={gemm: 1.5}"])
+    assert load(["cluster.efficiency={gemm: 0.5}"]).cluster.efficiency == {"gemm": 0.5}

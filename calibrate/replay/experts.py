@@ -1,0 +1,109 @@
+"""Routed experts (Mixtral-style top-k softmax router, SwiGLU experts) and expert parallelism.
+
+PyTorch has no EP API (ECOSYSTEM.md 2.5), so this is our own, in torchtitan's manner
+(`torchtitan/distributed/expert_parallel.py`): tokens are sorted by expert, counts are exchanged with
+`all_to_all_single`, and the tokens go to the rank owning their expert and come back with the
+autograd-aware `_functional_collectives.all_to_all_single_autograd` (dispatch and combine; their
+backward is the reverse all-to-all, MODELING.md 4.5). Experts are contiguous blocks of E/ep per EP rank.
+No token dropping, no auxiliary load-balancing loss.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from simulator.model import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class EPGroup:
+    """This rank's expert-parallel group."""
+    group: dist.ProcessGroup
+    size: int
+    rank: int
+    """Index of this rank in the group: it owns experts [rank * E/size, (rank+1) * E/size)."""
+
+
+class GroupedExperts(nn.Module):
+    """The SwiGLU experts this rank owns, stacked: w1/w3 [E_local, hidden, ffn], w2 [E_local, ffn, hidden]."""
+
+    def __init__(self, hidden: int, ffn: int, total_experts: int, first_expert: int, local_experts: int):
+        super().__init__()
+        self.total_experts = total_experts
+        self.first_expert = first_expert
+        self.w1 = nn.Parameter(torch.empty(local_experts, hidden, ffn))
+        self.w2 = nn.Parameter(torch.empty(local_experts, ffn, hidden))
+        self.w3 = nn.Parameter(torch.empty(local_experts, hidden, ffn))
+
+    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """x: tokens sorted by local expert, counts[e] rows each. Every expert runs (possibly on zero
+        rows) so every parameter gets a gradient and the DP/ZeRO buckets see the same tensors on all ranks."""
+        outs, start = [], 0
+        for e, n in enumerate(counts):
+            xe = x[start:start + n]
+            start += n
+            outs.append((F.silu(xe @ self.w1[e]) * (xe @ self.w3[e])) @ self.w2[e])
+        return torch.cat(outs)
+
+
+def _a2a(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group: dist.ProcessGroup) -> torch.Tensor:
+    from torch.distributed._functional_collectives import all_to_all_single_autograd
+    y = all_to_all_single_autograd(x, out_splits, in_splits, group)
+    return y.wait() if hasattr(y, "wait") else y
+
+
+class MoE(nn.Module):
+    def __init__(self, m: ModelSpec, ep: Optional[EPGroup]):
+        super().__init__()
+        moe = m.moe
+        self.top_k = moe.top_k
+        self.num_experts = moe.experts
+        self.ep = ep
+        size, rank = (ep.size, ep.rank) if ep else (1, 0)
+        local = moe.experts // size
+        self.gate = nn.Linear(m.hidden, moe.experts, bias=False)
+        self.experts = GroupedExperts(m.hidden, moe.expert_ffn_hidden, moe.experts, rank * local, local)
+        self.shared_expert = None
+        if moe.shared_experts:
+            from .llama import FeedForward
+            self.shared_expert = FeedForward(m.hidden, moe.shared_ffn * moe.shared_experts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        xf = x.reshape(-1, shape[-1])
+        tokens, k = xf.shape[0], self.top_k
+        top_logits, top_idx = self.gate(xf).topk(k, dim=-1)
+        weights = torch.softmax(top_logits.float(), dim=-1).to(xf.dtype)  # Mixtral: softmax over the chosen k
+        flat = top_idx.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        routed = xf[order // k]
+        counts = torch.bincount(flat, minlength=self.num_experts)
+        if self.ep is None:
+            y = self.experts(routed, counts.tolist())
+        else:
+            y = self._dispatch_compute_combine(routed, counts)
+        out = y[torch.argsort(order)]  # back to (token, slot) order
+        out = (out.view(tokens, k, -1) * weights.unsqueeze(-1)).sum(dim=1).view(shape)
+        if self.shared_expert is not None:
+            out = out + self.shared_expert(x)
+        return out
+
+    def _dispatch_compute_combine(self, routed: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        ep, group = self.ep.size, self.ep.group
+        local = self.num_experts // ep
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts, group=group)  # [src rank, local expert] row counts
+        send_splits = counts.view(ep, local).sum(1).tolist()
+        recv_splits = recv_counts.view(ep, local).sum(1).tolist()
+        received = _a2a(routed, recv_splits, send_splits, group)  # dispatch
+        local_ids = torch.arange(local, device=routed.device).repeat(ep)
+        row_expert = torch.repeat_interleave(local_ids, recv_counts)
+        order = torch.argsort(row_expert, stable=True)
+        y = self.experts(received[order], recv_counts.view(ep, local).sum(0).tolist())
+        back = y[torch.argsort(order)]  # back to (source rank, expert) order
+        return _a2a(back, send_splits, recv_splits, group)  # combine

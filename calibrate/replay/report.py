@@ -1,0 +1,139 @@
+"""Predicted vs measured: the simulator's number for the scenario, the comparison the contract's
+`calibrate replay --json` prints, and the readable table.
+
+The prediction is `simulator.run.simulate(sc)` (the `run --json` report). Until that API exists, or if
+it fails, `predicted` values are null and the reason is kept in `notes`.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from simulator.scenario import Scenario
+
+from .plan import ReplayPlan
+
+
+def predict(sc: Scenario) -> tuple[dict, Optional[str]]:
+    """({"iteration_time_s", "peak_memory_gib"}, why they are missing or None)."""
+    empty = {"iteration_time_s": None, "peak_memory_gib": None}
+    try:
+        from simulator.run import simulate
+    except ImportError as e:
+        return empty, f"no prediction: simulator.run.simulate is not available ({e})"
+    try:
+        rep = simulate(sc)
+        return {"iteration_time_s": rep.get("iteration_time_s"),
+                "peak_memory_gib": (rep.get("memory") or {}).get("peak_gib")}, None
+    except Exception as e:  # a simulator bug must not hide the measurement
+        return empty, f"no prediction: simulate() failed: {type(e).__name__}: {e}"
+
+
+def _rel(pred: Optional[float], meas: Optional[float]) -> Optional[float]:
+    if pred is None or meas is None or meas == 0:
+        return None
+    return (pred - meas) / meas
+
+
+def loss_comparison(losses: list[float], reference: Optional[list[float]], rtol: float) -> tuple[Optional[bool], Optional[float]]:
+    """(every step within rtol of the reference, largest relative difference)."""
+    if reference is None:
+        return None, None
+    diffs = [abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference)]
+    worst = max(diffs) if diffs else 0.0
+    return len(losses) == len(reference) and worst <= rtol, worst
+
+
+def build_report(plan: ReplayPlan, measured: dict, reference: Optional[dict]) -> dict:
+    """reference: {"losses", "grad_norms"} of the single-process run, or None when not run."""
+    sc = plan.scenario
+    predicted, why = predict(sc)
+    peaks = [x for x in measured["peak_memory_gib_per_rank"] if x is not None]
+    meas = {"iteration_time_s": measured["iteration_time_s"],
+            "peak_memory_gib": max(peaks) if peaks else None,
+            "losses": measured["losses"]}
+    ref_losses = reference["losses"] if reference else None
+    ref_norms = reference["grad_norms"] if reference else None
+    match, worst = loss_comparison(measured["losses"], ref_losses, plan.rtol)
+    norm_match, norm_worst = loss_comparison(measured["grad_norms"], ref_norms, plan.rtol)
+    p = sc.parallel
+    notes = list(plan.notes) + ([why] if why else [])
+    return {
+        "name": sc.name,
+        "predicted": predicted,
+        "measured": meas,
+        "relative_error": {k: _rel(predicted[k], meas[k]) for k in ("iteration_time_s", "peak_memory_gib")},
+        "loss_matches_reference": match,
+        "reference_losses": ref_losses,
+        "loss_rtol": plan.rtol,
+        "max_loss_rel_diff": worst,
+        "grad_norms": measured["grad_norms"],
+        "reference_grad_norms": ref_norms,
+        "grad_norm_matches_reference": norm_match,
+        "max_grad_norm_rel_diff": norm_worst,
+        "plan": {"dp": sc.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep, "zero": p.zero, "sp": p.sp,
+                 "pp_schedule": p.pp_schedule if p.pp > 1 else None, "vpp": p.vpp, "recompute": sc.training.recompute,
+                 "micro_batches": sc.micro_batches, "micro_batch": sc.training.micro_batch,
+                 "seq_len": sc.training.seq_len, "global_batch": sc.training.global_batch},
+        "device": plan.device, "backend": plan.backend, "world": plan.world, "dtype": plan.dtype,
+        "threads_per_rank": plan.threads, "steps": plan.options.steps, "warmup": plan.options.warmup,
+        "step_times_s": measured["step_times_s"],
+        "peak_rss_gib_per_rank": measured["peak_rss_gib_per_rank"],
+        "phases_per_rank": measured.get("phases_per_rank"),
+        "load_average": list(os.getloadavg()),
+        "notes": notes,
+    }
+
+
+def _fmt(x: Optional[float], spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def format_table(r: dict) -> str:
+    p = r["plan"]
+    sched = f" {p['pp_schedule']}" if p["pp_schedule"] else ""
+    lines = [
+        f"replay: {r['name']}",
+        f"  {r['world']} ranks on {r['device']}/{r['backend']} ({r['dtype']}, {r['threads_per_rank']} threads/rank), "
+        f"{r['steps']} steps ({r['warmup']} warm-up), load average {r['load_average'][0]:.2f}",
+        f"  dp={p['dp']} tp={p['tp']}{'+sp' if p['sp'] and p['tp'] > 1 else ''} pp={p['pp']}{sched} cp={p['cp']} "
+        f"ep={p['ep']} zero={p['zero']} recompute={p['recompute']}; {p['micro_batches']} micro-batches of {p['micro_batch']}",
+        "",
+        f"  {'step':>4}  {'loss':>11}  {'reference':>11}  {'rel. diff':>9}  {'grad norm':>10}  {'reference':>10}  "
+        f"{'rel. diff':>9}  {'time (s)':>8}",
+    ]
+    n = len(r["measured"]["losses"])
+    ref = r["reference_losses"] or [None] * n
+    ref_norm = r["reference_grad_norms"] or [None] * n
+    for i in range(n):
+        a, b, ga, gb = r["measured"]["losses"][i], ref[i], r["grad_norms"][i], ref_norm[i]
+        diff = None if b is None else abs(a - b) / max(abs(b), 1e-12)
+        gdiff = None if gb is None else abs(ga - gb) / max(abs(gb), 1e-12)
+        warm = " (warm-up)" if i < r["warmup"] else ""
+        lines.append(f"  {i:>4}  {a:>11.7f}  {_fmt(b, '11.7f'):>11}  {_fmt(diff, '9.1e'):>9}  {ga:>10.6f}  "
+                     f"{_fmt(gb, '10.6f'):>10}  {_fmt(gdiff, '9.1e'):>9}  {r['step_times_s'][i]:>8.3f}{warm}")
+    pr, me, er = r["predicted"], r["measured"], r["relative_error"]
+    lines += [
+        "",
+        f"  {'':<20}  {'predicted':>10}  {'measured':>10}  {'error':>8}",
+        f"  {'iteration time (s)':<20}  {_fmt(pr['iteration_time_s'], '10.4f'):>10}  {_fmt(me['iteration_time_s'], '10.4f'):>10}  "
+        f"{_fmt(None if er['iteration_time_s'] is None else 100 * er['iteration_time_s'], '+7.1f'):>7}%",
+        f"  {'peak memory (GiB)':<20}  {_fmt(pr['peak_memory_gib'], '10.3f'):>10}  {_fmt(me['peak_memory_gib'], '10.3f'):>10}  "
+        f"{_fmt(None if er['peak_memory_gib'] is None else 100 * er['peak_memory_gib'], '+7.1f'):>7}%",
+    ]
+    if r.get("phases_per_rank"):
+        ph = r["phases_per_rank"]
+        cpu = ", ".join(f"{x['cpu_s']:.2f}" for x in ph)
+        lines.append(f"  rank 0 step split (median): forward+backward {ph[0]['forward_backward_s']:.3f} s, "
+                     f"gradient-sync wait {ph[0]['grad_sync_wait_s']:.3f} s, optimizer {ph[0]['optimizer_s']:.3f} s; "
+                     f"CPU seconds per rank per step: {cpu}")
+    m = r["loss_matches_reference"]
+    verdict = "not checked" if m is None else ("yes" if m else "NO")
+    lines.append(f"  losses match the single-process reference (rtol {r['loss_rtol']:g}): {verdict}"
+                 + ("" if r["max_loss_rel_diff"] is None else f" (largest rel. diff {r['max_loss_rel_diff']:.1e})"))
+    g = r["grad_norm_matches_reference"]
+    if g is not None:
+        lines.append(f"  gradient norms match the reference (rtol {r['loss_rtol']:g}): {'yes' if g else 'NO'}"
+                     f" (largest rel. diff {r['max_grad_norm_rel_diff']:.1e})")
+    lines += [f"  note: {n}" for n in r["notes"]]
+    return "\n".join(lines)

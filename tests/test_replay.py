@@ -1,0 +1,136 @@
+"""`calibrate replay`, the parts that need no second process: bad plans exit 2 before anything starts,
+the synthetic data, the model's deterministic initialisation, ring attention's math, the report."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibrate.replay.cli import main  # noqa: E402
+from calibrate.replay.data import global_batch, rank_batch, zigzag_positions  # noqa: E402
+from simulator.scenario import load_scenario  # noqa: E402
+
+SCEN = "scenarios/replay"
+
+
+def _exit(capsys, *args) -> tuple[int, str]:
+    rc = main(list(args))
+    return rc, capsys.readouterr().err.strip()
+
+
+@pytest.mark.parametrize("sets, fragment", [
+    (["cluster.gpus_per_node=16", "parallel.dp=16", "training.global_batch=16"], "at most 8 processes"),
+    (["cluster.nodes=2", "parallel.dp=4"], "one command starts one node"),
+    (["cluster.gpus_per_node=8", "parallel.dp=1", "parallel.tp=8"], "does not divide kv_heads"),
+    (["model.arch=gpt"], "Llama-style models only"),
+    (["parallel.dp=1", "parallel.pp=2", "training.global_batch=1"], "at least pp = 2 micro-batches"),
+    (["parallel.dp=2", "parallel.ep=2"], "has no experts"),
+    (["training.precision=fp8"], "fp8"),
+], ids=["world>8", "two-nodes", "tp>kv", "gpt", "1f1b-few-microbatches", "ep-dense", "fp8"])
+def test_bad_plan_is_one_line_and_exit_2(capsys, sets, fragment):
+    args = [f"{SCEN}/dp2.yaml"] + [a for s in sets for a in ("--set", s)]
+    rc, err = _exit(capsys, *args)
+    assert rc == 2
+    assert fragment in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_moe_with_tp_is_refused(capsys):
+    rc, err = _exit(capsys, f"{SCEN}/moe-ep2.yaml", "--set", "parallel.dp=1", "--set", "parallel.tp=2", "--set", "parallel.ep=1")
+    assert rc == 2 and "expert tensor parallelism" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_gpu_topology_without_gpus_is_refused(capsys):
+    rc, err = _exit(capsys, f"{SCEN}/dp2.yaml", "--set", "cluster.topology=dgx-h100")
+    assert rc == 2 and "needs CUDA GPUs" in err
+
+
+def test_bad_arguments_exit_2(capsys):
+    assert main([f"{SCEN}/dp2.yaml", "--steps", "2", "--warmup", "2"]) == 2
+    assert main(["no/such/scenario.yaml"]) == 2
+    assert main([f"{SCEN}/dp2.yaml", "--no-such-flag"]) == 2
+
+
+def test_synthetic_batch_is_a_pure_function_of_seed_and_step():
+    a = global_batch(7, 3, 4, 32, 100)
+    b = global_batch(7, 3, 4, 32, 100)
+    c = global_batch(7, 4, 4, 32, 100)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+    assert torch.equal(a[0][:, 1:], a[1][:, :-1])  # labels are the next tokens
+
+
+def test_zigzag_positions_cover_the_sequence_once_with_equal_causal_work():
+    seq, cp = 32, 4
+    parts = [zigzag_positions(seq, cp, r) for r in range(cp)]
+    assert sorted(torch.cat(parts).tolist()) == list(range(seq))
+    work = [int((p + 1).sum()) for p in parts]  # keys each query attends to
+    assert len(set(work)) == 1
+
+
+def test_rank_batch_slices_replicas_and_positions():
+    x, y = global_batch(1, 0, 4, 16, 50)
+    pos = zigzag_positions(16, 2, 1)
+    xs, ys = rank_batch(x, y, dp=2, dp_rank=1, positions=pos)
+    assert torch.equal(xs, x[2:4][:, pos]) and torch.equal(ys, y[2:4][:, pos])
+
+
+def test_stage_and_expert_slices_start_from_the_reference_weights():
+    from calibrate.replay.experts import EPGroup
+    from calibrate.replay.llama import AttentionCore, Transformer, init_weights
+    sc = load_scenario(f"{SCEN}/moe-ep2.yaml")
+    m, pos = sc.model, torch.arange(8)
+    full = Transformer(m, layer_ids=list(range(m.layers)), first=True, last=True, positions=pos, core=AttentionCore())
+    stage = Transformer(m, layer_ids=[2, 3], first=False, last=True, positions=pos, core=AttentionCore(),
+                        ep=EPGroup(group=None, size=2, rank=1))
+    init_weights(full, 5)
+    init_weights(stage, 5)
+    ref = dict(full.named_parameters())
+    for name, p in stage.named_parameters():
+        if ".experts." in name:
+            assert torch.equal(p, ref[name][2:4])  # rank 1 of 2 owns experts 2 and 3 of 4
+        else:
+            assert torch.equal(p, ref[name])
+
+
+def test_ring_attention_on_one_rank_is_causal_attention():
+    """With a one-member group the zig-zag sub-blocks (causal, full, causal) must rebuild plain causal
+    attention, forward and backward, GQA included."""
+    from calibrate.replay.llama import _sdpa_attention
+    from calibrate.replay.ring_attention import CPGroup, ring_attention
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 16, 8, generator=g, requires_grad=True)
+    k = torch.randn(2, 2, 16, 8, generator=g, requires_grad=True)
+    v = torch.randn(2, 2, 16, 8, generator=g, requires_grad=True)
+    dout = torch.randn(2, 4, 16, 8, generator=g)
+    ring = ring_attention(q, k, v, CPGroup(group=None, ranks=(0,), rank=0))
+    grads = torch.autograd.grad(ring, (q, k, v), dout)
+    ref = _sdpa_attention(q, k, v)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), dout)
+    torch.testing.assert_close(ring, ref, rtol=1e-5, atol=1e-6)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_token_loss_sums_to_the_step_mean_however_the_batch_is_split():
+    from calibrate.replay.llama import token_loss
+    g = torch.Generator().manual_seed(1)
+    logits, labels = torch.randn(4, 6, 10, generator=g), torch.randint(10, (4, 6), generator=g)
+    whole = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+    parts = sum(token_loss(logits[i:i + 1], labels[i:i + 1], 24) for i in range(4))
+    torch.testing.assert_close(parts, whole)
+
+
+def test_report_without_prediction_or_reference_still_prints():
+    from calibrate.replay.plan import ReplayOptions, plan_replay
+    from calibrate.replay.report import build_report, format_table
+    plan = plan_replay(load_scenario(f"{SCEN}/dp2.yaml", ["cluster.profile=no/such/profile.json"]), ReplayOptions(steps=2, warmup=1))
+    measured = {"losses": [7.0, 6.9], "grad_norms": [1.0, 1.1], "step_times_s": [1.0, 0.5], "iteration_time_s": 0.5,
+                "peak_memory_gib_per_rank": [None, None], "peak_rss_gib_per_rank": [0.4, 0.4],
+                "phases_per_rank": [{"forward_backward_s": 0.4, "grad_sync_wait_s": 0.05, "optimizer_s": 0.05, "cpu_s": 0.5}] * 2}
+    r = build_report(plan, measured, None)
+    assert r["predicted"]["iteration_time_s"] is None and r["relative_error"]["iteration_time_s"] is None
+    assert r["loss_matches_reference"] is None and r["measured"]["peak_memory_gib"] is None
+    assert set(r) >= {"predicted", "measured", "relative_error", "loss_matches_reference"}
+    assert "iteration time" in format_table(r)

@@ -1,0 +1,126 @@
+"""The calibrate -> simulate -> replay -> compare loop over the replay scenarios (issue 6).
+
+    python validation/replay_loop.py [--profile FILE] [--steps N] [--warmup N] [--json FILE] [SCENARIO ...]
+
+1. Calibration: `--profile`, else `calibrate/profiles/cpu-host.json` when it exists, else a quick CPU
+   calibration (`python -m calibrate --device cpu --quick`) written to a temporary file (the checked-in
+   profile belongs to the calibration step, not to this script).
+2. For each scenario (default `scenarios/replay/*.yaml`): `python -m calibrate replay SCENARIO --json` with
+   `cluster.profile` set to that profile: it runs the plan for real, checks losses and gradient norms
+   against a single-process run, and asks the simulator for its prediction.
+3. A table: plan, loss match, predicted and measured step time, error, and whether it is inside the bar
+   (15 %, issue 6). Timings on a shared machine are noisy: each row also shows the load average and the
+   busiest rank's CPU seconds per step (well below the measured time = ranks were starved of cores).
+
+Exit code: 0 when every plan ran and matched its reference (with --strict: and met the time bar), 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PROFILE = ROOT / "calibrate" / "profiles" / "cpu-host.json"
+TIME_BAR = 0.15
+"""Predicted step time within 15 % of measured (issue 6)."""
+
+
+def ensure_profile(given: str | None, workdir: Path) -> Path:
+    if given:
+        return Path(given).resolve()
+    if DEFAULT_PROFILE.exists():
+        return DEFAULT_PROFILE
+    out = workdir / "cpu-host-quick.json"
+    print(f"no CPU profile at {DEFAULT_PROFILE.relative_to(ROOT)}: running a quick calibration into {out}", file=sys.stderr)
+    cmd = [sys.executable, "-m", "calibrate", "--device", "cpu", "--quick", "--no-progress", "--out", str(out)]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=sys.stderr)
+    return out
+
+
+def replay(scenario: Path, profile: Path, steps: int, warmup: int, timeout: float) -> dict:
+    cmd = [sys.executable, "-m", "calibrate", "replay", str(scenario), "--json", "--steps", str(steps),
+           "--warmup", str(warmup), "--set", f"cluster.profile={profile}"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    if not proc.stdout.strip():
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"scenario": scenario.name, "error": f"exit {proc.returncode}: {last}", "wall_s": wall}
+    report = json.loads(proc.stdout)
+    report.update(scenario=scenario.name, exit_code=proc.returncode, wall_s=wall)
+    return report
+
+
+def _plan_label(p: dict) -> str:
+    parts = [f"{k}{p[k]}" for k in ("dp", "tp", "pp", "cp", "ep") if p[k] > 1]
+    if p["tp"] > 1 and p["sp"]:
+        parts.append("sp")
+    if p["pp_schedule"]:
+        parts.append(p["pp_schedule"])
+    if p["zero"]:
+        parts.append(f"zero{p['zero']}")
+    return " ".join(parts) or "single"
+
+
+def _cpu(r: dict) -> str:
+    """CPU seconds per step of the busiest rank: near `measured` when each rank had its core; far below
+    it when ranks waited for cores other processes held (then `measured` overstates the plan's time)."""
+    ph = r.get("phases_per_rank") or []
+    return f"{max(x['cpu_s'] for x in ph):.3f}" if ph else "-"
+
+
+def table(rows: list[dict]) -> str:
+    head = (f"{'scenario':<16} {'plan':<16} {'loss':>5} {'gnorm':>5} {'predicted s':>11} {'measured s':>10} {'error':>7} "
+            f"{'<=15%':>5} {'rank cpu s':>10} {'load':>5}")
+    out = [head, "-" * len(head)]
+    for r in rows:
+        if "error" in r and "measured" not in r:
+            out.append(f"{r['scenario']:<16} failed: {r['error']}")
+            continue
+        pred, meas = r["predicted"]["iteration_time_s"], r["measured"]["iteration_time_s"]
+        err = r["relative_error"]["iteration_time_s"]
+        yes = lambda b: "-" if b is None else ("yes" if b else "NO")  # noqa: E731
+        out.append(f"{r['scenario']:<16} {_plan_label(r['plan']):<16} {yes(r['loss_matches_reference']):>5} "
+                   f"{yes(r['grad_norm_matches_reference']):>5} {'-' if pred is None else f'{pred:.3f}':>11} {meas:>10.3f} "
+                   f"{'-' if err is None else f'{100 * err:+.0f}%':>7} {yes(None if err is None else abs(err) <= TIME_BAR):>5} "
+                   f"{_cpu(r):>10} {r['load_average'][0]:>5.1f}")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenarios", nargs="*", help="default: scenarios/replay/*.yaml")
+    ap.add_argument("--profile", help="calibration profile to simulate with")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per replay")
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a predicted time misses the 15 %% bar")
+    args = ap.parse_args(argv)
+    scenarios = [Path(s).resolve() for s in args.scenarios] or sorted((ROOT / "scenarios" / "replay").glob("*.yaml"))
+    with tempfile.TemporaryDirectory(prefix="replay-loop-") as tmp:
+        profile = ensure_profile(args.profile, Path(tmp))
+        print(f"profile: {profile}; {len(scenarios)} scenarios, {args.steps} steps ({args.warmup} warm-up); "
+              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
+        rows = []
+        for sc in scenarios:
+            print(f"replaying {sc.name} ...", file=sys.stderr, flush=True)
+            rows.append(replay(sc, profile, args.steps, args.warmup, args.timeout))
+    print(table(rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    ok = all(r.get("loss_matches_reference") and r.get("grad_norm_matches_reference") for r in rows)
+    if args.strict:
+        ok = ok and all((r.get("relative_error") or {}).get("iteration_time_s") is not None
+                        and abs(r["relative_error"]["iteration_time_s"]) <= TIME_BAR for r in rows)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
