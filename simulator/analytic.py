@@ -3,7 +3,8 @@
 Per pipeline rank, each pass (F, B, W of a chunk for one micro-batch) is list-scheduled once over its
 op graph (compute stream + one stream per communication dimension), which gives its duration and the
 communication it leaves exposed. The pipeline then follows the schedule's closed form (MODELING.md 6):
-  1F1B / AFAB      T = (m-1)*max_r(t_r) + sum_r t_r                  (NAR21 Eq. 1 for uniform stages)
+  1F1B / AFAB      T = (m-1)*max_r(t_r) + sum_r t_r                  (NAR21 Eq. 1 for uniform stages;
+                   1F1B: t_r + 2 p2p per pipeline neighbour, see `pipeline_time`)
   interleaved      T = m*max_r(t_r) + (p-1)*max_r(t_r)/v               (NAR21 §2.2.2)
   ZB-H1            T = m*max_r(t_r) + (p-1)*(T_F + T_B - T_W)          (ZB Table 2)
   ZB-V             T = m*max_r(t_r) + (p-1)*max(0, T_F + T_B - 2*T_W)  (ZB README, ZB-V)
@@ -140,8 +141,16 @@ def stage_times(sc: Scenario, cost: CostModel) -> list[StageTime]:
     return out
 
 
-def pipeline_time(sc: Scenario, stages: list[StageTime]) -> float:
-    """Closed forms of MODELING.md 6 (see module docstring), generalised to non-uniform stages."""
+def pipeline_time(sc: Scenario, stages: list[StageTime], p2p_one: float = 0.0) -> float:
+    """Closed forms of MODELING.md 6 (see module docstring), generalised to non-uniform stages.
+
+    1F1B with `p2p_one` (seconds of one PP send of a micro-batch's activations or their gradient): in the
+    steady state a stage may hold at most its distance to the last stage in flight, so a send is never
+    hidden behind other micro-batches' work: each micro-batch pays, on every stage, the send it receives
+    and the one it issues in F and in B, one per pipeline neighbour (2 x p2p on the first and last
+    stage, 4 x p2p on an interior one; a blocking send/recv engine such as nanotron's pays the same).
+    The first traversal's p2p stays outside (`estimate`). AFAB keeps every micro-batch in flight and
+    hides its sends."""
     p, v, m = sc.parallel.pp, sc.parallel.vpp, sc.micro_batches
     worst = max(s.total for s in stages)
     if p == 1:
@@ -150,6 +159,9 @@ def pipeline_time(sc: Scenario, stages: list[StageTime]) -> float:
     TF = max(st.F.duration for st in stages)
     TB = max(st.B.duration for st in stages)
     TW = max(st.W.duration for st in stages)
+    if s == "1f1b" and p2p_one > 0:
+        period = max(st.total + 2 * p2p_one * (1 if st.pp_rank in (0, p - 1) else 2) for st in stages)
+        return (m - 1) * period + sum(st.total for st in stages)
     if s in ("afab", "1f1b"):
         return (m - 1) * worst + sum(st.total for st in stages)
     if s == "interleaved-1f1b":
@@ -237,9 +249,8 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
                 z3_exposed[st.pp_rank] = exp * m
                 st.F.duration += exp * 0.5
                 st.B.duration += exp * 0.5
-    t_pipe = pipeline_time(sc, stages)
-    # PP p2p on the first traversal (forward and backward), per boundary
-    p2p = 0.0
+    # PP p2p on the first traversal (forward and backward), per boundary; 1F1B's steady state in pipeline_time
+    p2p = p2p_one = 0.0
     if p.pp > 1:
         same_node = group_shape(sc, "pp").intra_node
         p2p_one = cost.p2p_time(pp_activation_bytes(sc), same_node)
@@ -248,6 +259,9 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
         pp_comm_total = 2 * m * p.vpp * p2p_one
     else:
         pp_comm_total = 0.0
+    t_pipe0 = pipeline_time(sc, stages)
+    t_pipe = pipeline_time(sc, stages, p2p_one)
+    pp_steady = t_pipe - t_pipe0  # sends the 1F1B steady state cannot hide
     # DP / ZeRO and the optimizer, on each rank; the slowest rank decides
     tails = []
     for st in stages:
@@ -272,17 +286,17 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
             exposed[d] += v * m
     comm["dp"] += dp_total + z3_comm[crit]
     exposed["dp"] += dp_exposed + z3_exposed[crit]
-    comm["pp"] += pp_comm_total
-    exposed["pp"] += p2p
+    comm["pp"] += max(pp_comm_total, p2p + pp_steady)
+    exposed["pp"] += p2p + pp_steady
     work = [s.total * m for s in stages]
-    bubble = max(t_pipe - w for w in work) / iteration if iteration else 0.0
+    bubble = max(t_pipe0 - w for w in work) / iteration if iteration else 0.0
     total_comm = sum(comm.values())
     total_exposed = sum(min(exposed[d], comm[d]) for d in comm)
     breakdown = {
         "compute_s": (st.F.compute + st.B.compute + st.W.compute) * m,
         "recompute_s": (st.F.recompute + st.B.recompute + st.W.recompute) * m,
         "optimizer_s": opt,
-        "bubble_s": max(0.0, t_pipe - work[crit]),
+        "bubble_s": max(0.0, t_pipe0 - work[crit]),
         **{f"exposed_{d}_s": min(exposed[d], comm[d]) for d in DIMS},
     }
     # hardware FLOPs over all GPUs: one rank per stage was priced; tp * cp * dp ranks do the same work

@@ -52,6 +52,15 @@ GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of 
 compute-bound); attention 0.35/0.30: FlashAttention-2 reaches ~35 % of H100 peak (FA3 paper) and nanotron
 ran FA2; 150 us per TP collective: the per-layer cost grows with tp (1B tp8: 18.98 s at mbs 1 vs 4.66 s
 at mbs 16 for the same tokens); with these one-node MAPE is 12.6 %."""
+EFA_CORE_GBS = 1875.0
+"""The cluster's cross-node core: one job's nodes together reach ~1,875 GB/s nominal (x nic_efficiency 0.45 =
+~845 GB/s) across the fabric, however many nodes it has. Fitted on the fit split only, to the CSV's own network
+measurements (`busbw_allreduce_alljob_GBps`, 1 GiB fp32 all-reduce over all GPUs of the job; 1,551 fit-split
+jobs on 2-64 nodes; least squares in log busbw over jobs): measured median 341 / 161 / 95 / 53 / 27 / 13 GB/s at
+2 / 4 / 8 / 16 / 32 / 64 nodes, model 333 / 172 / 103 / 52 / 26 / 13 (rms log error 0.04; 1.46 with a
+non-blocking fabric, which stays at ~174). `job_topology` turns it into the leaf-to-spine oversubscription a job
+of N nodes sees: each node is its own leaf (aws-p5.yaml `leaf_radix: 32`: EFA placement is not topology-aware, so
+every cross-node byte crosses the core) and gets 1/N of the core: oversubscription = max(1, N x 400 GB/s / core)."""
 NANOTRON_DDP_BUCKET_MB = 50.0
 """25 MB of bf16 gradients per DDP bucket (`ddp_bucket_cap_mb: 25`) = 50 MB of the fp32 buffer it reduces."""
 
@@ -248,6 +257,21 @@ def _topology(name: str):
     return load_topology(name, ROOT)
 
 
+@lru_cache(maxsize=64)
+def job_topology(name: str, nodes: int):
+    """The topology as one job of `nodes` nodes sees it: the fabric's leaf-to-spine oversubscription set so
+    that the job's nodes share a core of `EFA_CORE_GBS` (nominal, per direction). Other topologies than
+    the playbook's are returned as they are."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    t = _topology(name)
+    if name != TOPOLOGY or nodes <= 1:
+        return t
+    node_gbs = t.node.nics * t.node.nic_bandwidth_gbs
+    over = max(t.fabric.oversubscription, nodes * node_gbs / EFA_CORE_GBS)
+    return replace(t, fabric=replace(t.fabric, oversubscription=over))
+
+
 def build_scenario(run: PlaybookRun, topology: str = TOPOLOGY):
     """A validated `Scenario`; raises `ScenarioError` for layouts clustersim cannot express
     (e.g. tp = 256 > 128 heads, which nanotron itself never ran).
@@ -262,5 +286,5 @@ def build_scenario(run: PlaybookRun, topology: str = TOPOLOGY):
     sc = Scenario(name=raw["name"], model=load_model(raw["model"], ROOT),
                   training=from_mapping(Training, raw["training"], "training"),
                   cluster=from_mapping(Cluster, raw["cluster"], "cluster"),
-                  parallel=from_mapping(Parallel, raw["parallel"], "parallel"), topology=_topology(topology))
+                  parallel=from_mapping(Parallel, raw["parallel"], "parallel"), topology=job_topology(topology, run.nodes))
     return validate_layout(sc)
