@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-PROBE_NAMES = ("gemm", "attention", "memory", "optimizer", "collectives")
+PROBE_NAMES = ("gemm", "attention", "memory", "optimizer", "framework", "collectives")
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 
 

@@ -13,11 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from simulator.profile import SCHEMA_VERSION, profile_from_mapping
 
 from . import collectives
-from .probes import Context, Skip, Task, attention, first_line, gemm, memory, optimizer
+from .probes import Context, Skip, Task, attention, first_line, framework, gemm, memory, optimizer
 from .provenance import load_average
 
-PROBES = {"gemm": gemm, "attention": attention, "memory": memory, "optimizer": optimizer}
-TABLES = ("gemm", "attention", "elementwise", "host_device", "optimizer", "collectives")
+PROBES = {"gemm": gemm, "attention": attention, "memory": memory, "optimizer": optimizer, "framework": framework}
+TABLES = ("gemm", "attention", "elementwise", "host_device", "optimizer", "framework", "collectives")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,9 @@ def calibrate(ctx: Context, opts: RunOptions, prov: dict, spec: dict | None, con
             for task in tasks:
                 bar.update(job, description=task.what)
                 entry, skip = _run_task(task, failed, ctx.device)
-                if entry is not None:
+                if isinstance(entry, list):  # a probe that measures several points at once
+                    tables[task.table] += entry
+                elif entry is not None:
                     tables[task.table].append(entry)
                 else:
                     skipped.append(skip)

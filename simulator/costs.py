@@ -60,8 +60,12 @@ class CostModel:
     """A calibration profile (calibrate/profile schema) consulted first when given."""
     efficiency: dict = field(default_factory=dict)
     """`cluster.efficiency` overrides (EFFICIENCY_KEYS)."""
-    stats: dict = field(default_factory=lambda: {"compute_s": 0.0, "measured_s": 0.0})
-    """Seconds of compute priced from measurements vs in total (the report's coverage figure)."""
+    framework: dict = field(default_factory=dict)
+    """How the step runs on the host, for the profile's `framework` table (Profile.framework_overhead):
+    mode ('eager' | 'dtensor'), dtensor_names, param_tensors. Empty: eager, no DTensor."""
+    stats: dict = field(default_factory=lambda: {"compute_s": 0.0, "measured_s": 0.0, "framework_s": 0.0})
+    """Seconds of compute priced from measurements vs in total (the report's coverage figure); framework_s:
+    the part of the measured seconds that is the profile's framework (host) overhead."""
 
     # ------------------------------------------------------------------ compute
     def peak_flops(self, dtype: str) -> float:
@@ -91,6 +95,14 @@ class CostModel:
         if self.profile is not None:
             t = self.profile.compute_time(op)
         measured = t is not None
+        if measured and getattr(self.profile, "framework", None):
+            # host time per op (autograd, DTensor dispatch) that the isolated kernel probes do not include
+            fw = self.profile.framework_overhead(op, self.framework.get("mode", "eager"),
+                                                 tuple(self.framework.get("dtensor_names", ())),
+                                                 int(self.framework.get("param_tensors", 0)),
+                                                 bool(self.framework.get("dtensor_params", False)))
+            self.stats["framework_s"] = self.stats.get("framework_s", 0.0) + fw
+            t += fw
         if t is None:
             t = self.spec_compute_time(op)
         self.stats["compute_s"] += t
@@ -113,6 +125,9 @@ class CostModel:
         if self.profile is not None:
             t = self.profile.comm_time(op, group)
             if t is not None:
+                if op.dim == "tp" and self.framework.get("mode") == "dtensor":
+                    # TP collectives go through DTensor redistributes: host time beyond the raw collective
+                    t += self.profile.tp_comm_overhead()
                 return t + overhead
         return collectives.collective_time(self.topology, op.collective, op.bytes, group) + overhead
 
@@ -127,7 +142,30 @@ def build_cost_model(sc) -> CostModel:
         from .profile import load_profile  # noqa: PLC0415 (optional piece, lands with calibration)
         profile = load_profile(sc.cluster.profile)
     return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
-                     efficiency=dict(sc.cluster.efficiency))
+                     efficiency=dict(sc.cluster.efficiency),
+                     framework=framework_context(sc) if profile is not None and profile.framework else {})
+
+
+DTENSOR_ELEMENTWISE = ("norm", "final_norm", "residual", "embedding")
+"""simulator.ops elementwise ops that run on DTensors under TP with sequence parallelism (torchtitan's plan:
+SequenceParallel norms, residual adds of Shard(1) activations, the vocab-parallel embedding)."""
+PARAM_TENSORS_PER_LAYER = 9
+"""Parameter tensors per transformer block (2 norms, wq/wk/wv/wo, 3 MLP or router + 3 stacked experts - 1)."""
+
+
+def framework_context(sc) -> dict:
+    """The `CostModel.framework` of a scenario: DTensor modules under TP, DTensor parameters under TP or
+    ZeRO (FSDP2 shards parameters as DTensors), and the parameter tensors on the busiest pp rank."""
+    from .ops import rank_params  # noqa: PLC0415
+    p = sc.parallel
+    tensors = 0
+    for r in range(p.pp):
+        rp = rank_params(sc, r)
+        tensors = max(tensors, PARAM_TENSORS_PER_LAYER * len(rp.layers) + int(rp.embedding) + 2 * int(rp.head))
+    return {"mode": "dtensor" if p.tp > 1 else "eager",
+            "dtensor_params": p.tp > 1 or p.zero > 0,
+            "dtensor_names": DTENSOR_ELEMENTWISE if (p.tp > 1 and p.sp) else (),
+            "param_tensors": tensors}
 
 
 def bytes_fmt(n: float) -> str:

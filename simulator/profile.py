@@ -6,6 +6,11 @@ this module reads it (no torch), validates it strictly and answers two questions
 * `Profile.compute_time(op)`: seconds for a `Compute` op, interpolated in log space over measured points;
 * `Profile.comm_time(op, group)`: seconds for a `Comm` on a process group, from the collective tables.
 
+plus the host time the isolated kernel probes do not see (the `framework` table, CPU only:
+`Profile.framework_overhead(op, ...)` per compute op - autograd, DTensor modules under TP, DTensor
+parameters in the optimizer under TP/FSDP2 - and `Profile.tp_comm_overhead()` per TP collective, the
+DTensor redistribute path measured on two gloo ranks; `CostModel` adds both on the profile path only).
+
 Both return None when the profile holds nothing applicable, and the cost model then falls back to the
 spec roofline (`CostModel.stats` counts how much compute time came from measurements). The accepted
 ranges, beyond which a lookup gives None rather than extrapolating, are the constants below:
@@ -210,6 +215,29 @@ class OptimizerPoint:
     reps: int = field(metadata={"min": 1})
 
 
+FRAMEWORK_MODES = ("plain", "eager", "dtensor")
+FRAMEWORK_LINEARS = {"qkv": 3, "fc1": 2}
+"""nn.Linear calls behind one simulator.ops GEMM (separate wq/wk/wv; SwiGLU's w1 and w3): each pays the
+per-module host overhead. Assumes a gated MLP for fc1 (the Llama models the replay runs)."""
+FRAMEWORK_OPS = ("linear", "elementwise", "optimizer", "tp_block", "collective")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkPoint:
+    """Host (CPU) time per op of a tiny op, kernel negligible (calibrate/probes/framework.py): plain = no
+    autograd, plain tensors (what the kernel probes include); eager = nn.Module + autograd recording; dtensor =
+    through DTensor (TP's Colwise/Rowwise nn.Linear, a Shard DTensor op; for optimizer: one AdamW step per
+    DTensor parameter, as FSDP2 and TP hold them). Simulator ops pay (mode - plain) on top of the kernel."""
+    mode: str = field(metadata={"choices": FRAMEWORK_MODES})
+    op: str = field(metadata={"choices": FRAMEWORK_OPS})
+    phase: str = field(metadata={"choices": ("fwd", "bwd", "step")})
+    """fwd: the op; bwd: its backward (for linear: dgrad and wgrad together); step: per parameter tensor."""
+    time_s: float = field(metadata={"min": 0.0})
+    p10_s: float = field(metadata={"min": 0.0})
+    p90_s: float = field(metadata={"min": 0.0})
+    reps: int = field(metadata={"min": 1})
+
+
 @dataclass(frozen=True, kw_only=True)
 class CollectivePoint:
     collective: str = field(metadata={"choices": COLLECTIVES})
@@ -363,6 +391,7 @@ class Profile:
     elementwise: list[ElementwisePoint] = field(default_factory=list)
     host_device: list[CopyPoint] = field(default_factory=list)
     optimizer: list[OptimizerPoint] = field(default_factory=list)
+    framework: list[FrameworkPoint] = field(default_factory=list)
     collectives: list[CollectivePoint] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
@@ -484,6 +513,62 @@ class Profile:
                         return curves[key].streaming(nbytes, STREAM_BELOW, STREAM_ABOVE)
         return None
 
+    @cached_property
+    def _framework_index(self) -> dict:
+        out: dict[tuple, list[float]] = {}
+        for p in self.framework:
+            out.setdefault((p.mode, p.op, p.phase), []).append(p.time_s)
+        return {k: min(v) for k, v in out.items()}
+
+    def framework_overhead(self, op: Compute, mode: str, dtensor_names: tuple[str, ...] = (),
+                           param_tensors: int = 0, dtensor_params: bool = False) -> float:
+        """Host seconds `op` pays on top of its isolated kernel time (0 without a framework table).
+
+        mode: 'eager' (nn.Module + autograd) or 'dtensor' (TP's DTensor modules); dtensor_params: the
+        optimizer steps DTensor parameters (FSDP2 and TP hold them so). Under 'dtensor' the GEMMs and the elementwise ops whose
+        names start with one of `dtensor_names` (sequence-parallel norms, residuals, the vocab-parallel
+        embedding) go through DTensor; the rest (RoPE, SwiGLU, attention on local shards) run eager.
+        A GEMM op stands for FRAMEWORK_LINEARS of nn.Linear calls (fused QKV = 3, SwiGLU fc1 = 2); a backward
+        GEMM (dgrad, wgrad) carries half of the linear's backward overhead each. The optimizer pays
+        (mode - plain) per parameter tensor (the optimizer probe already holds plain tensors' cost)."""
+        idx = self._framework_index
+        if not idx:
+            return 0.0
+
+        def extra(m: str, kind: str, phase: str, base: float) -> float:
+            t = idx.get((m, kind, phase))
+            return 0.0 if t is None else max(0.0, t - base)
+        plain_linear = idx.get(("plain", "linear", "fwd"), 0.0)
+        plain_elt = idx.get(("plain", "elementwise", "fwd"), 0.0)
+        if op.kind == "gemm":
+            base = op.name
+            for suffix in ("_dgrad", "_wgrad"):
+                if base.endswith(suffix):
+                    base = base[: -len(suffix)]
+            linears = FRAMEWORK_LINEARS.get(base, 1) * op.repeat
+            if base != op.name:
+                return linears * extra(mode, "linear", "bwd", 2.0 * plain_linear) / 2.0
+            return linears * extra(mode, "linear", "fwd", plain_linear)
+        if op.kind == "elementwise":
+            m = mode if (mode == "dtensor" and op.name.startswith(dtensor_names)) else "eager"
+            return extra(m, "elementwise", elementwise_phase(op.name), plain_elt)
+        if op.kind == "optimizer" and dtensor_params:
+            return param_tensors * extra("dtensor", "optimizer", "step", idx.get(("plain", "optimizer", "step"), 0.0))
+        return 0.0
+
+    def tp_comm_overhead(self) -> float:
+        """Host seconds a TP collective costs through DTensor beyond the raw collective (redistribute,
+        functional collective, wait, subclass wrapping), from the two-rank tp_block measurement: a block's
+        forward + backward, less its two DTensor linears' overhead and its four raw collectives, per
+        collective. 0 without those entries."""
+        idx = self._framework_index
+        need = [("dtensor", "tp_block", "fwd"), ("dtensor", "tp_block", "bwd"), ("plain", "collective", "step")]
+        if any(k not in idx for k in need):
+            return 0.0
+        linears = 2.0 * (idx.get(("dtensor", "linear", "fwd"), 0.0) + idx.get(("dtensor", "linear", "bwd"), 0.0))
+        block = idx[need[0]] + idx[need[1]]
+        return max(0.0, (block - linears - 4.0 * idx[need[2]]) / 4.0)
+
     def comm_time(self, op: Comm, group: GroupShape) -> float | None:
         """Seconds for `op` on `group` from the collective tables; None when this collective, group size
         or tier (intra-node / inter-node) was not measured."""
@@ -543,7 +628,7 @@ def profile_from_mapping(raw, where: str = "profile") -> Profile:
         prof = from_mapping(Profile, raw, "")
     except ScenarioError as e:
         raise ScenarioError(where, f"{e.path}: {e.problem}", e.allowed) from None
-    for table in ("gemm", "attention", "elementwise", "host_device", "optimizer", "collectives"):
+    for table in ("gemm", "attention", "elementwise", "host_device", "optimizer", "framework", "collectives"):
         for i, p in enumerate(getattr(prof, table)):
             if not p.time_s > 0 or not math.isfinite(p.time_s):
                 raise ScenarioError(where, f"{table}[{i}].time_s: {p.time_s!r} is not a positive time")
