@@ -138,7 +138,17 @@ class SpecRef:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GemmPoint:
+class _Timed:
+    """What every measured point carries (calibrate/timing.py): the median and spread over repeats."""
+    time_s: float = field(metadata={"min": 0.0})
+    """Median over repeats."""
+    p10_s: float = field(metadata={"min": 0.0})
+    p90_s: float = field(metadata={"min": 0.0})
+    reps: int = field(metadata={"min": 1})
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmPoint(_Timed):
     dtype: str = field(metadata={"choices": GEMM_DTYPES})
     m: int = field(metadata={"min": 1})
     n: int = field(metadata={"min": 1})
@@ -146,16 +156,11 @@ class GemmPoint:
     """C[m, n] = A[m, k] @ B[k, n], FLOPs 2mnk (simulator.ops.gemm)."""
     set: str = field(default="grid", metadata={"choices": ("grid", "transformer", "scenario")})
     """grid: the full m x n x k product the interpolation uses; transformer / scenario: exact shapes."""
-    time_s: float = field(metadata={"min": 0.0})
-    """Median over repeats."""
-    p10_s: float = field(metadata={"min": 0.0})
-    p90_s: float = field(metadata={"min": 0.0})
-    reps: int = field(metadata={"min": 1})
     tflops: float = field(metadata={"min": 0.0})
 
 
 @dataclass(frozen=True, kw_only=True)
-class AttentionPoint:
+class AttentionPoint(_Timed):
     dtype: str = field(metadata={"choices": GEMM_DTYPES})
     backend: str
     """default (what SDPA picks unasked) | flash | efficient | cudnn | math."""
@@ -165,16 +170,12 @@ class AttentionPoint:
     d_head: int = field(metadata={"min": 1})
     causal: bool
     phase: str = field(metadata={"choices": PHASES})
-    time_s: float = field(metadata={"min": 0.0})
-    p10_s: float = field(metadata={"min": 0.0})
-    p90_s: float = field(metadata={"min": 0.0})
-    reps: int = field(metadata={"min": 1})
     tflops: float = field(metadata={"min": 0.0})
     """FLOPs as simulator.ops counts them: 4*bh*s_q*s_kv*d, x0.5 causal, x2.5 backward."""
 
 
 @dataclass(frozen=True, kw_only=True)
-class ElementwisePoint:
+class ElementwisePoint(_Timed):
     op: str = field(metadata={"choices": ELEMENTWISE_KINDS})
     phase: str = field(metadata={"choices": PHASES})
     dtype: str
@@ -182,37 +183,25 @@ class ElementwisePoint:
     """As simulator.ops counts them (norm: tokens*hidden, swiglu: tokens*ffn, cross_entropy: tokens*vocab)."""
     bytes: float = field(metadata={"min": 0.0})
     """HBM bytes by simulator.ops's convention (elements x passes x element bytes)."""
-    time_s: float = field(metadata={"min": 0.0})
-    p10_s: float = field(metadata={"min": 0.0})
-    p90_s: float = field(metadata={"min": 0.0})
-    reps: int = field(metadata={"min": 1})
     gbs: float = field(metadata={"min": 0.0})
 
 
 @dataclass(frozen=True, kw_only=True)
-class CopyPoint:
+class CopyPoint(_Timed):
     """Host-device copies (recorded for offload studies; not priced by the simulator yet)."""
     direction: str = field(metadata={"choices": ("h2d", "d2h")})
     pinned: bool
     bytes: float = field(metadata={"min": 0.0})
-    time_s: float = field(metadata={"min": 0.0})
-    p10_s: float = field(metadata={"min": 0.0})
-    p90_s: float = field(metadata={"min": 0.0})
-    reps: int = field(metadata={"min": 1})
     gbs: float = field(metadata={"min": 0.0})
 
 
 @dataclass(frozen=True, kw_only=True)
-class OptimizerPoint:
+class OptimizerPoint(_Timed):
     optimizer: str = field(default="adamw", metadata={"choices": ("adamw",)})
     impl: str = field(metadata={"choices": ("default", "foreach", "fused", "for_loop")})
     """default = what torch.optim.AdamW picks unasked (foreach on CUDA, a for loop on CPU)."""
     params: int = field(metadata={"min": 1})
     tensors: int = field(metadata={"min": 1})
-    time_s: float = field(metadata={"min": 0.0})
-    p10_s: float = field(metadata={"min": 0.0})
-    p90_s: float = field(metadata={"min": 0.0})
-    reps: int = field(metadata={"min": 1})
 
 
 FRAMEWORK_MODES = ("plain", "eager", "dtensor")
@@ -223,7 +212,7 @@ FRAMEWORK_OPS = ("linear", "elementwise", "optimizer", "tp_block", "collective")
 
 
 @dataclass(frozen=True, kw_only=True)
-class FrameworkPoint:
+class FrameworkPoint(_Timed):
     """Host (CPU) time per op of a tiny op, kernel negligible (calibrate/probes/framework.py): plain = no
     autograd, plain tensors (what the kernel probes include); eager = nn.Module + autograd recording; dtensor =
     through DTensor (TP's Colwise/Rowwise nn.Linear, a Shard DTensor op; for optimizer: one AdamW step per
@@ -232,14 +221,10 @@ class FrameworkPoint:
     op: str = field(metadata={"choices": FRAMEWORK_OPS})
     phase: str = field(metadata={"choices": ("fwd", "bwd", "step")})
     """fwd: the op; bwd: its backward (for linear: dgrad and wgrad together); step: per parameter tensor."""
-    time_s: float = field(metadata={"min": 0.0})
-    p10_s: float = field(metadata={"min": 0.0})
-    p90_s: float = field(metadata={"min": 0.0})
-    reps: int = field(metadata={"min": 1})
 
 
 @dataclass(frozen=True, kw_only=True)
-class CollectivePoint:
+class CollectivePoint(_Timed):
     collective: str = field(metadata={"choices": COLLECTIVES})
     backend: str
     group_size: int = field(metadata={"min": 2})
@@ -247,11 +232,6 @@ class CollectivePoint:
     size_bytes: float = field(metadata={"min": 1.0})
     """nccl-tests `size`: the full buffer (n x the per-rank part for all-gather and reduce-scatter)."""
     dtype: str = "fp32"
-    time_s: float = field(metadata={"min": 0.0})
-    """Median over iterations of the slowest rank's time."""
-    p10_s: float = field(metadata={"min": 0.0})
-    p90_s: float = field(metadata={"min": 0.0})
-    reps: int = field(metadata={"min": 1})
     algbw_gbs: float = field(metadata={"min": 0.0})
     busbw_gbs: float = field(metadata={"min": 0.0})
     """algbw x factor (ECOSYSTEM.md 2.4): all_reduce 2(n-1)/n, all_gather/reduce_scatter/all_to_all (n-1)/n, send_recv 1."""
