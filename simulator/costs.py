@@ -23,7 +23,7 @@ GEMM_HALF_EFFICIENCY_S = 2.0e-6
 """A GEMM whose ideal time at peak is this short reaches half its peak efficiency: small GEMMs do not
 fill the device (wave quantisation, launch and tail). 2 us = 2e9 FLOPs on an H100; as a time it carries
 over to other devices (on the CPU profile the fitted knee is ~1e6 FLOPs at ~0.12 TFLOP/s, ~8 us)."""
-EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s")
+EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s")
 """`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
 FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py)."""
 ATTENTION_EFFICIENCY = {"fwd": 0.55, "bwd": 0.45}
@@ -121,7 +121,11 @@ class CostModel:
         n = group.size
         if n <= 1 or op.bytes <= 0:
             return 0.0
-        overhead = self.efficiency.get("tp_comm_overhead_s", 0.0) if op.dim == "tp" else 0.0
+        overhead = 0.0
+        if op.dim == "tp":
+            overhead = self.efficiency.get("tp_comm_overhead_s", 0.0)
+            if not group.intra_node:
+                overhead += self.efficiency.get("tp_internode_overhead_s", 0.0)
         if self.profile is not None:
             t = self.profile.comm_time(op, group)
             if t is not None:

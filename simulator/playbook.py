@@ -46,12 +46,16 @@ VALIDATION_LABELS = ("80B", "469G")
 """The README's split: fit and tune only on 1B/3B/8B; 80B and 469G are reported, never tuned to."""
 TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
-NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.5e-4}
+NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.5e-4,
+                       "tp_internode_overhead_s": 3.0e-4}
 """nanotron's software stack on these H100s (`cluster.efficiency`), fitted on the fit split only:
 GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of micro-batch size, so
 compute-bound); attention 0.35/0.30: FlashAttention-2 reaches ~35 % of H100 peak (FA3 paper) and nanotron
 ran FA2; 150 us per TP collective: the per-layer cost grows with tp (1B tp8: 18.98 s at mbs 1 vs 4.66 s
-at mbs 16 for the same tokens); with these one-node MAPE is 12.6 %."""
+at mbs 16 for the same tokens); with these one-node MAPE is 12.6 %. 300 us more per TP collective that
+leaves the node: the 3B 2-node tp16 twins (55.9 s at mbs 1, 10.4 s at mbs 16) imply 0.6-0.8 ms per
+cross-node TP collective against ~0.3 ms priced; on the fit split 0 / 300 / 600 us give a TP-across-nodes
+median predicted/measured of 1.17 / 1.01 / 0.81 and fit median APE 28.7 / 27.9 / 28.3 %."""
 EFA_CORE_GBS = 1875.0
 """The cluster's cross-node core: one job's nodes together reach ~1,875 GB/s nominal (x nic_efficiency 0.45 =
 ~845 GB/s) across the fabric, however many nodes it has. Fitted on the fit split only, to the CSV's own network

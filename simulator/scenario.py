@@ -54,7 +54,8 @@ class Cluster:
     """default = the spec-based profile of the topology's GPU; or a path to a calibration profile."""
     efficiency: dict[str, float] = field(default_factory=dict)
     """Per-software-stack overrides of the spec roofline (costs.py): gemm, attention_fwd, attention_bwd,
-    hbm (fractions of peak) and tp_comm_overhead_s (seconds added to every TP collective)."""
+    hbm (fractions of peak), tp_comm_overhead_s (seconds added to every TP collective) and
+    tp_internode_overhead_s (added again when the TP group spans nodes)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,9 +199,10 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     for key, value in cluster.efficiency.items():
         if key not in EFFICIENCY_KEYS:
             raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(EFFICIENCY_KEYS))
-        if value < 0 or (key != "tp_comm_overhead_s" and not 0 < value <= 1):
+        seconds = key.endswith("_s")
+        if value < 0 or (not seconds and not 0 < value <= 1):
             raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range",
-                                "seconds >= 0" if key == "tp_comm_overhead_s" else "a fraction in (0, 1]")
+                                "seconds >= 0" if seconds else "a fraction in (0, 1]")
     topology = load_topology(cluster.topology, base_dir)
     if cluster.profile not in ("default",) and base_dir is not None and not Path(cluster.profile).is_absolute():
         local = base_dir / cluster.profile

@@ -102,3 +102,15 @@ def test_efficiency_overrides_are_validated():
     with pytest.raises(ScenarioError, match="cluster.efficiency.gemm"):
         load(["cluster.efficiency={gemm: 1.5}"])
     assert load(["cluster.efficiency={gemm: 0.5}"]).cluster.efficiency == {"gemm": 0.5}
+
+
+def test_internode_tp_overhead_applies_only_when_tp_leaves_the_node():
+    from simulator.costs import build_cost_model
+    from simulator.ops import Comm
+    sc = load(["cluster.efficiency={tp_internode_overhead_s: 0.001}"])
+    cost = build_cost_model(sc)
+    op = Comm("x", "tp", "all_gather", 1e6)
+    inside, spread = group_shape(sc, "tp"), group_shape(load(["parallel.order=dp-tp-cp-ep-pp"]), "tp")
+    plain = build_cost_model(load())
+    assert cost.comm_time(op, inside) == pytest.approx(plain.comm_time(op, inside))
+    assert cost.comm_time(op, spread) == pytest.approx(plain.comm_time(op, spread) + 0.001)
