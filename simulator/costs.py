@@ -41,17 +41,6 @@ class CommSpec:
     bandwidth_Bps: float
 
 
-def _ring_steps(collective: str, n: int) -> tuple[float, float]:
-    """(latency steps, wire-bytes factor of S per rank) for ring algorithms (MODELING.md 5.1)."""
-    if collective == "all_reduce":
-        return 2 * (n - 1), 2 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
-        return n - 1, (n - 1) / n
-    if collective == "send_recv":
-        return 1, 1.0
-    raise ValueError(f"unknown collective {collective!r}")
-
-
 @dataclass
 class CostModel:
     topology: Topology

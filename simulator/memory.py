@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
 from .ops import Shard, param_bytes, rank_params, shard
-from .params import final_norm_params, layer_params
+from .ops import layer_rank_params as ops_layer_rank_params
+from .params import final_norm_params
 from .scenario import Scenario
 
 GIB = 2 ** 30
@@ -151,15 +152,8 @@ def static_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
 
 
 def layer_rank_params(sc: Scenario, layer: int) -> float:
-    """Parameters of one layer on one rank, by the rule of `ops.rank_params`: linears / t (K/V
-    projections replicated when t > kv_heads), norms replicated, routed experts / ep."""
-    m, p = sc.model, sc.parallel
-    lp = layer_params(m, layer)
-    attn = lp.attn
-    if p.tp > m.n_kv and not m.mla:
-        kv_part = 2 * m.hidden * m.kv_dim
-        attn += kv_part * (p.tp / m.n_kv - 1)
-    return attn / p.tp + lp.mlp / p.tp + lp.norms + lp.experts / p.ep
+    """Parameters of one layer on one rank (`ops.layer_rank_params`, dense + expert)."""
+    return sum(ops_layer_rank_params(sc, layer))
 
 
 def _end_unit_params(sc: Scenario, pp_rank: int) -> list[float]:

@@ -14,7 +14,7 @@ Where Megatron puts TP/SP collectives: NAR21 §3.2, KOR22 §4.2.2 and MODELING.m
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 from .params import final_norm_params, layer_params
@@ -399,7 +399,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             w.comm(ag.pop(key), after_compute=not sc.parallel.overlap_tp)
             w.pending = [len(w.nodes) - 1]
         w.compute(op)
-    acc = grad_accum_op(sc, layer_rank_param_count(sc, layer))
+    acc = grad_accum_op(sc, sum(layer_rank_params(sc, layer)))
     if acc is not None:
         w.compute(acc)
     return LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes))
@@ -418,10 +418,16 @@ def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
     return Compute("grad_accum_fp32", "elementwise", 0.0, params * GRAD_ACCUM_BYTES_PER_PARAM, "fp32", (int(params),))
 
 
-def layer_rank_param_count(sc: Scenario, layer: int) -> float:
-    """Parameters of one layer on one rank: linears / t, norms replicated, routed experts / ep."""
-    lp = layer_params(sc.model, layer)
-    return (lp.attn + lp.mlp) / sc.parallel.tp + lp.norms + lp.experts / sc.parallel.ep
+def layer_rank_params(sc: Scenario, layer: int) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer on one rank: linears / t with K/V projections replicated
+    when t > kv_heads, norms replicated (MODELING.md 1.4), routed experts / ep (expert TP = 1)."""
+    m, p = sc.model, sc.parallel
+    lp = layer_params(m, layer)
+    attn = lp.attn
+    if p.tp > m.n_kv and not m.mla:
+        kv_part = 2 * m.hidden * m.kv_dim
+        attn += kv_part * (p.tp / m.n_kv - 1)
+    return attn / p.tp + lp.mlp / p.tp + lp.norms, lp.experts / p.ep
 
 
 # ----------------------------------------------------------------------------------- ends of the pipeline
@@ -520,15 +526,10 @@ def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
     chunks = rank_chunks(sc, pp_rank)
     layers = tuple(i for _, ls in chunks for i in ls)
     dense = expert = 0.0
-    kv_rep = t / m.n_kv if (t > m.n_kv and not m.mla) else 1.0
     for i in layers:
-        lp = layer_params(sc.model, i)
-        attn = lp.attn
-        if kv_rep > 1:
-            kv_part = 2 * m.hidden * m.kv_dim
-            attn = (attn - kv_part) + kv_part * kv_rep
-        dense += attn / t + lp.mlp / t + lp.norms
-        expert += lp.experts / p.ep
+        d, e = layer_rank_params(sc, i)
+        dense += d
+        expert += e
     ids = [c for c, _ in chunks]
     has_emb = 0 in ids
     has_head = last_chunk(sc) in ids

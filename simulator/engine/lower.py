@@ -24,8 +24,8 @@ from typing import Callable
 
 from ..layout import chunk_layers, chunk_owner, last_chunk, rank_chunks
 from ..ops import (Comm, Compute, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
-                   layer_passes, optimizer_op, param_bytes, pp_activation_bytes, shard)
-from ..params import final_norm_params, layer_params
+                   layer_passes, optimizer_op, param_bytes, pp_activation_bytes, shard, layer_rank_params)
+from ..params import final_norm_params
 from ..scenario import Scenario
 from ..schedules import Action, chunk_rank, pipeline_schedule
 from .templates import Block, concat
@@ -112,19 +112,6 @@ class Plan:
 
 # ----------------------------------------------------------------------------------- parameters
 
-def layer_param_split(sc: Scenario, layer: int) -> tuple[float, float]:
-    """(dense, expert) parameters of one layer on one rank; the per-layer term of `ops.rank_params`
-    (linears / t, norms replicated, K/V replicated when t > kv_heads, routed experts / ep)."""
-    m, p = sc.model, sc.parallel
-    t = p.tp
-    lp = layer_params(m, layer)
-    attn = lp.attn
-    if t > m.n_kv and not m.mla:
-        kv_part = 2 * m.hidden * m.kv_dim
-        attn = (attn - kv_part) + kv_part * t / m.n_kv
-    return attn / t + lp.mlp / t + lp.norms, lp.experts / p.ep
-
-
 def embedding_block_params(sc: Scenario) -> float:
     m = sc.model
     return m.vocab * m.hidden / sc.parallel.tp + m.positions * m.hidden
@@ -164,7 +151,7 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
     if first:
         out["F"].append(block("emb", [(embedding_forward(sc, z), "F")], emb_p))
     for layer in layers:
-        d, e = layer_param_split(sc, layer)
+        d, e = layer_rank_params(sc, layer)
         out["F"].append(block(f"L{layer}", [(lp(layer).F, "F")], d, e))
     if last:
         hb, hw = head_backward(sc, z)
@@ -173,7 +160,7 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
         out["W"].append(block("head", [(hw, "W")], head_p))
         out["BW"].append(block("head", [(hb, "B"), (hw, "W")], head_p))
     for layer in reversed(layers):
-        d, e = layer_param_split(sc, layer)
+        d, e = layer_rank_params(sc, layer)
         p = lp(layer)
         out["B"].append(block(f"L{layer}", [(p.B, "B")], d, e))
         out["W"].append(block(f"L{layer}", [(p.W, "W")], d, e))
