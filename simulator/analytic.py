@@ -36,6 +36,8 @@ class PassTime:
     exposed: dict = field(default_factory=lambda: defaultdict(float))
     flops: float = 0.0
     hw_flops: float = 0.0
+    host: dict = field(default_factory=lambda: defaultdict(float))
+    """Host seconds to issue the pass's collectives, per dimension (`CostModel.host_time`)."""
 
     def add(self, other: "PassTime", times: float = 1.0) -> None:
         self.duration += other.duration * times
@@ -47,6 +49,16 @@ class PassTime:
             self.comm[d] += v * times
         for d, v in other.exposed.items():
             self.exposed[d] += v * times
+        for d, v in other.host.items():
+            self.host[d] += v * times
+
+    def host_bound(self) -> None:
+        """The host runs ahead of the GPU within a pass, so a whole pass takes at least its host time;
+        the difference is exposed time of the dimension whose collectives cost it."""
+        host = sum(self.host.values())
+        if host > self.duration:
+            self.exposed[max(self.host, key=self.host.get)] += host - self.duration
+            self.duration = host
 
 
 def _group(sc: Scenario, op: Comm):
@@ -86,6 +98,7 @@ def pass_time(sc: Scenario, cost: CostModel, nodes: tuple[Node, ...], groups: di
             if key not in groups:
                 groups[key] = _group(sc, op)
             t = cost.comm_time(op, groups[key])
+            out.host[op.dim] += cost.host_time(op, groups[key])
             start = max(ready, free[op.dim])
             finish[i] = start + t
             free[op.dim] = finish[i]
@@ -137,6 +150,8 @@ def stage_times(sc: Scenario, cost: CostModel) -> list[StageTime]:
                 hb, hw = head_backward(sc, z)
                 B.add(pass_time(sc, cost, hb, groups))
                 W.add(pass_time(sc, cost, hw, groups))
+        for p in (F, B, W):
+            p.host_bound()
         out.append(StageTime(r, F, B, W))
     return out
 

@@ -196,6 +196,9 @@ def shares(topology: Topology, L: GroupLayout, concurrent: int = 1, siblings: bo
             else:
                 leaves = min(n.nics, max(1.0, L.per_node * n.nics / g_hw)) if f.rail_optimized else 1.0
                 spine = leaves * f.leaf_radix * b_nic / f.oversubscription / c
+            if f.ring_core_gbs > 0:  # the collective's own share of the core, 1/n per node it spans
+                core = f.ring_core_gbs * 1e9 * (n.nic_efficiency or NIC_EFFICIENCY) / L.nodes / c
+                spine = min(spine, core * (L.per_node / g_hw if siblings else 1.0))
         if L.sites > 1:
             d = topology.datacenters
             site_gpus = d.nodes_per_site * L.gpus_per_node

@@ -47,24 +47,25 @@ VALIDATION_LABELS = ("80B", "469G")
 TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
 NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.5e-4,
-                       "tp_internode_overhead_s": 3.0e-4}
+                       "tp_internode_overhead_s": 4.5e-4,
+                       "pp_internode_tp_host_s": 3.0e-4, "pp_internode_tp_host_per_rank_s": 2.5e-4}
 """nanotron's software stack on these H100s (`cluster.efficiency`), fitted on the fit split only:
 GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of micro-batch size, so
 compute-bound); attention 0.35/0.30: FlashAttention-2 reaches ~35 % of H100 peak (FA3 paper) and nanotron
 ran FA2; 150 us per TP collective: the per-layer cost grows with tp (1B tp8: 18.98 s at mbs 1 vs 4.66 s
-at mbs 16 for the same tokens); with these one-node MAPE is 12.6 %. 300 us more per TP collective that
-leaves the node: the 3B 2-node tp16 twins (55.9 s at mbs 1, 10.4 s at mbs 16) imply 0.6-0.8 ms per
-cross-node TP collective against ~0.3 ms priced; on the fit split 0 / 300 / 600 us give a TP-across-nodes
-median predicted/measured of 1.17 / 1.01 / 0.81 and fit median APE 28.7 / 27.9 / 28.3 %."""
-EFA_CORE_GBS = 1875.0
-"""The cluster's cross-node core: one job's nodes together reach ~1,875 GB/s nominal (x nic_efficiency 0.45 =
-~845 GB/s) across the fabric, however many nodes it has. Fitted on the fit split only, to the CSV's own network
-measurements (`busbw_allreduce_alljob_GBps`, 1 GiB fp32 all-reduce over all GPUs of the job; 1,551 fit-split
-jobs on 2-64 nodes; least squares in log busbw over jobs): measured median 341 / 161 / 95 / 53 / 27 / 13 GB/s at
-2 / 4 / 8 / 16 / 32 / 64 nodes, model 333 / 172 / 103 / 52 / 26 / 13 (rms log error 0.04; 1.46 with a
-non-blocking fabric, which stays at ~174). `job_topology` turns it into the leaf-to-spine oversubscription a job
-of N nodes sees: each node is its own leaf (aws-p5.yaml `leaf_radix: 32`: EFA placement is not topology-aware, so
-every cross-node byte crosses the core) and gets 1/N of the core: oversubscription = max(1, N x 400 GB/s / core)."""
+at mbs 16 for the same tokens); with these one-node MAPE is 12.6 %. 450 us more per TP collective for
+every node beyond the first that the TP group spans: at mbs 1, where compute is small, a TP collective costs
+~0.8 ms over 2 nodes (tp16) and ~1.5-1.8 ms over 4 (tp32) on 1B/3B/8B alike, whatever the job's size (8B tp16
+pp1: 0.27-0.29 s per sequence on 2 to 32 nodes); fit split, TP-across-nodes runs (288): 0.30 / 0.45 / 0.60 ms
+per extra node give median APE 12.2 / 10.9 / 17.2 %, log-rms 0.47 / 0.44 / 0.44 (one flat 0.3 ms: 13.5 %, 0.56).
+Pipelines across nodes (`CostModel.host_time`): with pp > 1 on several nodes a layer's forward + backward never
+takes less than ~11 / 16 / 25 / 55 ms at tp = 2 / 4 / 8 / 16, whatever the micro-batch (fit split, mbs 1-8:
+3B tp8 pp2 337 ms per 14-layer stage and micro-batch at mbs 1, 2, 4 and 8 alike), and not at all on one node
+(1B tp4 pp2: 5.3 ms per layer on one node, 16.6 on two) or with pp = 1. The floor acts as max(GPU, floor),
+not a sum (3B tp8 pp2 mbs16 runs at its compute time), as a host that cannot keep ahead would: priced as
+0.3 ms + tp x 0.25 ms of host time per TP collective (10 per layer), fitted on the fit split's 704 timed
+multi-node pp > 1 runs (grid over 0-0.8 ms x 0.15-0.3 ms; median APE 35.7 % -> 9.6 %, median
+predicted/measured 1.23 -> 0.98). The cause inside nanotron/NCCL is not identified."""
 NANOTRON_DDP_BUCKET_MB = 50.0
 """25 MB of bf16 gradients per DDP bucket (`ddp_bucket_cap_mb: 25`) = 50 MB of the fp32 buffer it reduces."""
 
@@ -261,21 +262,6 @@ def _topology(name: str):
     return load_topology(name, ROOT)
 
 
-@lru_cache(maxsize=64)
-def job_topology(name: str, nodes: int):
-    """The topology as one job of `nodes` nodes sees it: the fabric's leaf-to-spine oversubscription set so
-    that the job's nodes share a core of `EFA_CORE_GBS` (nominal, per direction). Other topologies than
-    the playbook's are returned as they are."""
-    from dataclasses import replace  # noqa: PLC0415
-
-    t = _topology(name)
-    if name != TOPOLOGY or nodes <= 1:
-        return t
-    node_gbs = t.node.nics * t.node.nic_bandwidth_gbs
-    over = max(t.fabric.oversubscription, nodes * node_gbs / EFA_CORE_GBS)
-    return replace(t, fabric=replace(t.fabric, oversubscription=over))
-
-
 def build_scenario(run: PlaybookRun, topology: str = TOPOLOGY):
     """A validated `Scenario`; raises `ScenarioError` for layouts clustersim cannot express
     (e.g. tp = 256 > 128 heads, which nanotron itself never ran).
@@ -290,5 +276,5 @@ def build_scenario(run: PlaybookRun, topology: str = TOPOLOGY):
     sc = Scenario(name=raw["name"], model=load_model(raw["model"], ROOT),
                   training=from_mapping(Training, raw["training"], "training"),
                   cluster=from_mapping(Cluster, raw["cluster"], "cluster"),
-                  parallel=from_mapping(Parallel, raw["parallel"], "parallel"), topology=job_topology(topology, run.nodes))
+                  parallel=from_mapping(Parallel, raw["parallel"], "parallel"), topology=_topology(topology))
     return validate_layout(sc)

@@ -79,6 +79,11 @@ class FabricSpec:
     """Ports per leaf switch that face nodes (rail-optimized: nodes per scalable unit)."""
     switch_latency_us: float = field(default=0.6, metadata={"min": 0.0})
     """Per switch hop; a path through the spine crosses three switches instead of one."""
+    ring_core_gbs: float = field(default=0.0, metadata={"min": 0.0})
+    """Cross-node bandwidth (nominal, per direction) one collective gets in total however many nodes it
+    spans: each of its n nodes gets 1/n of it through the spine (`collectives.shares`). 0 = no such limit.
+    Measured on AWS EFA (aws-p5.yaml): a collective's busbw falls as 1/nodes beyond two nodes, while
+    collectives of the same job on fewer nodes each are not slowed (simulator/playbook.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)

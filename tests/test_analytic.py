@@ -60,3 +60,45 @@ def test_single_stage_has_no_bubble_and_time_is_m_passes():
     r = run(sc)
     assert r.bubble_fraction == 0
     assert r.iteration_time_s == pytest.approx(8 * 8 * 3 * LAYER)
+
+
+def host_scenario(nodes, host_s=0.0, pp=2, mbs=1):
+    raw = {"name": "host", "model": {"arch": "llama", "layers": 8, "hidden": 1024, "ffn_hidden": 4096,
+                                     "heads": 8, "vocab": 1000},
+           "training": {"seq_len": 512, "global_batch": 8, "micro_batch": mbs},
+           "cluster": {"topology": "dgx-h100", "nodes": nodes, "gpus_per_node": 8 // nodes,
+                       "efficiency": {"pp_internode_tp_host_s": host_s}},
+           "parallel": {"tp": 4, "pp": pp, "sp": True}}
+    return scenario_from_mapping(raw)
+
+
+def test_host_floor_when_the_pipeline_crosses_nodes():
+    """A pass takes max(GPU time, host time); the host cost only exists with pp > 1 across nodes."""
+    from simulator.analytic import stage_times
+    from simulator.costs import build_cost_model
+    host = 0.05  # per TP collective: far above any GPU time here
+    sc = host_scenario(nodes=2, host_s=host)
+    st = stage_times(sc, build_cost_model(sc))[1]  # last stage: 4 layers, no embedding
+    tp_collectives = {"F": 4, "B": 4, "W": 2}
+    for kind, n in tp_collectives.items():
+        assert getattr(st, kind).duration >= 4 * n * host
+    assert st.F.duration == pytest.approx(sum(st.F.host.values()))  # host-bound: the GPU waits for it
+    one_node = host_scenario(nodes=1, host_s=host)
+    plain = host_scenario(nodes=1)
+    assert estimate(one_node, build_cost_model(one_node)).iteration_time_s == pytest.approx(
+        estimate(plain, build_cost_model(plain)).iteration_time_s)
+
+
+def test_host_floor_is_a_max_not_a_sum():
+    """With a host cost below the GPU time, the step is the GPU's (the host keeps ahead)."""
+    from simulator.costs import build_cost_model
+    sc, plain = host_scenario(nodes=2, host_s=1e-7, mbs=4), host_scenario(nodes=2, mbs=4)
+    assert estimate(sc, build_cost_model(sc)).iteration_time_s == pytest.approx(
+        estimate(plain, build_cost_model(plain)).iteration_time_s, rel=1e-6)
+
+
+def test_engine_prices_the_host_floor_like_the_analytic_model():
+    from simulator.run import simulate
+    sc = host_scenario(nodes=2, host_s=0.05)
+    assert simulate(sc, estimator="engine")["iteration_time_s"] == pytest.approx(
+        simulate(sc, estimator="analytic")["iteration_time_s"], rel=0.02)

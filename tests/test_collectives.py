@@ -231,3 +231,16 @@ def test_validation_script_passes():
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "PASS" in done.stdout
+
+
+def test_ring_core_limits_each_collective_by_the_nodes_it_spans():
+    """fabric.ring_core_gbs: a collective over n nodes gets core/n per node; a small group keeps its speed
+    however many nodes the job has, a wide one slows as 1/n (aws-p5, fitted on the playbook's busbw)."""
+    p5 = load_topology("aws-p5")
+    free = replace(p5, fabric=replace(p5.fabric, ring_core_gbs=0.0))
+    two = tuple(range(16))  # 2 nodes: 2 x 400 GB/s stays under the core
+    assert collective_time(p5, "all_gather", GB, two) == pytest.approx(collective_time(free, "all_gather", GB, two))
+    wide = {n: collective_time(p5, "all_gather", GB, tuple(range(8 * n))) for n in (16, 32, 64)}
+    assert wide[32] / wide[16] == pytest.approx(2.0, rel=0.1) and wide[64] / wide[32] == pytest.approx(2.0, rel=0.1)
+    assert estimate(p5, "all_gather", GB, tuple(range(8 * 64))).bottleneck == "spine"
+    assert collective_time(free, "all_gather", GB, tuple(range(8 * 64))) < wide[64] / 5

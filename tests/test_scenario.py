@@ -114,3 +114,15 @@ def test_internode_tp_overhead_applies_only_when_tp_leaves_the_node():
     plain = build_cost_model(load())
     assert cost.comm_time(op, inside) == pytest.approx(plain.comm_time(op, inside))
     assert cost.comm_time(op, spread) == pytest.approx(plain.comm_time(op, spread) + 0.001)
+
+
+def test_internode_tp_overhead_grows_with_the_nodes_tp_spans():
+    from simulator.costs import build_cost_model
+    from simulator.ops import Comm
+    sc = load(["cluster.efficiency={tp_internode_overhead_s: 0.001}", "cluster.nodes=4", "parallel.tp=32",
+               "parallel.dp=1"])
+    op = Comm("x", "tp", "all_gather", 1e6)
+    shape = group_shape(sc, "tp")
+    assert shape.nodes == 4
+    plain = build_cost_model(load(["cluster.nodes=4", "parallel.tp=32", "parallel.dp=1"]))
+    assert build_cost_model(sc).comm_time(op, shape) == pytest.approx(plain.comm_time(op, shape) + 3 * 0.001)

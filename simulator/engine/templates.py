@@ -9,7 +9,8 @@ the trace expands back into one slice per op.
 
 Scheduling rule (the same list scheduling as `analytic.pass_time`, extended across layers): nodes run
 in list order; a node starts at max(its deps' ends, its stream's free time); compute ops share the
-rank's compute stream, a `Comm` uses its dimension's stream (tp, cp, ep). A pass is a sequence of
+rank's compute stream, a `Comm` uses its dimension's stream (tp, cp, ep); nothing starts before the host
+has issued it (a host clock that advances by `CostModel.host_time` per collective). A pass is a sequence of
 blocks (embedding, one per layer, LM head); a block's root nodes wait for the previous block's last
 compute op and for the blocking comms issued after it (the data they consume). A pass ends when its
 last op on any stream ends, so passes never overlap on a rank ("sealed" passes).
@@ -163,6 +164,14 @@ class OpTimes:
             self._cache[op] = t
         return t
 
+    def host(self, op: Comm) -> float:
+        """Host seconds to issue a collective (`CostModel.host_time`; 0 unless the stack has such a cost)."""
+        key = ("host", op)
+        h = self._cache.get(key)
+        if h is None:
+            h = self._cache[key] = self.cost.host_time(op, self.shape(op.group or op.dim))
+        return h
+
     def use(self, op: Comm) -> tuple:
         """(link class, share of a rank's link it uses at full speed) of an in-pass collective:
         `collectives.link_busy` over its price, at most 1 (`links.py`)."""
@@ -199,6 +208,8 @@ class PassScheduler:
         self.gates: list = []
         """Per block: the (gate, gate_dim, gate_ready) it was scheduled with (to re-schedule it)."""
         self.free = defaultdict(lambda: t0)
+        self.host, self.host_dim = t0, None
+        """When the host has issued every op so far (`OpTimes.host`): nothing starts before it is issued."""
         self.anchor, self.anchor_dim = t0, None
         self.end, self.end_dim = t0, None
         self.compute_s = self.recompute_s = self.flops = 0.0
@@ -248,6 +259,9 @@ class PassScheduler:
                         self.exposed[gate_dim] += start - max(cf, gate_ready or cf)
                     else:
                         self.exposed[cause or "other"] += start - cf
+                if self.host > start:  # not issued yet: the host is behind
+                    self.exposed[self.host_dim] += self.host - start
+                    start = self.host
                 end = start + dur
                 free["compute"] = end
                 if node.tag == "R":
@@ -263,6 +277,11 @@ class PassScheduler:
                 stream = op.dim
                 sf = free[stream]
                 start = ready if ready > sf else sf
+                h = times.host(op)
+                if h:
+                    self.host, self.host_dim = self.host + h, op.dim
+                if self.host > start:
+                    start = self.host
                 if comms is not None and dur > 0:
                     comms.append(CommSlice(bi, i, stream, op.dim, start - self.t0, dur, times.use(op)))
                 if extra:
