@@ -92,7 +92,9 @@ HELD_BUFFERS = ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache",
 """Buffer kinds held through the step."""
 SCORE_TERMS = ("softmax_output", "softmax_dropout_mask", "softmax_dropout_output")
 """The a*s^2 tensors of eager attention that selective recompute drops (KOR22 Table 2)."""
-BUFFER_KINDS = LAYER_TRANSIENTS + HEAD_TRANSIENTS + HELD_BUFFERS + ("fragmentation",)
+OPTIMIZER_TRANSIENTS = ("zero_gather",)
+"""Buffer kinds that live only in the optimizer step, after the backward freed the activations."""
+BUFFER_KINDS = LAYER_TRANSIENTS + HEAD_TRANSIENTS + HELD_BUFFERS + OPTIMIZER_TRANSIENTS + ("fragmentation",)
 
 
 # ----------------------------------------------------------------------------------- model states
@@ -396,6 +398,8 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     unit = max(units, default=0.0)
     if p.zero >= 2 and (dense_group > 1 or expert_group > 1):
         out["dp_buckets"] = DP_BUCKETS_IN_FLIGHT * min(p.dp_bucket_mb * BUCKET_MB_BYTES, rp.total * tr.grad_bytes)
+    if p.zero in (1, 2) and dense_group > 1 and not p.zero_gather_inplace:
+        out["zero_gather"] = param_bytes(sc) * rp.total * (1 + 1 / dense_group)
     if p.zero == 3:
         out["zero3_params"] = ZERO3_LIVE_UNITS * unit * param_bytes(sc)
         out["zero3_grads"] = unit * tr.grad_bytes
@@ -446,14 +450,18 @@ class StageMemory:
     buffers: float
     """`buffers_total` of `buffer_bytes`."""
     peak: float
-    """weights + grads + optimizer + activations + buffers."""
+    """The larger of the backward's (weights + grads + optimizer + activations + buffers) and the
+    optimizer step's (`optimizer_step` + CUDA context and NCCL)."""
+    optimizer_step: float = 0.0
+    """Allocated during the optimizer step: weights + grads + optimizer + its transients (`OPTIMIZER_TRANSIENTS`)."""
     buffer_kinds: dict[str, float] = field(default_factory=dict)
     """`buffer_bytes` by kind, for reports and tests."""
 
     def as_gib(self) -> dict:
         return {"stage": self.stage, "weights_gib": self.weights / GIB, "grads_gib": self.grads / GIB,
                 "optimizer_gib": self.optimizer / GIB, "activations_gib": self.activations / GIB,
-                "buffers_gib": self.buffers / GIB, "peak_gib": self.peak / GIB}
+                "buffers_gib": self.buffers / GIB, "peak_gib": self.peak / GIB,
+                "optimizer_step_gib": self.optimizer_step / GIB}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -478,9 +486,11 @@ def stage_memory(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     act = activation_bytes_in_flight(sc, pp_rank)
     kinds = buffer_bytes(sc, pp_rank, groups=groups)
     buf = buffers_total(kinds)
-    peak = st["weights"] + st["grads"] + st["optimizer"] + act + buf
+    states = st["weights"] + st["grads"] + st["optimizer"]
+    step = states + sum(kinds[k] for k in OPTIMIZER_TRANSIENTS)
+    peak = max(states + act + buf, step + kinds["cuda_context"] + kinds["nccl"])
     return StageMemory(stage=pp_rank, weights=st["weights"], grads=st["grads"], optimizer=st["optimizer"],
-                       activations=act, buffers=buf, peak=peak, buffer_kinds=kinds)
+                       activations=act, buffers=buf, peak=peak, optimizer_step=step, buffer_kinds=kinds)
 
 
 def memory_report(sc: Scenario) -> MemoryReport:

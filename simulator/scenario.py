@@ -86,6 +86,10 @@ class Parallel:
     """ring: K/V passed around the CP group (zig-zag balanced); allgather: Llama 3's all-gather of K/V."""
     ep_imbalance: float = field(default=1.0, metadata={"min": 1.0})
     """Tokens on the busiest expert rank over the mean (1.0 = perfectly balanced routing)."""
+    zero_gather_inplace: bool = True
+    """ZeRO-1/2: the updated parameters are all-gathered straight into the weights (Megatron's distributed
+    optimizer, FSDP). false: into a separate full-size buffer, from a cast copy of the local shard
+    (nanotron), which the optimizer step's peak holds: + weight bytes x (1 + 1/dp) per parameter."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -188,7 +188,7 @@ def predict(case: Case, estimator: str = "analytic") -> Outcome:
         return Outcome(case, error=f"{type(e).__name__}: {e}")
     mem = rep["memory"]
     s0 = (mem.get("per_stage") or [{}])[0]  # nanotron logs global rank 0: pipeline stage 0
-    states = sum(s0.get(k, 0.0) for k in ("weights_gib", "grads_gib", "optimizer_gib")) if s0 else None
+    states = s0.get("optimizer_step_gib") if s0 else None  # model states + the optimizer step's transients
     return Outcome(case, predicted={
         "tokens_per_s_per_gpu": rep["tokens_per_s_per_gpu"], "step_time_s": rep["iteration_time_s"],
         "model_tflops_per_gpu": rep["model_tflops_per_gpu"],

@@ -250,5 +250,16 @@ def test_report_json_has_the_contract_keys():
     out = mem.memory_report(llama70b()).to_json()
     assert set(out) == {"capacity_gib", "peak_gib", "fits", "per_stage"}
     assert set(out["per_stage"][0]) == {"stage", "weights_gib", "grads_gib", "optimizer_gib", "activations_gib",
-                                        "buffers_gib", "peak_gib"}
+                                        "buffers_gib", "peak_gib", "optimizer_step_gib"}
     assert out["capacity_gib"] == 79.65
+
+
+def test_out_of_place_zero_gather_holds_a_full_weight_buffer_in_the_optimizer_step():
+    """nanotron's ZeRO-1 gathers the updated bf16 weights into a separate buffer: + 2 (1 + 1/dp) B/param."""
+    inplace = mem.memory_report(llama70b("parallel.zero=1")).per_stage[0]
+    buffer = mem.memory_report(llama70b("parallel.zero=1", "parallel.zero_gather_inplace=false")).per_stage[0]
+    dp = llama70b().dp
+    params = inplace.weights / 2
+    assert buffer.optimizer_step - inplace.optimizer_step == pytest.approx(2 * params * (1 + 1 / dp), rel=1e-9)
+    assert inplace.optimizer_step == pytest.approx(inplace.weights + inplace.grads + inplace.optimizer)
+    assert buffer.peak >= buffer.optimizer_step
