@@ -405,17 +405,18 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     return LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes))
 
 
-GRAD_ACCUM_BYTES_PER_PARAM = 2 + 4 + 4
-"""Unfused fp32 gradient accumulation: read the bf16 gradient, read and write the fp32 buffer."""
-
-
 def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
-    """`fp32_grad += bf16_grad` after each micro-batch's backward when the accumulation is not fused
-    into the weight-gradient GEMM (nanotron's FP32GradientAccumulator); None when it is fused."""
+    """`grad += new_grad` after each micro-batch's backward when the accumulation is not fused into the
+    weight-gradient GEMM (nanotron's FP32GradientAccumulator, PyTorch autograd's `.grad` accumulation);
+    None when it is fused (Megatron's gradient_accumulation_fusion). Memory-bound: read the new gradient
+    (weight dtype), read and write the accumulator (grad dtype): 2 + 4 + 4 = 10 B/param for bf16 into
+    fp32, 12 for fp32 training."""
     tr = sc.training
-    if tr.grad_accum_fused or tr.precision == "fp32" or tr.grad_bytes != 4 or params <= 0:
+    if tr.grad_accum_fused or params <= 0:
         return None
-    return Compute("grad_accum_fp32", "elementwise", 0.0, params * GRAD_ACCUM_BYTES_PER_PARAM, "fp32", (int(params),))
+    moved = params * (param_bytes(sc) + 2 * tr.grad_bytes)
+    dtype = "bf16" if tr.grad_bytes == 2 else "fp32"
+    return Compute(f"grad_accum_{dtype}", "elementwise", 0.0, moved, dtype, (int(params),))
 
 
 def layer_rank_params(sc: Scenario, layer: int) -> tuple[float, float]:

@@ -36,8 +36,9 @@ class Training:
     """Gradient accumulation and reduction dtype; null = fp32 (Megatron's main_grad, nanotron's default)."""
     grad_accum_fused: bool = True
     """True: the weight-gradient GEMM accumulates straight into the fp32 buffer (Megatron's
-    gradient_accumulation_fusion). False: a bf16 gradient is produced and added to the fp32 buffer after
-    every micro-batch (nanotron's FP32GradientAccumulator): +10 B/param of traffic, +2 B/param held."""
+    gradient_accumulation_fusion). False: a gradient in the weights' dtype is produced and added to the
+    accumulator after every micro-batch (nanotron's FP32GradientAccumulator: +10 B/param of traffic, +2
+    B/param held for the bf16 gradient; PyTorch autograd's `.grad` accumulation in fp32: +12 B/param)."""
 
     @property
     def grad_bytes(self) -> int:

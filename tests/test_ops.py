@@ -122,3 +122,10 @@ def test_gemm_efficiency_override_slows_gemms():
     slow = load_scenario("scenarios/70b_512gpu.yaml", ["cluster.efficiency={gemm: 0.39}"])
     qkv = next(n.op for n in layer_passes(base, 0).F if n.op.name == "qkv")
     assert build_cost_model(slow).compute_time(qkv) > 1.9 * build_cost_model(base).compute_time(qkv) - 1e-5
+
+
+def test_unfused_accumulation_in_fp32_training_moves_12_bytes_per_param():
+    """PyTorch autograd adds each micro-batch's fp32 gradient into `.grad`: read both, write one."""
+    sc = load_scenario("scenarios/70b_512gpu.yaml", ["training.grad_accum_fused=false", "training.precision=fp32"])
+    acc = [n.op for n in layer_passes(sc, 0).W if n.op.name == "grad_accum_fp32"]
+    assert len(acc) == 1 and acc[0].bytes == pytest.approx(12 * 855_654_400 / 8, rel=1e-3)
