@@ -67,8 +67,8 @@ takes less than ~11 / 16 / 25 / 55 ms at tp = 2 / 4 / 8 / 16, whatever the micro
 (1B tp4 pp2: 5.3 ms per layer on one node, 16.6 on two) or with pp = 1. The floor acts as max(GPU, floor),
 not a sum (3B tp8 pp2 mbs16 runs at its compute time), as a host that cannot keep ahead would: priced as
 0.3 ms + tp x 0.25 ms of host time per TP collective (10 per layer), fitted on the fit split's 704 timed
-multi-node pp > 1 runs (grid over 0-0.8 ms x 0.15-0.3 ms; median APE 35.7 % -> 9.6 %, median
-predicted/measured 1.23 -> 0.98). The cause inside nanotron/NCCL is not identified."""
+multi-node pp > 1 runs (grid over 0-0.8 ms x 0.15-0.3 ms; median APE 35.7 % -> 8.3 %, median
+predicted/measured 1.23 -> 1.02, with the per-node TP cost above). The cause inside nanotron/NCCL is not identified."""
 NANOTRON_DDP_BUCKET_MB = 50.0
 """25 MB of bf16 gradients per DDP bucket (`ddp_bucket_cap_mb: 25`) = 50 MB of the fp32 buffer it reduces."""
 
