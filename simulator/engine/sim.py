@@ -332,23 +332,14 @@ class Engine:
                     if s is None:
                         end = ready + tpl.duration
                         rk.ops += len(tpl.slices)
-                        rk.compute_s += tpl.compute_s
-                        rk.recompute_s += tpl.recompute_s
-                        rk.flops += tpl.flops
-                        for d, v in tpl.comm_s.items():
-                            rk.comm[d] += v
-                        for d, v in tpl.exposed_s.items():
-                            rk.exposed[d] += v
-                        for d, v in tpl.comm_count.items():
-                            rk.count[d] += v
-                        for d, v in tpl.contention_s.items():
-                            rk.contention[d] += v
+                        _add_pass_stats(rk, tpl.compute_s, tpl.recompute_s, tpl.flops, tpl.comm_s, tpl.exposed_s,
+                                        tpl.comm_count, tpl.contention_s)
                         if rk.rec is not None:
                             rk.rec.passes.append((ready, end, st, tpl, None))
                     else:
                         end = s.end
                         rk.ops += len(tpl.slices)
-                        self._account(rk, s)
+                        _add_pass_stats(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, s.contention)
                         if rk.rec is not None:
                             rk.rec.passes.append((ready, end, st, None, tuple(s.slices) if s.record else None))
                     if st.grad_sync and not self.overlap:
@@ -455,19 +446,6 @@ class Engine:
             s.end = flows.last
         return s
 
-    def _account(self, rk: RankState, s: PassScheduler) -> None:
-        rk.compute_s += s.compute_s
-        rk.recompute_s += s.recompute_s
-        rk.flops += s.flops
-        for d, v in s.comm.items():
-            rk.comm[d] += v
-        for d, v in s.exposed.items():
-            rk.exposed[d] += v
-        for d, v in s.count.items():
-            rk.count[d] += v
-        for d, v in s.contention.items():
-            rk.contention[d] += v
-
     def _gated_pass(self, rk: RankState, prog: StageProgram, st: Step, ready: float, speed: float, gathers: dict):
         """Generator: a pass whose blocks wait on DP collectives (ZeRO-3 gathers; ZeRO-1/2 first forward),
         scheduled block by block at run time. Returns the pass end."""
@@ -528,7 +506,7 @@ class Engine:
         if st.grad_sync and not self.overlap:
             for _, comm, label in releases:
                 self._join(rk, comm.group, comm, end, label)
-        self._account(rk, s)
+        _add_pass_stats(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, s.contention)
         if rk.rec is not None:
             rk.rec.passes.append((ready, end, st, None, tuple(s.slices) if s.record else None))
         return end
@@ -577,3 +555,19 @@ class Engine:
             if last is not None:
                 t = yield from self._await(rk, last, t, "parameter all-gather")
         return t
+
+
+def _add_pass_stats(rk: RankState, compute_s: float, recompute_s: float, flops: float, comm: dict, exposed: dict,
+                    count: dict, contention: dict) -> None:
+    """Add one pass's totals (a replayed template's or a freshly scheduled pass's) to its rank's."""
+    rk.compute_s += compute_s
+    rk.recompute_s += recompute_s
+    rk.flops += flops
+    for d, v in comm.items():
+        rk.comm[d] += v
+    for d, v in exposed.items():
+        rk.exposed[d] += v
+    for d, v in count.items():
+        rk.count[d] += v
+    for d, v in contention.items():
+        rk.contention[d] += v
