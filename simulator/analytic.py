@@ -257,7 +257,7 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
                 f_layer, b_layer = st.F.compute / n, (st.B.compute + st.W.compute) / n
                 # the two gathers and the reduce-scatter share one DP stream: with prefetch they hide behind
                 # the layer's forward and backward compute only as far as their sum fits into it
-                hidden = p.overlap_dp
+                hidden = sc.overlap_dp
                 exp = n * max(0.0, 2 * ag + rs - f_layer - b_layer) if hidden else comm
                 exp += (2 * ag + rs) if hidden else 0.0  # a pass's first gather and last reduce-scatter stick out
                 z3_comm[st.pp_rank] = comm * m
@@ -281,7 +281,7 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
     tails = []
     for st in stages:
         sync, gather, opt = dp_sync_time(sc, cost, st.pp_rank)
-        if p.overlap_dp:
+        if sc.overlap_dp:
             last_bwd = st.B.duration + st.W.duration
             buckets = max(1, len(dp_buckets(sc, rank_params(sc, st.pp_rank).total, sc.training.grad_bytes)))
             exposed_sync = max(sync / buckets, sync - last_bwd)

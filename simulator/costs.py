@@ -52,7 +52,7 @@ class CostModel:
     """`cluster.efficiency` overrides (EFFICIENCY_KEYS)."""
     framework: dict = field(default_factory=dict)
     """How the step runs on the host, for the profile's `framework` table (Profile.framework_overhead):
-    mode ('eager' | 'dtensor'), dtensor_names, param_tensors. Empty: eager, no DTensor."""
+    mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""
     pp_internode: bool = False
     """The pipeline's sends cross nodes (pp > 1 on more than one node): switches on the host cost below."""
     stats: dict = field(default_factory=lambda: {"compute_s": 0.0, "measured_s": 0.0, "framework_s": 0.0})
@@ -123,7 +123,10 @@ class CostModel:
             if t is not None:
                 if op.dim == "tp" and self.framework.get("mode") == "dtensor":
                     # TP collectives go through DTensor redistributes: host time beyond the raw collective
-                    t += self.profile.tp_comm_overhead()
+                    t += self.profile.tp_comm_overhead(op.bytes)
+                elif op.dim == "dp" and self.framework.get("fsdp"):
+                    # ZeRO collectives go through FSDP2 (copy-in/out, hooks), per unit of op.bytes
+                    t += self.profile.zero_comm_overhead(op.bytes)
                 return t + overhead
         return collectives.collective_time(self.topology, op.collective, op.bytes, group) + overhead
 
@@ -174,6 +177,7 @@ def framework_context(sc) -> dict:
         rp = rank_params(sc, r)
         tensors = max(tensors, PARAM_TENSORS_PER_LAYER * len(rp.layers) + int(rp.embedding) + 2 * int(rp.head))
     return {"mode": "dtensor" if p.tp > 1 else "eager",
+            "fsdp": p.zero > 0,
             "dtensor_params": p.tp > 1 or p.zero > 0,
             "dtensor_names": DTENSOR_ELEMENTWISE if (p.tp > 1 and p.sp) else (),
             "param_tensors": tensors}

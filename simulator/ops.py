@@ -178,7 +178,7 @@ RESIDUAL_PASSES = (3, 3)
 
 
 def _tp_comm(sc: Scenario, z: Shard, name: str, collective: str) -> Comm:
-    return Comm(name, "tp", collective, float(z.T * z.h * z.ab), blocking=not sc.parallel.overlap_tp)
+    return Comm(name, "tp", collective, float(z.T * z.h * z.ab), blocking=not sc.overlap_tp)
 
 
 # ----------------------------------------------------------------------------------- attention
@@ -215,17 +215,27 @@ def _attention_forward(sc: Scenario, z: Shard, seq: _Seq, tag: str = "") -> None
         # local queries (head-tail balanced) against the whole gathered sequence: on average half of it
         seq.compute(_attention_op(sc, z, "attn", z.s * c, 0.5, bwd=False))
     else:
-        # zig-zag ring (RFA): step 0 is the local causal block, steps 1..c-1 half blocks against remote K/V
+        # zig-zag ring (RFA): step 0 is the local causal block, steps 1..c-1 unmasked half blocks against
+        # remote K/V (s_local queries x s_local/2 keys, or half the queries x all keys: the same work),
+        # each merged into the running output through the log-sum-exp (fp32: read O, O_blk, write O)
         prev = None
         for i in range(c):
             extra = (prev,) if prev is not None else ()
             if i < c - 1:
                 # pass the chunk on as soon as it arrived (the first one right after the QKV projection)
-                nxt = seq.comm(Comm(f"cp_kv_ring{i}", "cp", "send_recv", kv_bytes, blocking=False), extra=extra,
-                               after_compute=(i == 0))
-            frac = 0.5 if i == 0 else 0.5  # zig-zag: every step does half of a full s_loc x s_loc block
-            seq.compute(_attention_op(sc, z, f"attn_step{i}", z.s, frac, bwd=False), extra=extra)
+                nxt = seq.comm(Comm(f"cp_kv_ring{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
+                               extra=extra, after_compute=(i == 0))
+            seq.compute(_ring_step_attention(sc, z, f"attn_step{i}", i, bwd=False), extra=extra)
+            if i > 0:
+                seq.compute(elementwise(f"cp_merge{i}", z.T * z.q, 3, z, elt_bytes=4))
             prev = nxt if i < c - 1 else None
+
+
+def _ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool) -> Compute:
+    """Step 0: causal s_local x s_local; later steps: an unmasked s_local x s_local/2 block (zig-zag)."""
+    if step == 0:
+        return _attention_op(sc, z, name, z.s, 0.5, bwd=bwd)
+    return _attention_op(sc, z, name, z.s // 2, 1.0, bwd=bwd)
 
 
 def _attention_backward(sc: Scenario, z: Shard, seq: _Seq) -> None:
@@ -238,15 +248,17 @@ def _attention_backward(sc: Scenario, z: Shard, seq: _Seq) -> None:
         seq.compute(_attention_op(sc, z, "attn_bwd", z.s * c, 0.5, bwd=True))
         seq.comm(Comm("cp_dkv_reduce_scatter", "cp", "reduce_scatter", kv_bytes * c))
     else:
-        # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA)
+        # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA); each step
+        # adds its block's dQ and dK/dV into fp32 accumulators
         prev = None
         for i in range(c):
             extra = (prev,) if prev is not None else ()
             if i < c - 1:
-                nxt = seq.comm(Comm(f"cp_kv_ring_bwd{i}", "cp", "send_recv", kv_bytes, blocking=False), extra=extra,
-                               after_compute=(i == 0))
-            seq.compute(_attention_op(sc, z, f"attn_bwd_step{i}", z.s, 0.5, bwd=True), extra=extra)
-            seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1)))
+                nxt = seq.comm(Comm(f"cp_kv_ring_bwd{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
+                               extra=extra, after_compute=(i == 0))
+            seq.compute(_ring_step_attention(sc, z, f"attn_bwd_step{i}", i, bwd=True), extra=extra)
+            seq.compute(elementwise(f"cp_accumulate{i}_bwd", z.T * (z.q + 2 * z.kv), 3, z, elt_bytes=4))
+            seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1) or not sc.overlap_cp))
             prev = nxt if i < c - 1 else None
 
 
@@ -369,8 +381,10 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             b.comm(Comm(op.name + "_bwd", op.dim, _BWD_COMM[op.collective], op.bytes, op.blocking))
             if op.collective == "all_gather" and sp:
                 # Megatron re-gathers the SP input for the weight gradient (KOR22 §4.2.2), overlapped with dgrad
-                wgrad_ag.append(Comm(op.name + "_wgrad", "tp", "all_gather", op.bytes, blocking=not sc.parallel.overlap_tp))
+                wgrad_ag.append(Comm(op.name + "_wgrad", "tp", "all_gather", op.bytes, blocking=not sc.overlap_tp))
             continue
+        if op.name.startswith("cp_merge"):
+            continue  # the ring backward's blocks use the merged log-sum-exp; no backward of their own
         if op.kind == "attention":
             if attention_done:
                 continue  # the CP ring's forward steps share one backward (emitted once, all steps)
@@ -396,7 +410,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         if key and key in ag:
             # the re-gather reads the saved SP-sharded input: with overlap_tp it starts at once, behind earlier
             # W GEMMs; without, it runs in line like every other TP collective
-            w.comm(ag.pop(key), after_compute=not sc.parallel.overlap_tp)
+            w.comm(ag.pop(key), after_compute=not sc.overlap_tp)
             w.pending = [len(w.nodes) - 1]
         w.compute(op)
     acc = grad_accum_op(sc, sum(layer_rank_params(sc, layer)))

@@ -204,11 +204,11 @@ class OptimizerPoint(_Timed):
     tensors: int = field(metadata={"min": 1})
 
 
-FRAMEWORK_MODES = ("plain", "eager", "dtensor")
+FRAMEWORK_MODES = ("plain", "eager", "dtensor", "fsdp")
 FRAMEWORK_LINEARS = {"qkv": 3, "fc1": 2}
 """nn.Linear calls behind one simulator.ops GEMM (separate wq/wk/wv; SwiGLU's w1 and w3): each pays the
 per-module host overhead. Assumes a gated MLP for fc1 (the Llama models the replay runs)."""
-FRAMEWORK_OPS = ("linear", "elementwise", "optimizer", "tp_block", "collective")
+FRAMEWORK_OPS = ("linear", "elementwise", "optimizer", "tp_block", "collective", "fsdp_block", "fsdp_collectives")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,6 +221,8 @@ class FrameworkPoint(_Timed):
     op: str = field(metadata={"choices": FRAMEWORK_OPS})
     phase: str = field(metadata={"choices": ("fwd", "bwd", "step")})
     """fwd: the op; bwd: its backward (for linear: dgrad and wgrad together); step: per parameter tensor."""
+    bytes: float = field(default=0.0, metadata={"min": 0.0})
+    """fsdp_block / fsdp_collectives: one FSDP unit's unsharded parameter bytes (0 for the other ops)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -536,18 +538,56 @@ class Profile:
             return param_tensors * extra("dtensor", "optimizer", "step", idx.get(("plain", "optimizer", "step"), 0.0))
         return 0.0
 
-    def tp_comm_overhead(self) -> float:
-        """Host seconds a TP collective costs through DTensor beyond the raw collective (redistribute,
-        functional collective, wait, subclass wrapping), from the two-rank tp_block measurement: a block's
-        forward + backward, less its two DTensor linears' overhead and its four raw collectives, per
-        collective. 0 without those entries."""
+    @cached_property
+    def _tp_overhead_points(self) -> list[tuple[float, float]]:
+        """[(collective bytes, host seconds per TP collective)] from the tp_block rows, sorted by bytes."""
         idx = self._framework_index
-        need = [("dtensor", "tp_block", "fwd"), ("dtensor", "tp_block", "bwd"), ("plain", "collective", "step")]
-        if any(k not in idx for k in need):
-            return 0.0
-        linears = 2.0 * (idx.get(("dtensor", "linear", "fwd"), 0.0) + idx.get(("dtensor", "linear", "bwd"), 0.0))
-        block = idx[need[0]] + idx[need[1]]
-        return max(0.0, (block - linears - 4.0 * idx[need[2]]) / 4.0)
+        lin = 2.0 * (idx.get(("dtensor", "linear", "fwd"), 0.0) + idx.get(("dtensor", "linear", "bwd"), 0.0))
+        rows: dict = {}
+        for p in self.framework:
+            if p.op in ("tp_block", "collective"):
+                rows.setdefault(p.bytes, {})[(p.mode, p.phase)] = p.time_s
+        out = []
+        for nbytes, r in sorted(rows.items()):
+            if not all(k in r for k in (("dtensor", "fwd"), ("dtensor", "bwd"), ("plain", "step"))):
+                continue
+            # a block: its two DTensor linears' host overhead, the rank-local GEMMs (eager rows; none
+            # measured for the tiny shape, whose GEMMs are negligible), four raw collectives
+            local = r.get(("eager", "fwd"), 0.0) + r.get(("eager", "bwd"), 0.0)
+            extra = r[("dtensor", "fwd")] + r[("dtensor", "bwd")] - lin - local - 4.0 * r[("plain", "step")]
+            out.append((nbytes, max(0.0, extra / 4.0)))
+        return out
+
+    def tp_comm_overhead(self, nbytes: float = 0.0) -> float:
+        """Host seconds a TP collective of `nbytes` costs through DTensor beyond the raw collective
+        (redistribute, functional collective, wait, subclass wrapping, the copies that gather and scatter
+        along the sequence), from the two-rank tp_block measurements: a block's forward + backward, less
+        its two DTensor linears' overhead, its rank-local GEMMs and its four raw collectives, per
+        collective; linear in the bytes between measured sizes (`_interp_overhead`). 0 without them."""
+        return _interp_overhead(self._tp_overhead_points, nbytes)
+
+    @cached_property
+    def _zero_overhead_points(self) -> list[tuple[float, float]]:
+        """[(unit bytes, host seconds per collective)] from the fsdp_block rows, sorted by bytes."""
+        rows: dict = {}
+        for p in self.framework:
+            if p.op in ("fsdp_block", "fsdp_collectives") and p.bytes > 0:
+                rows.setdefault(p.bytes, {})[(p.mode, p.phase)] = p.time_s
+        out = []
+        for nbytes, r in sorted(rows.items()):
+            need = [("fsdp", "fwd"), ("fsdp", "bwd"), ("eager", "fwd"), ("eager", "bwd"), ("plain", "step")]
+            if all(k in r for k in need):
+                extra = r[need[0]] + r[need[1]] - r[need[2]] - r[need[3]] - r[need[4]]
+                out.append((nbytes, max(0.0, extra / 3.0)))
+        return out
+
+    def zero_comm_overhead(self, unit_bytes: float) -> float:
+        """Host seconds a ZeRO collective costs through FSDP2 beyond the raw collective (copy-in to the
+        flat buffer, copy-out into the parameters, chunk-cat of the gradients, pre/post hooks), per
+        collective of a unit of `unit_bytes` parameter bytes: a ZeRO-3 unit's forward + backward under FSDP2,
+        less the same unit unsharded and its three raw collectives (two all-gathers, one reduce-scatter),
+        over three; linear in the bytes between measured sizes (`_interp_overhead`). 0 without fsdp_block rows."""
+        return _interp_overhead(self._zero_overhead_points, unit_bytes)
 
     def comm_time(self, op: Comm, group: GroupShape) -> float | None:
         """Seconds for `op` on `group` from the collective tables; None when this collective, group size
@@ -634,3 +674,15 @@ def load_profile(path: str | Path) -> Profile:
     prof = profile_from_mapping(raw, where)
     object.__setattr__(prof, "source", str(path))
     return prof
+
+
+def _interp_overhead(points: list[tuple[float, float]], nbytes: float) -> float:
+    """Piecewise linear in bytes through [(bytes, seconds)] (a fixed host cost plus copies that grow
+    with the bytes): flat below the smallest size, along the last segment above the largest; 0 if empty."""
+    if not points:
+        return 0.0
+    if len(points) == 1 or nbytes <= points[0][0]:
+        return points[0][1]
+    i = next((j for j in range(1, len(points)) if nbytes <= points[j][0]), len(points) - 1)
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return max(0.0, y0 + (y1 - y0) * (nbytes - x0) / (x1 - x0))

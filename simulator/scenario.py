@@ -123,6 +123,21 @@ class Scenario:
     def tokens_per_step(self) -> int:
         return self.training.global_batch * self.training.seq_len
 
+    @property
+    def overlap_dp(self) -> bool:
+        """DP / ZeRO communication overlaps compute: asked for (`parallel.overlap_dp`) and possible on the
+        hardware (`node.comm_overlaps_compute`)."""
+        return self.parallel.overlap_dp and self.topology.node.comm_overlaps_compute
+
+    @property
+    def overlap_tp(self) -> bool:
+        return self.parallel.overlap_tp and self.topology.node.comm_overlaps_compute
+
+    @property
+    def overlap_cp(self) -> bool:
+        """The CP ring passes K/V on while the attention blocks compute (no key: always, where it can)."""
+        return self.topology.node.comm_overlaps_compute
+
 
 @dataclass(frozen=True, kw_only=True)
 class _RawScenario:

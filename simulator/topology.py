@@ -64,6 +64,13 @@ class NodeSpec:
     """Per NIC per direction, GB/s (400 Gb/s NDR: 50)."""
     nic_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
     """Achieved / nominal NIC bandwidth for large messages; null = the constant in collectives.py (0.94)."""
+    comm_overlaps_compute: bool = True
+    """Communication runs beside compute without slowing it (GPUs: NCCL on its own SMs and copy engines).
+    false: the rank's own core moves and reduces the data (gloo between CPU processes), so collectives and
+    compute take turns and every collective is exposed (`Scenario.overlap_dp` / `overlap_tp` /
+    `overlap_cp`). Measured on the 2-core cpu-host machine (`python benchmarks/cpu_comm_overlap.py`): an
+    async gloo all-reduce of 0.25-16 MB next to a GEMM loop hid between -48 % and +16 % of its time (30
+    repeats; negative: the pair ran slower than one after the other), i.e. no dependable overlap."""
     nic_latency_us: float = field(default=1.0, metadata={"min": 0.0})
     """Network latency added to each inter-node step on top of NCCL's software latency: NIC to NIC
     through one switch (NCCL's `latencyInter`; added twice for Simple, which flushes)."""

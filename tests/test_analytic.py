@@ -102,3 +102,28 @@ def test_engine_prices_the_host_floor_like_the_analytic_model():
     sc = host_scenario(nodes=2, host_s=0.05)
     assert simulate(sc, estimator="engine")["iteration_time_s"] == pytest.approx(
         simulate(sc, estimator="analytic")["iteration_time_s"], rel=0.02)
+
+
+def _no_overlap(sc):
+    """The same scenario on hardware whose communication takes the compute core's turn (gloo on CPUs)."""
+    from dataclasses import replace
+    return replace(sc, topology=replace(sc.topology, node=replace(sc.topology.node, comm_overlaps_compute=False)))
+
+
+@pytest.mark.parametrize("estimator", ["engine", "analytic"])
+@pytest.mark.parametrize("parallel, dim", [({"dp": 2, "zero": 3}, "dp"), ({"cp": 2}, "cp"), ({"dp": 2}, "dp")])
+def test_without_comm_compute_overlap_every_collective_is_exposed(estimator, parallel, dim):
+    from simulator.run import simulate
+    raw = {"name": "overlap", "model": {"arch": "llama", "layers": 4, "hidden": 1024, "ffn_hidden": 4096,
+                                        "heads": 8, "vocab": 8000},
+           "training": {"seq_len": 2048, "global_batch": 8 // parallel.get("cp", 1) * 2, "micro_batch": 1},
+           "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": 2},
+           "parallel": dict(parallel, overlap_dp=True)}
+    sc = scenario_from_mapping(raw)
+    assert sc.overlap_dp and sc.overlap_cp
+    serial = _no_overlap(sc)
+    assert not serial.overlap_dp and not serial.overlap_cp and serial.parallel.overlap_dp  # the key is untouched
+    a, b = simulate(sc, estimator=estimator), simulate(serial, estimator=estimator)
+    total, exposed = b["comm"][dim]["time_s"], b["comm"][dim]["exposed_s"]
+    assert exposed == pytest.approx(total, rel=1e-6)
+    assert b["iteration_time_s"] >= a["iteration_time_s"] * (1 - 1e-9)

@@ -129,3 +129,25 @@ def test_unfused_accumulation_in_fp32_training_moves_12_bytes_per_param():
     sc = load_scenario("scenarios/70b_512gpu.yaml", ["training.grad_accum_fused=false", "training.precision=fp32"])
     acc = [n.op for n in layer_passes(sc, 0).W if n.op.name == "grad_accum_fp32"]
     assert len(acc) == 1 and acc[0].bytes == pytest.approx(12 * 855_654_400 / 8, rel=1e-3)
+
+
+def test_ring_steps_are_one_causal_block_then_unmasked_half_blocks_merged_in_forward_only():
+    sc = load_scenario("scenarios/8b_8gpu.yaml", ["parallel.cp=4", "parallel.dp=2"])
+    z = shard(sc)
+    lp = layer_passes(sc, 0, z)
+    attn = [n.op for n in lp.F if isinstance(n.op, Compute) and n.op.kind == "attention"]
+    assert [a.shape[1:3] + a.shape[4:5] for a in attn] == [(z.s, z.s, 0.5)] + [(z.s, z.s // 2, 1.0)] * 3
+    assert len({a.flops for a in attn}) == 1  # zig-zag: every step does the same work
+    names = lambda nodes: [n.op.name for n in nodes]  # noqa: E731
+    assert [x for x in names(lp.F) if x.startswith("cp_merge")] == ["cp_merge1", "cp_merge2", "cp_merge3"]
+    assert not [x for x in names(lp.B) if x.startswith("cp_merge")]
+    assert len([x for x in names(lp.B) if x.startswith("cp_accumulate")]) == 4
+    ring = [n.op for n in lp.F + lp.B if isinstance(n.op, Comm) and n.op.dim == "cp"]
+    assert not all(c.blocking for c in ring)  # on GPUs the K/V hops overlap the blocks
+
+
+def test_ring_hops_block_where_communication_takes_the_compute_cores_turn():
+    sc = load_scenario("scenarios/replay/cp2.yaml")
+    assert not sc.topology.node.comm_overlaps_compute
+    lp = layer_passes(sc, 0, shard(sc))
+    assert all(n.op.blocking for n in lp.F + lp.B if isinstance(n.op, Comm))

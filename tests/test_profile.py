@@ -289,3 +289,44 @@ parallel: {{tp: 1}}
     assert sc.cluster.profile != "default"
     measured, total = scenario_coverage(sc)
     assert total > 0 and measured / total >= 0.95, f"{measured / total:.1%} of compute time measured"
+
+
+# ----------------------------------------------------------------------------------- parallel host overheads
+
+def _fw(mode, op, phase, t, nbytes=0.0):
+    return {"mode": mode, "op": op, "phase": phase, "bytes": nbytes, **timed(t)}
+
+
+def test_fsdp_overhead_per_collective_is_block_less_eager_less_raw_collectives_over_three():
+    raw = make_profile()
+    raw["framework"] = []
+    for nbytes, fsdp, eager, coll in ((1e3, 4e-3, 1e-4, 1e-3), (1e6, 10e-3, 1e-3, 3e-3)):
+        raw["framework"] += [_fw("fsdp", "fsdp_block", "fwd", fsdp / 2, nbytes), _fw("fsdp", "fsdp_block", "bwd", fsdp / 2, nbytes),
+                             _fw("eager", "fsdp_block", "fwd", eager / 2, nbytes), _fw("eager", "fsdp_block", "bwd", eager / 2, nbytes),
+                             _fw("plain", "fsdp_collectives", "step", coll, nbytes)]
+    p = profile_from_mapping(raw)
+    small, large = (4e-3 - 1e-4 - 1e-3) / 3, (10e-3 - 1e-3 - 3e-3) / 3
+    assert p.zero_comm_overhead(1e3) == pytest.approx(small)
+    assert p.zero_comm_overhead(10.0) == pytest.approx(small)  # flat below the smallest unit
+    assert p.zero_comm_overhead(1e6) == pytest.approx(large)
+    assert small < p.zero_comm_overhead(5e5) < large  # the copies grow with the bytes
+    assert p.zero_comm_overhead(2e6) > large
+    assert profile_from_mapping(make_profile()).zero_comm_overhead(1e6) == 0.0  # no rows: nothing added
+
+
+def test_tp_overhead_grows_with_the_collective_and_an_old_single_size_profile_still_reads():
+    raw = make_profile()
+    lin = [_fw("dtensor", "linear", "fwd", 1e-4), _fw("dtensor", "linear", "bwd", 2e-4)]
+    raw["framework"] = lin + [_fw("dtensor", "tp_block", "fwd", 2e-3), _fw("dtensor", "tp_block", "bwd", 3e-3),
+                              _fw("plain", "collective", "step", 3e-4)]
+    old = profile_from_mapping(raw)
+    fixed = (5e-3 - 2 * 3e-4 - 4 * 3e-4) / 4
+    assert old.tp_comm_overhead(1e6) == pytest.approx(fixed)
+    raw["framework"] = [dict(e, bytes=128.0) for e in raw["framework"][2:]] + lin + [
+        _fw("dtensor", "tp_block", "fwd", 4e-3, 2.6e5), _fw("dtensor", "tp_block", "bwd", 5e-3, 2.6e5),
+        _fw("eager", "tp_block", "fwd", 3e-4, 2.6e5), _fw("eager", "tp_block", "bwd", 5e-4, 2.6e5),
+        _fw("plain", "collective", "step", 5e-4, 2.6e5)]
+    new = profile_from_mapping(raw)
+    assert new.tp_comm_overhead(128.0) == pytest.approx(fixed)
+    assert new.tp_comm_overhead(2.6e5) == pytest.approx((9e-3 - 6e-4 - 8e-4 - 2e-3) / 4)
+    assert new.tp_comm_overhead(2.6e5) > new.tp_comm_overhead(1.3e5) > fixed

@@ -13,6 +13,9 @@ negligible), per op, for three modes:
 | dtensor | the same through DTensor on a one-rank mesh: Colwise/Rowwise-parallel nn.Linear (torchtitan's TP plan), an elementwise op on a Shard(1) DTensor (sequence-parallel norms, residuals) |
 
 and one AdamW step per parameter tensor (plain tensors vs DTensor parameters, as FSDP2 and TP hold them).
+Two two-rank gloo probes time what a parallel layout adds around its collectives: `tp_block` (DTensor's
+redistributes under TP + SP) and `fsdp_block` (FSDP2's per-unit all-gather copy-in/out, hooks and
+reduce-scatter copy-in under ZeRO, at several unit sizes: the copies grow with the bytes).
 Times are the thread's CPU time (`time.thread_time_ns`), so another process taking the core does not
 inflate them. `simulator/profile.py` (`Profile.framework_overhead`) turns them into the extra seconds per
 simulator op (mode minus plain).
@@ -22,6 +25,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import warnings
 
 import torch
 
@@ -145,56 +149,151 @@ def measure_optimizer(mode: str) -> list[dict]:
     return [_entry(mode, "optimizer", "step", _sample(step))]
 
 
-def _tp_worker(rank: int, port: int, q) -> None:
-    """One of two gloo ranks: TP + SP blocks (PrepareModuleInput Shard(1) -> Replicate, a Colwise and a
-    Rowwise nn.Linear with Shard(1) output: one all-gather and one reduce-scatter each way, torchtitan's
-    plan) on tiny operands, and the raw gloo all-gather / reduce-scatter of the same bytes. Wall time after
-    a barrier (the collectives wait for the other rank); rank 0 reports."""
+class _Block(torch.nn.Module):
+    """Linear(w, out) then Linear(out, w), no bias: a TP block (Colwise then Rowwise) or, with the
+    residual, an FSDP unit."""
+
+    def __init__(self, w: int, out: int, residual: bool = False):
+        super().__init__()
+        self.a = torch.nn.Linear(w, out, bias=False)
+        self.b = torch.nn.Linear(out, w, bias=False)
+        self.residual = residual
+
+    def forward(self, x):
+        y = self.b(self.a(x))
+        return x + y if self.residual else y
+
+
+def _join_two_ranks(rank: int, port: int):
+    """This process as one of two gloo ranks, one torch thread; returns the two-rank DeviceMesh."""
     import torch.distributed as dist  # noqa: PLC0415
     from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
+    warnings.filterwarnings("ignore", category=FutureWarning)  # all_gather_into_tensor's rename notice
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    return init_device_mesh("cpu", (2,))
+
+
+def _barrier_timed(samples: int, fn, setup=None, per: float = 1) -> list[float]:
+    """Wall seconds of fn(setup()) after a barrier (the peer's collectives meet ours), / per; warm-up dropped."""
+    import torch.distributed as dist  # noqa: PLC0415
+    out = []
+    for i in range(WARMUP + samples):
+        arg = setup() if setup is not None else None
+        dist.barrier()
+        t0 = time.perf_counter_ns()
+        fn(arg)
+        if i >= WARMUP:
+            out.append((time.perf_counter_ns() - t0) * 1e-9 / per)
+    return out
+
+
+def _tp_entries(mesh) -> list[dict]:
+    """Rows measured on one of two gloo ranks: TP + SP blocks (PrepareModuleInput Shard(1) -> Replicate, a Colwise and a
+    Rowwise nn.Linear with Shard(1) output: one all-gather and one reduce-scatter each way, torchtitan's
+    plan) at TP_SHAPES (tokens, width), the same rank-local GEMMs as plain modules (eager: Linear(W, W/2),
+    Linear(W/2, W) on all tokens), and the raw gloo all-gather / reduce-scatter of the same bytes. Wall
+    time after a barrier (the collectives wait for the other rank); rank 0 reports. The tiny shape gives
+    the fixed host cost per collective, the larger ones what grows with the bytes (DTensor's copies to
+    gather and scatter along the sequence dimension)."""
+    import torch.distributed as dist  # noqa: PLC0415
     from torch.distributed.tensor import Replicate, Shard  # noqa: PLC0415
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,  # noqa: PLC0415
                                                    RowwiseParallel, parallelize_module)
-    try:
-        torch.set_num_threads(1)
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=2)
-        mesh = init_device_mesh("cpu", (2,))
 
-        class Block(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.a = torch.nn.Linear(WIDTH, WIDTH, bias=False)
-                self.b = torch.nn.Linear(WIDTH, WIDTH, bias=False)
-
-            def forward(self, x):
-                return self.b(self.a(x))
-        blocks = torch.nn.Sequential(*[Block() for _ in range(TP_BLOCKS)])
-        for blk in blocks:
-            parallelize_module(blk, mesh, {"": PrepareModuleInput(input_layouts=(Shard(1),),
-                                                                  desired_input_layouts=(Replicate(),)),
-                                           "a": ColwiseParallel(), "b": RowwiseParallel(output_layouts=Shard(1))})
-        x = torch.randn(1, 4, WIDTH, requires_grad=True)
-        t, full = torch.randn(4 * WIDTH), torch.empty(8 * WIDTH)
-
-        def timed(fn, setup=None, per=1):
-            out = []
-            for i in range(WARMUP + TP_SAMPLES):
-                arg = setup() if setup is not None else None
-                dist.barrier()
-                t0 = time.perf_counter_ns()
-                fn(arg)
-                dt = (time.perf_counter_ns() - t0) * 1e-9 / per
-                if i >= WARMUP:
-                    out.append(dt)
-            return out
-        fwd = timed(lambda _: blocks(x), per=TP_BLOCKS)
-        bwd = timed(lambda loss: loss.backward(), lambda: blocks(x).sum(), per=TP_BLOCKS)
+    def timed(fn, setup=None, per=1):
+        return _barrier_timed(TP_SAMPLES, fn, setup, per)
+    entries = []
+    for tokens, w in TP_SHAPES:
+        nbytes = float(tokens * w * 4)  # one collective's full buffer (fp32 activations)
+        for mode in ("dtensor", "eager"):
+            blocks = torch.nn.Sequential(*[_Block(w, w if mode == "dtensor" else w // 2) for _ in range(TP_BLOCKS)])
+            if mode == "dtensor":
+                for blk in blocks:
+                    parallelize_module(blk, mesh, {"": PrepareModuleInput(input_layouts=(Shard(1),),
+                                                                          desired_input_layouts=(Replicate(),)),
+                                                   "a": ColwiseParallel(), "b": RowwiseParallel(output_layouts=Shard(1))})
+                x = torch.randn(1, tokens // 2, w, requires_grad=True)  # this rank's sequence shard
+            else:
+                x = torch.randn(1, tokens, w, requires_grad=True)
+            fwd = timed(lambda _: blocks(x), per=TP_BLOCKS)
+            bwd = timed(lambda loss: loss.backward(), lambda: blocks(x).sum(), per=TP_BLOCKS)
+            extra = {"bytes": nbytes}
+            entries += [_entry(mode, "tp_block", "fwd", fwd) | extra, _entry(mode, "tp_block", "bwd", bwd) | extra]
+        t, full = torch.randn(tokens * w // 2), torch.empty(tokens * w)
         ag = timed(lambda _: dist.all_gather_into_tensor(full, t))
         rs = timed(lambda _: dist.reduce_scatter_tensor(t, full))
+        entries.append(_entry("plain", "collective", "step", [(a + r) / 2 for a, r in zip(ag, rs)]) | {"bytes": nbytes})
+    return entries
+
+
+TP_BLOCKS = 8
+TP_SAMPLES = 40
+TP_SHAPES = ((4, 8), (64, 256), (256, 256))
+"""(tokens, width) of the tp_block probe: one collective moves tokens x width fp32 (128 B, 64 KB, 256 KB)."""
+FSDP_WIDTHS = (8, 128, 256)
+"""fsdp_block widths W: a unit is Linear(W, 4W) + Linear(4W, W), 8 W^2 fp32 parameters (2 KB, 0.5 MB, 2.1 MB)."""
+FSDP_BLOCKS = 6
+FSDP_SAMPLES = 20
+
+
+def _fsdp_entries(mesh) -> list[dict]:
+    """Rows measured on one of two gloo ranks: FSDP_BLOCKS units, each `fully_shard`ed with reshard_after_forward (ZeRO-3:
+    all-gather in forward, again in backward, reduce-scatter of the gradients) inside a root unit, against
+    the same blocks unsharded, and the raw gloo all-gather (twice) and reduce-scatter of one unit's bytes.
+    Wall time per unit after a barrier; rank 0 reports."""
+    import torch.distributed as dist  # noqa: PLC0415
+    from torch.distributed.fsdp import fully_shard  # noqa: PLC0415
+    entries = []
+    for w in FSDP_WIDTHS:
+        nbytes = 8.0 * w * w * 4
+        x = torch.randn(1, 4, w)
+        for mode in ("eager", "fsdp"):
+            blocks = torch.nn.Sequential(*[_Block(w, 4 * w, residual=True) for _ in range(FSDP_BLOCKS)])
+            if mode == "fsdp":
+                for blk in blocks:
+                    fully_shard(blk, mesh=mesh, reshard_after_forward=True)
+                fully_shard(blocks, mesh=mesh, reshard_after_forward=True)
+            state = {}
+
+            def fwd():
+                state["loss"] = blocks(x).sum()
+
+            def bwd():
+                state["loss"].backward()
+            f, b = [], []
+            for i in range(WARMUP + FSDP_SAMPLES):
+                dist.barrier()
+                t0 = time.perf_counter_ns()
+                fwd()
+                t1 = time.perf_counter_ns()
+                bwd()
+                t2 = time.perf_counter_ns()
+                blocks.zero_grad(set_to_none=True)
+                if i >= WARMUP:
+                    f.append((t1 - t0) * 1e-9 / FSDP_BLOCKS)
+                    b.append((t2 - t1) * 1e-9 / FSDP_BLOCKS)
+            entries += [_entry(mode, "fsdp_block", "fwd", f) | {"bytes": nbytes},
+                        _entry(mode, "fsdp_block", "bwd", b) | {"bytes": nbytes}]
+        full, shard = torch.empty(int(nbytes) // 4), torch.empty(int(nbytes) // 8)
+
+        def raw():
+            dist.all_gather_into_tensor(full, shard)
+            dist.all_gather_into_tensor(full, shard)
+            dist.reduce_scatter_tensor(shard, full)
+        entries.append(_entry("plain", "fsdp_collectives", "step", _barrier_timed(FSDP_SAMPLES, lambda _: raw()))
+                       | {"bytes": nbytes})
+    return entries
+
+
+def _rank_main(rank: int, port: int, q, entries_fn) -> None:
+    """One of the two spawned ranks: join, measure, rank 0 reports the rows (or the error as a skip)."""
+    import torch.distributed as dist  # noqa: PLC0415
+    try:
+        entries = entries_fn(_join_two_ranks(rank, port))
         if rank == 0:
-            q.put([_entry("dtensor", "tp_block", "fwd", fwd), _entry("dtensor", "tp_block", "bwd", bwd),
-                   _entry("plain", "collective", "step", [(a + r) / 2 for a, r in zip(ag, rs)])])
+            q.put(entries)
         dist.barrier()
         dist.destroy_process_group()
     except Exception as e:  # noqa: BLE001 (reported to the parent as a skip)
@@ -202,23 +301,36 @@ def _tp_worker(rank: int, port: int, q) -> None:
             q.put(f"{type(e).__name__}: {e}")
 
 
-TP_BLOCKS = 8
-TP_SAMPLES = 40
+def _tp_worker(rank: int, port: int, q) -> None:
+    _rank_main(rank, port, q, _tp_entries)
 
 
-def measure_tp_block(mode: str) -> list[dict]:
+def _fsdp_worker(rank: int, port: int, q) -> None:
+    _rank_main(rank, port, q, _fsdp_entries)
+
+
+def _two_ranks(worker, what: str) -> list[dict]:
     import torch.multiprocessing as mp  # noqa: PLC0415
     from ..collectives import free_port  # noqa: PLC0415
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    mp.start_processes(_tp_worker, args=(free_port(), q), nprocs=2, start_method="spawn", join=True)
-    res = q.get() if not q.empty() else "no result from the TP workers"
+    mp.start_processes(worker, args=(free_port(), q), nprocs=2, start_method="spawn", join=True)
+    res = q.get() if not q.empty() else f"no result from the {what} workers"
     if isinstance(res, str):
-        raise Skip(f"TP block on two gloo ranks: {res}")
+        raise Skip(f"{what} on two gloo ranks: {res}")
     return res
 
 
+def measure_tp_block(mode: str) -> list[dict]:
+    return _two_ranks(_tp_worker, "TP block")
+
+
+def measure_fsdp_block(mode: str) -> list[dict]:
+    return _two_ranks(_fsdp_worker, "FSDP2 block")
+
+
 MEASUREMENTS = (("tp_block", measure_tp_block, ("dtensor",)),
+                ("fsdp_block", measure_fsdp_block, ("fsdp",)),
                 ("linear", measure_linear, ("plain", "eager", "dtensor")),
                 ("elementwise", measure_elementwise, ("plain", "eager", "dtensor")),
                 ("optimizer", measure_optimizer, ("plain", "dtensor")))

@@ -6,8 +6,11 @@ picotron (`context_parallel/context_parallel.py`: K/V passed around the ring wit
 softmax merged through the log-sum-exp) and ring-flash-attention's zig-zag variant (`zigzag_ring_flash_attn.py`:
 rank r holds sequence chunks r and 2c-1-r of 2c, so all ranks do the same causal work).
 
-Forward: c steps; at each the rank attends its two query chunks to the K/V block it holds while the
-block moves on to the next rank (`batch_isend_irecv`, overlapped with the block's compute).
+Forward: c steps; at each the rank attends its queries to the K/V block it holds while the block moves
+on to the next rank (`batch_isend_irecv`, issued before the block's compute): step 0 one causal block
+over its own two chunks, later steps one unmasked half block (`_step_blocks`), merged through the
+log-sum-exp. On CPU each block is the flash kernel with log-sum-exp output (as ring-flash-attention
+calls flash-attn per block), elsewhere the same maths with materialised scores.
 Backward: K/V go round again; each block's dK/dV accumulator travels with it and after c hops is back
 with its owner (MODELING.md 4.3: c-1 K/V transfers forward, c-1 K/V and c dK/dV transfers backward).
 `allgather_attention` is Llama 3's variant (§3.3.2): all-gather K/V (reduce-scatter of dK/dV in backward,
@@ -79,70 +82,92 @@ def _scores(q: torch.Tensor, k: torch.Tensor, scale: float, causal: bool) -> tor
     return s
 
 
-def _pairs(cp: CPGroup, src: int):
-    """(query half, key half, causal) for the sub-blocks that survive the causal mask."""
-    for a, qc in enumerate(cp.chunks(cp.rank)):
-        for b, kc in enumerate(cp.chunks(src)):
-            if qc > kc:
-                yield a, b, False
-            elif qc == kc:
-                yield a, b, True
+def _block_forward(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(output in fp32, log-sum-exp [b, H, s_q]) of one attention block. On CPU: the flash kernel that
+    returns its log-sum-exp (what SDPA runs, and what the simulator's attention table measured); on other
+    devices the same maths with the scores materialised."""
+    if q.device.type == "cpu":
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q.contiguous(), k.contiguous(), v.contiguous(), 0.0, causal, scale=scale)
+        return o.float(), lse
+    s = _scores(q, k, scale, causal)
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.exp(s - lse.unsqueeze(-1)) @ v.float(), lse
+
+
+def _block_backward(dout, q, k, v, out, lse, causal: bool, scale: float):
+    """(dQ, dK, dV) of one block given the merged output and log-sum-exp (FlashAttention-2's backward:
+    the block's probabilities are exp(scores - global lse), D = rowsum(dO * O) of the merged output)."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dout.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.to(q.dtype).contiguous(),
+            lse.contiguous(), 0.0, causal, scale=scale)
+    p = torch.exp(_scores(q, k, scale, causal) - lse.unsqueeze(-1))
+    dout = dout.float()
+    dp = dout @ v.float().transpose(-1, -2)
+    dsc = p * (dp - (dout * out.float()).sum(-1).unsqueeze(-1))
+    return (dsc @ k.float()) * scale, (dsc.transpose(-1, -2) @ q.float()) * scale, p.transpose(-1, -2) @ dout
+
+
+def _step_blocks(cp: CPGroup, src: int, half: int) -> tuple[slice, slice]:
+    """(query slice, key slice) of the local sequence that survive the causal mask when this rank holds
+    member `src`'s K/V (src != own): src's chunks (src, 2c-1-src) against ours (r, 2c-1-r). src < r: its
+    first chunk precedes both of ours and its second follows both -> all queries x first key half.
+    src > r: both its chunks precede our second and follow our first -> second query half x all keys.
+    Either way half of a full s_local x s_local block, with no mask (ring-flash-attention's zig-zag)."""
+    whole = slice(None)
+    return (whole, slice(0, half)) if src < cp.rank else (slice(half, None), whole)
+
+
+def _merge(out, lse, o_blk, l_blk) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blockwise softmax: combine two partial results through their log-sum-exps."""
+    l_new = torch.logaddexp(lse, l_blk)
+    return out * torch.exp(lse - l_new).unsqueeze(-1) + o_blk * torch.exp(l_blk - l_new).unsqueeze(-1), l_new
 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cp: CPGroup):
-        rep, scale = q.shape[1] // k.shape[1], 1.0 / math.sqrt(q.shape[-1])
-        qs = q.chunk(2, dim=2)
-        out = [torch.zeros(x.shape, dtype=torch.float32, device=q.device) for x in qs]
-        lse = [torch.full(x.shape[:-1], float("-inf"), device=q.device) for x in qs]
+        rep, scale, half = q.shape[1] // k.shape[1], 1.0 / math.sqrt(q.shape[-1]), q.shape[2] // 2
         kv = torch.stack([k, v])
+        out = lse = None
         for step in range(cp.size):
             src = (cp.rank - step) % cp.size
             if step < cp.size - 1:
                 nxt, works = _exchange(kv, cp)
-            ks, vs = _expand(kv[0], rep).chunk(2, dim=2), _expand(kv[1], rep).chunk(2, dim=2)
-            for a, b, causal in _pairs(cp, src):
-                s = _scores(qs[a], ks[b], scale, causal)
-                l_blk = torch.logsumexp(s, dim=-1)
-                o_blk = torch.exp(s - l_blk.unsqueeze(-1)) @ vs[b].float()
-                l_new = torch.logaddexp(lse[a], l_blk)
-                out[a] = out[a] * torch.exp(lse[a] - l_new).unsqueeze(-1) + o_blk * torch.exp(l_blk - l_new).unsqueeze(-1)
-                lse[a] = l_new
+            kk, vv = _expand(kv[0], rep), _expand(kv[1], rep)
+            if step == 0:  # our own chunks, in increasing order: one causal block
+                out, lse = _block_forward(q, kk, vv, True, scale)
+            else:
+                qs, ks = _step_blocks(cp, src, half)
+                o_blk, l_blk = _block_forward(q[:, :, qs], kk[:, :, ks], vv[:, :, ks], False, scale)
+                out[:, :, qs], lse[:, :, qs] = _merge(out[:, :, qs], lse[:, :, qs], o_blk, l_blk)
             if step < cp.size - 1:
                 _wait(works)
                 kv = nxt
-        o = torch.cat(out, dim=2)
-        ctx.save_for_backward(q, k, v, o, torch.cat(lse, dim=2))
+        ctx.save_for_backward(q, k, v, out, lse)
         ctx.cp = cp
-        return o.to(q.dtype)
+        return out.to(q.dtype)
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, o, lse = ctx.saved_tensors
         cp = ctx.cp
-        rep, scale = q.shape[1] // k.shape[1], 1.0 / math.sqrt(q.shape[-1])
-        dout = dout.float()
-        delta = (dout * o).sum(-1)  # D = rowsum(dO * O) (FlashAttention-2 backward)
-        qs, dos, ds, ls = q.chunk(2, 2), dout.chunk(2, 2), delta.chunk(2, 2), lse.chunk(2, 2)
-        dq = [torch.zeros(x.shape, dtype=torch.float32, device=q.device) for x in qs]
+        rep, scale, half = q.shape[1] // k.shape[1], 1.0 / math.sqrt(q.shape[-1]), q.shape[2] // 2
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         kv = torch.stack([k, v])
         dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)
         for step in range(cp.size):
             src = (cp.rank - step) % cp.size
             if step < cp.size - 1:
                 nxt, works = _exchange(kv, cp)
-            ks, vs = _expand(kv[0], rep).chunk(2, dim=2), _expand(kv[1], rep).chunk(2, dim=2)
-            dk = [torch.zeros(x.shape, dtype=torch.float32, device=q.device) for x in ks]
-            dv = [torch.zeros(x.shape, dtype=torch.float32, device=q.device) for x in vs]
-            for a, b, causal in _pairs(cp, src):
-                p = torch.exp(_scores(qs[a], ks[b], scale, causal) - ls[a].unsqueeze(-1))
-                dv[b] += p.transpose(-1, -2) @ dos[a]
-                dp = dos[a] @ vs[b].float().transpose(-1, -2)
-                dsc = p * (dp - ds[a].unsqueeze(-1))
-                dq[a] += (dsc @ ks[b].float()) * scale
-                dk[b] += (dsc.transpose(-1, -2) @ qs[a].float()) * scale
-            dkv = dkv + torch.stack([_fold(torch.cat(dk, 2), rep), _fold(torch.cat(dv, 2), rep)])
+            kk, vv = _expand(kv[0], rep), _expand(kv[1], rep)
+            qs, ks = (slice(None), slice(None)) if step == 0 else _step_blocks(cp, src, half)
+            dq_b, dk_b, dv_b = _block_backward(dout[:, :, qs], q[:, :, qs], kk[:, :, ks], vv[:, :, ks],
+                                               o[:, :, qs], lse[:, :, qs], step == 0, scale)
+            dq[:, :, qs] += dq_b
+            dkv[0][:, :, ks] += _fold(dk_b.float(), rep)
+            dkv[1][:, :, ks] += _fold(dv_b.float(), rep)
             if cp.size > 1:
                 dkv, dkv_works = _exchange(dkv, cp)  # the accumulator follows its block round the ring
                 _wait(dkv_works)
@@ -150,7 +175,7 @@ class _RingAttention(torch.autograd.Function):
                 _wait(works)
                 kv = nxt
         # after c hops the accumulator we hold is our own block's
-        return torch.cat(dq, 2).to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cp: CPGroup) -> torch.Tensor:

@@ -274,7 +274,7 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
     cache: dict = {}
     blocks: dict = {}
     stages = []
-    zero, overlap = p.zero, p.overlap_dp
+    zero, overlap = p.zero, sc.overlap_dp
     emb_stage, head_stage = owner[0], owner[-1]
     for r in range(pp):
         chunks = tuple(c for c, _ in rank_chunks(sc, r))
