@@ -8,8 +8,9 @@ this module reads it (no torch), validates it strictly and answers two questions
 
 plus the host time the isolated kernel probes do not see (the `framework` table, CPU only:
 `Profile.framework_overhead(op, ...)` per compute op - autograd, DTensor modules under TP, DTensor
-parameters in the optimizer under TP/FSDP2 - and `Profile.tp_comm_overhead()` per TP collective, the
-DTensor redistribute path measured on two gloo ranks; `CostModel` adds both on the profile path only).
+parameters in the optimizer under TP/FSDP2 - and, per collective by its size, `Profile.tp_comm_overhead`
+(DTensor's redistribute path) and `Profile.zero_comm_overhead` (FSDP2's copies and hooks), measured on two
+gloo ranks; `CostModel` adds them on the profile path only).
 
 Both return None when the profile holds nothing applicable, and the cost model then falls back to the
 spec roofline (`CostModel.stats` counts how much compute time came from measurements). The accepted
@@ -222,7 +223,9 @@ class FrameworkPoint(_Timed):
     phase: str = field(metadata={"choices": ("fwd", "bwd", "step")})
     """fwd: the op; bwd: its backward (for linear: dgrad and wgrad together); step: per parameter tensor."""
     bytes: float = field(default=0.0, metadata={"min": 0.0})
-    """fsdp_block / fsdp_collectives: one FSDP unit's unsharded parameter bytes (0 for the other ops)."""
+    """Size of the measured shape: tp_block / collective: one TP collective's full buffer; fsdp_block /
+    fsdp_collectives: one FSDP unit's unsharded parameter bytes; 0 for the other ops (and for tp_block rows
+    from profiles that measured one tiny shape only)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -538,17 +541,22 @@ class Profile:
             return param_tensors * extra("dtensor", "optimizer", "step", idx.get(("plain", "optimizer", "step"), 0.0))
         return 0.0
 
+    def _framework_rows_by_bytes(self, ops: tuple[str, ...]) -> list[tuple[float, dict]]:
+        """[(bytes, {(mode, phase): seconds})] of the framework rows of `ops`, one entry per measured size,
+        smallest first (the two-rank block probes measure each size as a set of rows)."""
+        rows: dict = {}
+        for p in self.framework:
+            if p.op in ops:
+                rows.setdefault(p.bytes, {})[(p.mode, p.phase)] = p.time_s
+        return sorted(rows.items())
+
     @cached_property
     def _tp_overhead_points(self) -> list[tuple[float, float]]:
         """[(collective bytes, host seconds per TP collective)] from the tp_block rows, sorted by bytes."""
         idx = self._framework_index
         lin = 2.0 * (idx.get(("dtensor", "linear", "fwd"), 0.0) + idx.get(("dtensor", "linear", "bwd"), 0.0))
-        rows: dict = {}
-        for p in self.framework:
-            if p.op in ("tp_block", "collective"):
-                rows.setdefault(p.bytes, {})[(p.mode, p.phase)] = p.time_s
         out = []
-        for nbytes, r in sorted(rows.items()):
+        for nbytes, r in self._framework_rows_by_bytes(("tp_block", "collective")):
             if not all(k in r for k in (("dtensor", "fwd"), ("dtensor", "bwd"), ("plain", "step"))):
                 continue
             # a block: its two DTensor linears' host overhead, the rank-local GEMMs (eager rows; none
@@ -558,7 +566,7 @@ class Profile:
             out.append((nbytes, max(0.0, extra / 4.0)))
         return out
 
-    def tp_comm_overhead(self, nbytes: float = 0.0) -> float:
+    def tp_comm_overhead(self, nbytes: float) -> float:
         """Host seconds a TP collective of `nbytes` costs through DTensor beyond the raw collective
         (redistribute, functional collective, wait, subclass wrapping, the copies that gather and scatter
         along the sequence), from the two-rank tp_block measurements: a block's forward + backward, less
@@ -569,14 +577,10 @@ class Profile:
     @cached_property
     def _zero_overhead_points(self) -> list[tuple[float, float]]:
         """[(unit bytes, host seconds per collective)] from the fsdp_block rows, sorted by bytes."""
-        rows: dict = {}
-        for p in self.framework:
-            if p.op in ("fsdp_block", "fsdp_collectives") and p.bytes > 0:
-                rows.setdefault(p.bytes, {})[(p.mode, p.phase)] = p.time_s
         out = []
-        for nbytes, r in sorted(rows.items()):
+        for nbytes, r in self._framework_rows_by_bytes(("fsdp_block", "fsdp_collectives")):
             need = [("fsdp", "fwd"), ("fsdp", "bwd"), ("eager", "fwd"), ("eager", "bwd"), ("plain", "step")]
-            if all(k in r for k in need):
+            if nbytes > 0 and all(k in r for k in need):
                 extra = r[need[0]] + r[need[1]] - r[need[2]] - r[need[3]] - r[need[4]]
                 out.append((nbytes, max(0.0, extra / 3.0)))
         return out
