@@ -169,9 +169,10 @@ class Shares:
     Line of k sites: floor(k/2)/(k-1) (reduce towards and spread from the middle; 1 for two sites)."""
 
 
-def shares(topology: Topology, L: GroupLayout, concurrent: int = 1, siblings: bool = True) -> Shares:
+def shares(topology: Topology, L: GroupLayout, concurrent: int = 1, siblings: bool = True, p2p: bool = False) -> Shares:
     """Static contention from the layout: with `siblings`, every node's g/p groups, every leaf domain's
-    groups and every site's groups push the same bytes at once, so each gets its ranks' share."""
+    groups and every site's groups push the same bytes at once, so each gets its ranks' share. `p2p`:
+    point-to-point sends, at `node.nic_p2p_efficiency` where the topology sets one."""
     n, f = topology.node, topology.fabric
     g_hw = n.gpus
     c = max(1, concurrent)
@@ -186,7 +187,8 @@ def shares(topology: Topology, L: GroupLayout, concurrent: int = 1, siblings: bo
         if n.nics == 0:
             raise ScenarioError("cluster.nodes", f"topology {topology.name} has no NICs, so a group cannot span {L.nodes} nodes",
                                 "1 node")
-        b_nic = n.nic_bandwidth_gbs * 1e9 * (n.nic_efficiency or NIC_EFFICIENCY)
+        eff = (n.nic_p2p_efficiency if p2p else None) or n.nic_efficiency or NIC_EFFICIENCY
+        b_nic = n.nic_bandwidth_gbs * 1e9 * eff
         usable = L.per_node * n.nics / g_hw if siblings else min(n.nics, max(1.0, L.per_node * n.nics / g_hw))
         nic = usable * b_nic / c
         nic_gpu = (n.nics / g_hw if siblings else max(1.0, n.nics / g_hw)) * b_nic / c
@@ -197,7 +199,7 @@ def shares(topology: Topology, L: GroupLayout, concurrent: int = 1, siblings: bo
                 leaves = min(n.nics, max(1.0, L.per_node * n.nics / g_hw)) if f.rail_optimized else 1.0
                 spine = leaves * f.leaf_radix * b_nic / f.oversubscription / c
             if f.ring_core_gbs > 0:  # the collective's own share of the core, 1/n per node it spans
-                core = f.ring_core_gbs * 1e9 * (n.nic_efficiency or NIC_EFFICIENCY) / L.nodes / c
+                core = f.ring_core_gbs * 1e9 * eff / L.nodes / c
                 spine = min(spine, core * (L.per_node / g_hw if siblings else 1.0))
         if L.sites > 1:
             d = topology.datacenters
@@ -475,7 +477,7 @@ def candidates(topology: Topology, collective: str, L: GroupLayout, concurrent: 
         raise ValueError(f"unknown collective {collective!r} (allowed: {' | '.join(COLLECTIVES)})")
     if L.size <= 1:
         return ()
-    sh = shares(topology, L, concurrent, siblings)
+    sh = shares(topology, L, concurrent, siblings, p2p=collective == "send_recv")
     if collective == "all_reduce":
         out = _ring(topology, L, sh, collective) + _tree(topology, L, sh) + _nvls(topology, L, sh) \
             + _hierarchical(topology, L, sh, collective)

@@ -26,10 +26,17 @@ playbook's benchmark code, `scaling_benchmarks.py` and `examples/config_tiny_lla
   hold 10.9 + 15.1/dp bytes per parameter (1B, tp1, dp 8-256), the states alone 8.7 + 13.0/dp; the
   difference, 2.2 + 2.1/dp, is the bf16 gather buffer and the bf16 cast of the shard (2 + 2/dp).
 - Tied embeddings when ffn < 10,000 (the 1B and 3B models) -> `model.tie_embeddings`.
+- The network each job had: nanotron measured a 1 GiB all-reduce over one node and over the whole job
+  before training (the CSV's busbw columns). The cluster ran in two states (one-node ~458 GB/s and all-job
+  ~175-190 GB/s on 8-64 nodes, or ~425 GB/s and ~850/nodes GB/s) and 21 jobs had a node at ~45 GB/s; the
+  same 3B tp16 mbs1 layout ran at ~1,100 tokens/s/GPU in the first state and ~165 in the second. So every
+  job is priced on `aws-p5` with its NVLink and NIC speeds set to its own measurement (`job_topology`,
+  `measured_network.py`); fit split: throughput MAPE 60.0 % -> 52.1 %, median APE 10.9 % -> 10.5 %.
 """
 from __future__ import annotations
 
 import csv
+import math
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -69,6 +76,10 @@ not a sum (3B tp8 pp2 mbs16 runs at its compute time), as a host that cannot kee
 0.3 ms + tp x 0.25 ms of host time per TP collective (10 per layer), fitted on the fit split's 704 timed
 multi-node pp > 1 runs (grid over 0-0.8 ms x 0.15-0.3 ms; median APE 35.7 % -> 8.3 %, median
 predicted/measured 1.23 -> 1.02, with the per-node TP cost above). The cause inside nanotron/NCCL is not identified."""
+NETWORK = "measured"
+"""How `build_scenario` prices a job's network: "measured" (the busbw nanotron measured for that job) or
+"spec" (the topology YAML for every job)."""
+NETWORK_CHOICES = ("measured", "spec")
 NANOTRON_DDP_BUCKET_MB = 50.0
 """25 MB of bf16 gradients per DDP bucket (`ddp_bucket_cap_mb: 25`) = 50 MB of the fp32 buffer it reduces."""
 
@@ -265,9 +276,31 @@ def _topology(name: str):
     return load_topology(name, ROOT)
 
 
-def build_scenario(run: PlaybookRun, topology: str = TOPOLOGY):
+def job_topology(run: PlaybookRun, topology: str = TOPOLOGY, network: str = NETWORK):
+    """The topology this job ran on: the YAML's (`network: spec`), or with its NVLink and EFA speeds set
+    to the all-reduce busbw nanotron measured before training (`network: measured`, the default;
+    `measured_network.measured_topology`). Jobs without those columns keep the YAML's."""
+    t = _topology(topology)
+    if network == "spec":
+        return t
+    from .measured_network import measured_topology  # noqa: PLC0415
+
+    b = run.busbw
+    return measured_topology(t, run.nodes, run.gpus_per_node, _quantized(b.get("all_reduce_intranode8")),
+                             _quantized(b.get("all_reduce_alljob")))
+
+
+def _quantized(busbw: Optional[float], step: float = 0.01) -> Optional[float]:
+    """busbw on a 1 % log grid: jobs that measured within 1 % of each other share one topology, and so the
+    collective caches (4,104 jobs: ~1 min instead of ~4); 1 % is far under the run-to-run spread."""
+    if not busbw or busbw <= 0:
+        return None
+    return round(math.exp(round(math.log(busbw) / step) * step), 3)
+
+
+def build_scenario(run: PlaybookRun, topology: str = TOPOLOGY, network: str = NETWORK):
     """A validated `Scenario`; raises `ScenarioError` for layouts clustersim cannot express
-    (e.g. tp = 256 > 128 heads, which nanotron itself never ran).
+    (e.g. tp = 256 > 128 heads, which nanotron itself never ran). `network`: see `job_topology`.
 
     The same steps as `scenario.scenario_from_mapping`, except that the topology YAML is parsed once
     for all 4,104 rows (parsing it dominates otherwise)."""
@@ -279,5 +312,6 @@ def build_scenario(run: PlaybookRun, topology: str = TOPOLOGY):
     sc = Scenario(name=raw["name"], model=load_model(raw["model"], ROOT),
                   training=from_mapping(Training, raw["training"], "training"),
                   cluster=from_mapping(Cluster, raw["cluster"], "cluster"),
-                  parallel=from_mapping(Parallel, raw["parallel"], "parallel"), topology=_topology(topology))
+                  parallel=from_mapping(Parallel, raw["parallel"], "parallel"),
+                  topology=job_topology(run, topology, network))
     return validate_layout(sc)

@@ -64,6 +64,10 @@ class NodeSpec:
     """Per NIC per direction, GB/s (400 Gb/s NDR: 50)."""
     nic_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
     """Achieved / nominal NIC bandwidth for large messages; null = the constant in collectives.py (0.94)."""
+    nic_p2p_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
+    """The same for point-to-point sends (pipeline stages, CP rings); null = nic_efficiency. Set apart by
+    `measured_network.measured_topology`, which solves nic_efficiency from an all-job all-reduce: that
+    measures collectives, with every node sending at once, not a lone pipeline send."""
     comm_overlaps_compute: bool = True
     """Communication runs beside compute without slowing it (GPUs: NCCL on its own SMs and copy engines).
     false: the rank's own core moves and reduces the data (gloo between CPU processes), so collectives and

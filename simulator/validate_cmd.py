@@ -1,7 +1,8 @@
 """`python -m simulator validate`: simulate reference training runs and print how far off we are.
 
     python -m simulator validate [--set playbook|published|all] [--split fit|validation|all] [--sample N]
-                                 [--estimator analytic|engine] [--csv FILE] [--verbose] [--json | --markdown]
+                                 [--estimator analytic|engine] [--network measured|spec] [--csv FILE]
+                                 [--verbose] [--json | --markdown]
                                  [--plot FILE]
 
 The work is in `validate.py`; this file parses options (bad ones exit 2) and prints.
@@ -25,6 +26,9 @@ def add_parser(sub):
                    help="a deterministic stratified sample of N runs (fast enough for CI)")
     p.add_argument("--estimator", choices=("analytic", "engine"), default="analytic",
                    help="closed-form estimate (default; 4,000 runs in minutes) or the discrete-event engine")
+    p.add_argument("--network", choices=("measured", "spec"), default="measured",
+                   help="playbook jobs: each priced with the NVLink/EFA busbw nanotron measured for it (default), "
+                        "or all with the topology YAML")
     p.add_argument("--csv", metavar="FILE", help="the playbook CSV (default: ../shared/data/playbook/"
                                                  "nanotron_ultrascale_runs.csv or $CLUSTERSIM_PLAYBOOK_CSV)")
     p.add_argument("--verbose", "-v", action="store_true", help="also print predicted vs measured per run")
@@ -55,7 +59,7 @@ def run(args) -> int:
             print(f"  ... {i}/{n} runs", file=sys.stderr, flush=True)
 
     result = validate(sets=sets, split=args.split, sample=args.sample, estimator=args.estimator, csv=args.csv,
-                      progress=progress)
+                      progress=progress, network=args.network)
     if not result["outcomes"]:
         raise ScenarioError("--set/--split", "no reference runs selected")
     if args.plot:

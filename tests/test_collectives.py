@@ -235,9 +235,10 @@ def test_validation_script_passes():
 
 def test_ring_core_limits_each_collective_by_the_nodes_it_spans():
     """fabric.ring_core_gbs: a collective over n nodes gets core/n per node; a small group keeps its speed
-    however many nodes the job has, a wide one slows as 1/n (aws-p5, fitted on the playbook's busbw)."""
-    p5 = load_topology("aws-p5")
-    free = replace(p5, fabric=replace(p5.fabric, ring_core_gbs=0.0))
+    however many nodes the job has, a wide one slows as 1/n (aws-p5 with a 1,875 GB/s core)."""
+    free = load_topology("aws-p5")
+    assert free.fabric.ring_core_gbs == 0
+    p5 = replace(free, fabric=replace(free.fabric, ring_core_gbs=1875.0))
     two = tuple(range(16))  # 2 nodes: 2 x 400 GB/s stays under the core
     assert collective_time(p5, "all_gather", GB, two) == pytest.approx(collective_time(free, "all_gather", GB, two))
     wide = {n: collective_time(p5, "all_gather", GB, tuple(range(8 * n))) for n in (16, 32, 64)}

@@ -1,6 +1,7 @@
 """Would clustersim have picked the right layout? Regret on the Ultra-Scale Playbook's runs.
 
-    python validation/playbook_regret.py [--topology NAME] [--estimator analytic|engine] [--jobs J] [--json]
+    python validation/playbook_regret.py [--topology NAME] [--network measured|spec] [--estimator analytic|engine]
+                                         [--jobs J] [--json]
 
 For each group of the Playbook's successful runs with the same model, node count and global batch,
 clustersim ranks the group's measured layouts the way `sweep` would (tokens/s per GPU, among those its
@@ -13,7 +14,8 @@ validation split (80B/469G), which nothing was tuned on (data/playbook/README.md
 Runs with pp > 1 from before nanotron's pipeline fix (`after_pp_fix` false) are left out: they measure
 a since-fixed slowdown, not the layout (README). A layout run more than once counts with its best
 measurement. Scenarios come from `simulator.playbook` (issue 8's CSV-to-scenario mapping: nanotron's
-uneven pipeline split, DDP buckets, async TP), on the topology given (default dgx-h100).
+uneven pipeline split, DDP buckets, async TP), on the topology given (default aws-p5, the playbook's
+cluster), each job's network set to the busbw nanotron measured for it (`--network spec`: the YAML's).
 """
 from __future__ import annotations
 
@@ -35,12 +37,12 @@ BAR = 0.02
 """Issue 7: clustersim's pick within 2 % of the measured best."""
 
 
-def predict(run, topology: str, estimator: str) -> dict:
+def predict(run, topology: str, estimator: str, network: str = "measured") -> dict:
     """clustersim's numbers for one run's layout (a task for the process pool)."""
     from simulator.playbook import build_scenario  # noqa: PLC0415
     from simulator.run import simulate  # noqa: PLC0415
     try:
-        sc = build_scenario(run, topology)
+        sc = build_scenario(run, topology, network)
     except ScenarioError as e:
         return {"ok": False, "problem": str(e)}
     r = simulate(sc, estimator=estimator)
@@ -118,7 +120,9 @@ def format_text(groups: list[dict], summ: dict, topology: str, estimator: str) -
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--topology", default="dgx-h100", help="topology for every run (default dgx-h100; the HF cluster is closer to aws-p5)")
+    ap.add_argument("--topology", default="aws-p5", help="topology for every run (default aws-p5, the playbook's cluster)")
+    ap.add_argument("--network", choices=("measured", "spec"), default="measured",
+                    help="each job's NVLink/EFA speed from its measured busbw (default), or the topology's for all")
     ap.add_argument("--estimator", choices=("analytic", "engine"), default="analytic", help="for every run")
     ap.add_argument("--engine-top", type=int, default=0, metavar="K",
                     help="as sweep does: re-simulate each group's K best analytic layouts with the engine and pick by it")
@@ -130,10 +134,10 @@ def main(argv=None) -> int:
             and (r.pp == 1 or r.after_pp_fix)]
     runner = make_runner(args.jobs)
     try:
-        predictions = runner.map(predict, [(r, args.topology, args.estimator) for r in runs])
+        predictions = runner.map(predict, [(r, args.topology, args.estimator, args.network) for r in runs])
         members = group_members(runs, predictions)
         todo = [m for ms in members.values() for m in ranked(ms)[: args.engine_top]]
-        for (run, pred), eng in zip(todo, runner.map(predict, [(m[0], args.topology, "engine") for m in todo])):
+        for (run, pred), eng in zip(todo, runner.map(predict, [(m[0], args.topology, "engine", args.network) for m in todo])):
             pred["engine"] = eng["tokens_per_s_per_gpu"]
     finally:
         runner.close()
@@ -141,9 +145,9 @@ def main(argv=None) -> int:
     summ = summary(groups)
     estimator = args.estimator + (f", engine on each group's top {args.engine_top}" if args.engine_top else "")
     if args.json:
-        print(json.dumps({"topology": args.topology, "estimator": estimator, "bar": BAR, "summary": summ, "groups": groups}, indent=2))
+        print(json.dumps({"topology": args.topology, "network": args.network, "estimator": estimator, "bar": BAR, "summary": summ, "groups": groups}, indent=2))
     else:
-        print(format_text(groups, summ, args.topology, estimator), end="")
+        print(format_text(groups, summ, f"{args.topology} (network: {args.network})", estimator), end="")
     return 0
 
 

@@ -1,0 +1,44 @@
+"""A topology set to a job's measured all-reduce busbw reproduces it, and only where it was measured."""
+import pytest
+
+from simulator.collectives import collective_time
+from simulator.measured_network import all_reduce_busbw, measured_topology
+from simulator.topology import load_topology
+
+GB = 1e9
+
+
+@pytest.fixture(scope="module")
+def p5():
+    return load_topology("aws-p5")
+
+
+@pytest.mark.parametrize("nodes, job", [(2, 428.0), (8, 187.0), (16, 50.3), (64, 13.2)])
+def test_the_job_busbw_is_reproduced(p5, nodes, job):
+    t = measured_topology(p5, nodes, 8, None, job)
+    assert all_reduce_busbw(t, nodes, 8) == pytest.approx(job, rel=1e-3)
+    assert t.fabric.ring_core_gbs == 0
+
+
+def test_a_degraded_node_slows_nvlink_and_a_healthy_one_keeps_the_spec(p5):
+    slow = measured_topology(p5, 1, 8, 45.0, None)
+    assert all_reduce_busbw(slow, 1, 8) == pytest.approx(45.0, rel=1e-3)
+    assert slow.node.bandwidth_gbs < p5.node.bandwidth_gbs / 5
+    fast = measured_topology(p5, 1, 8, 2000.0, None)  # above what the spec reaches: not raised
+    assert fast.node.bandwidth_gbs == p5.node.bandwidth_gbs
+
+
+def test_every_collective_of_a_slow_job_slows_but_pipeline_sends_keep_the_spec_nic(p5):
+    """The slow network state: a 64-node job measured 13 GB/s; TP over 2 of its nodes is slowed as much
+    (the playbook's 3B tp16 mbs1: ~165 tokens/s/GPU there, ~1,100 in the healthy state)."""
+    healthy = measured_topology(p5, 64, 8, None, 176.0)
+    slow = measured_topology(p5, 64, 8, None, 13.0)
+    tp16 = tuple(range(16))
+    ratio = collective_time(slow, "all_gather", GB, tp16) / collective_time(healthy, "all_gather", GB, tp16)
+    assert ratio > 5
+    pair = (0, 8)  # one pipeline send between two nodes
+    assert collective_time(slow, "send_recv", GB, pair) == pytest.approx(collective_time(p5, "send_recv", GB, pair))
+
+
+def test_without_measurements_the_spec_is_kept(p5):
+    assert measured_topology(p5, 4, 8, None, None) == p5
