@@ -92,9 +92,10 @@ class FabricSpec:
     """Per switch hop; a path through the spine crosses three switches instead of one."""
     ring_core_gbs: float = field(default=0.0, metadata={"min": 0.0})
     """Cross-node bandwidth (nominal, per direction) one collective gets in total however many nodes it
-    spans: each of its n nodes gets 1/n of it through the spine (`collectives.shares`). 0 = no such limit.
-    Measured on AWS EFA (aws-p5.yaml): a collective's busbw falls as 1/nodes beyond two nodes, while
-    collectives of the same job on fewer nodes each are not slowed (simulator/playbook.py)."""
+    spans: each of its n nodes gets 1/n of it through the spine (`collectives.shares`). 0 = no such limit
+    (every shipped topology). aws-p5 once used it for the playbook cluster's slow network state; the
+    playbook's own runs show that state slows every collective of a job, small ones too, so it is now
+    priced per job from the measured busbw instead (`measured_network.py`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
