@@ -66,7 +66,7 @@ def measured_topology(topology: Topology, nodes: int, gpus_per_node: int,
     """`topology` with its NVLink and NIC speeds set to reproduce the measured all-reduce busbw (GB/s)
     over one node (`intra_busbw`) and over all `nodes` (`job_busbw`); None leaves that part as specified."""
     t = topology
-    if intra_busbw and intra_busbw > 0 and all_reduce_busbw(t, 1, gpus_per_node) > intra_busbw:
+    if intra_busbw and intra_busbw > 0:  # scale <= 1: a measurement above the spec's keeps it (`_bisect`'s end)
         nominal = t.node.bandwidth_gbs
         scale = _bisect(lambda s: all_reduce_busbw(_with_node(t, bandwidth_gbs=nominal * s), 1, gpus_per_node),
                         intra_busbw, *INTRA_SCALE_RANGE)

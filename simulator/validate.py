@@ -310,12 +310,13 @@ def noise_floor(cases: list[Case]) -> dict:
         if c.run is None or c.status != "Success" or not c.tokens_per_s_per_gpu:
             continue
         groups[c.run.layout_key].append(c)
-        if c.run.nodes == 1 and c.run.pp == 1:
+        if c.run.pp == 1:
             key = c.run.layout_key
-            twins[key[:7] + key[8:]].append(c)  # everything but the ZeRO stage
-        elif c.run.nodes > 1 and c.run.pp == 1:
-            key = c.run.layout_key
-            multi[key[:7] + key[8:] + (network_state(c.run),)].append(c)
+            but_zero = key[:7] + key[8:]  # everything but the ZeRO stage
+            if c.run.nodes == 1:
+                twins[but_zero].append(c)
+            else:
+                multi[but_zero + (network_state(c.run),)].append(c)
     rep = [v for v in groups.values() if len(v) > 1]
     tw = [v for v in twins.values() if len(v) > 1]
     mt = [v for v in multi.values() if len(v) > 1]
@@ -363,7 +364,9 @@ def busbw_check(cases: list[Case]) -> list[dict]:
     for c in cases:
         if c.run is not None and c.run.busbw:
             by_nodes[(c.run.nodes, network_state(c.run))].append(c.run)
-    size = 4 * 256 * 2 ** 20  # torch.ones(256 Mi) fp32
+    from .collectives import busbw_factor  # noqa: PLC0415
+    from .measured_network import PROBE_BYTES  # noqa: PLC0415
+
     rows = []
     for nodes, state in sorted(by_nodes):
         runs = by_nodes[(nodes, state)]
@@ -381,13 +384,12 @@ def busbw_check(cases: list[Case]) -> list[dict]:
                 if not vals:
                     continue
                 try:
-                    t = cost.comm_time(Comm("busbw_probe", "dp", coll, float(size)), group)
+                    t = cost.comm_time(Comm("busbw_probe", "dp", coll, float(PROBE_BYTES)), group)
                 except Exception:  # noqa: BLE001 (a diagnostic table must not stop the validation)
                     t = 0.0
-                factor = 2 * (n - 1) / n if coll == "all_reduce" else (n - 1) / n
                 rows.append({"nodes": nodes, "state": state, "scope": scope, "gpus": n, "collective": coll,
                              "runs": len(vals), "measured_busbw_gbps": statistics.median(vals),
-                             "modelled_busbw_gbps": factor * size / t / 1e9 if t > 0 else None})
+                             "modelled_busbw_gbps": busbw_factor(coll, n) * PROBE_BYTES / t / 1e9 if t > 0 else None})
     return rows
 
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from .errors import ScenarioError
+from .playbook import NETWORK, NETWORK_CHOICES
 
 
 def add_parser(sub):
@@ -26,7 +27,7 @@ def add_parser(sub):
                    help="a deterministic stratified sample of N runs (fast enough for CI)")
     p.add_argument("--estimator", choices=("analytic", "engine"), default="analytic",
                    help="closed-form estimate (default; 4,000 runs in minutes) or the discrete-event engine")
-    p.add_argument("--network", choices=("measured", "spec"), default="measured",
+    p.add_argument("--network", choices=NETWORK_CHOICES, default=NETWORK,
                    help="playbook jobs: each priced with the NVLink/EFA busbw nanotron measured for it (default), "
                         "or all with the topology YAML")
     p.add_argument("--csv", metavar="FILE", help="the playbook CSV (default: ../shared/data/playbook/"

@@ -30,14 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simulator.errors import ScenarioError  # noqa: E402
-from simulator.playbook import FIT_LABELS, read_runs  # noqa: E402
+from simulator.playbook import FIT_LABELS, NETWORK, NETWORK_CHOICES, read_runs  # noqa: E402
 from simulator.sweep import make_runner  # noqa: E402
 
 BAR = 0.02
 """Issue 7: clustersim's pick within 2 % of the measured best."""
 
 
-def predict(run, topology: str, estimator: str, network: str = "measured") -> dict:
+def predict(run, topology: str, estimator: str, network: str = NETWORK) -> dict:
     """clustersim's numbers for one run's layout (a task for the process pool)."""
     from simulator.playbook import build_scenario  # noqa: PLC0415
     from simulator.run import simulate  # noqa: PLC0415
@@ -121,7 +121,7 @@ def format_text(groups: list[dict], summ: dict, topology: str, estimator: str) -
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topology", default="aws-p5", help="topology for every run (default aws-p5, the playbook's cluster)")
-    ap.add_argument("--network", choices=("measured", "spec"), default="measured",
+    ap.add_argument("--network", choices=NETWORK_CHOICES, default=NETWORK,
                     help="each job's NVLink/EFA speed from its measured busbw (default), or the topology's for all")
     ap.add_argument("--estimator", choices=("analytic", "engine"), default="analytic", help="for every run")
     ap.add_argument("--engine-top", type=int, default=0, metavar="K",
