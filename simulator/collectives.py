@@ -169,10 +169,12 @@ class Shares:
     Line of k sites: floor(k/2)/(k-1) (reduce towards and spread from the middle; 1 for two sites)."""
 
 
-def shares(topology: Topology, L: GroupLayout, concurrent: int = 1, siblings: bool = True, p2p: bool = False) -> Shares:
+def shares(topology: Topology, L: GroupLayout, concurrent: int = 1, siblings: bool = True,
+           traffic: str = "ring") -> Shares:
     """Static contention from the layout: with `siblings`, every node's g/p groups, every leaf domain's
-    groups and every site's groups push the same bytes at once, so each gets its ranks' share. `p2p`:
-    point-to-point sends, at `node.nic_p2p_efficiency` where the topology sets one."""
+    groups and every site's groups push the same bytes at once, so each gets its ranks' share. `traffic`
+    picks the NIC efficiency: "ring" (`node.nic_efficiency`), "tree" (`nic_tree_efficiency`) or "p2p"
+    (`nic_p2p_efficiency`, point-to-point sends), each falling back to nic_efficiency."""
     n, f = topology.node, topology.fabric
     g_hw = n.gpus
     c = max(1, concurrent)
@@ -187,7 +189,8 @@ def shares(topology: Topology, L: GroupLayout, concurrent: int = 1, siblings: bo
         if n.nics == 0:
             raise ScenarioError("cluster.nodes", f"topology {topology.name} has no NICs, so a group cannot span {L.nodes} nodes",
                                 "1 node")
-        eff = (n.nic_p2p_efficiency if p2p else None) or n.nic_efficiency or NIC_EFFICIENCY
+        special = {"p2p": n.nic_p2p_efficiency, "tree": n.nic_tree_efficiency}.get(traffic)
+        eff = special or n.nic_efficiency or NIC_EFFICIENCY
         b_nic = n.nic_bandwidth_gbs * 1e9 * eff
         usable = L.per_node * n.nics / g_hw if siblings else min(n.nics, max(1.0, L.per_node * n.nics / g_hw))
         nic = usable * b_nic / c
@@ -297,6 +300,9 @@ def ring_latency(topology: Topology, L: GroupLayout, collective: str, protocol: 
     t = base + (nsteps - ninter) * intra + ninter * inter
     if ar and N > 1 and protocol == "Simple":
         t *= NCCL_RING_PLATEAU
+    step = topology.fabric.ring_step_latency_us * 1e-6
+    if N > 1 and step > 0:  # a measured floor per step: the ring moves in lockstep behind its network hops
+        t = max(t, base + nsteps * step)
     return t + (2 if ar else 1) * L.wan_span_s
 
 
@@ -477,12 +483,13 @@ def candidates(topology: Topology, collective: str, L: GroupLayout, concurrent: 
         raise ValueError(f"unknown collective {collective!r} (allowed: {' | '.join(COLLECTIVES)})")
     if L.size <= 1:
         return ()
-    sh = shares(topology, L, concurrent, siblings, p2p=collective == "send_recv")
+    sh = shares(topology, L, concurrent, siblings, traffic="p2p" if collective == "send_recv" else "ring")
     if collective == "all_reduce":
-        out = _ring(topology, L, sh, collective) + _tree(topology, L, sh) + _nvls(topology, L, sh) \
+        sh_tree = shares(topology, L, concurrent, siblings, traffic="tree") if topology.node.nic_tree_efficiency else sh
+        out = _ring(topology, L, sh, collective) + _tree(topology, L, sh_tree) + _nvls(topology, L, sh_tree) \
             + _hierarchical(topology, L, sh, collective)
     elif collective in ("all_gather", "reduce_scatter"):
-        out = _ring(topology, L, sh, collective) + _hierarchical(topology, L, sh, collective)
+        out = _ring(topology, L, sh, collective)  # NCCL has no two-level all-gather / reduce-scatter
     elif collective == "all_to_all":
         out = _pairwise(topology, L, sh)
     else:

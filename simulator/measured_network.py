@@ -1,22 +1,27 @@
-"""A topology adjusted to the network a job measured: all-reduce bus bandwidths in, link speeds out.
+"""A topology adjusted to the network a job measured: bus bandwidths of 1 GiB probes in, link speeds out.
 
-nanotron measures, before training, a 1 GiB fp32 all-reduce over the 8 GPUs of one node and over every
-GPU of the job (`trainer.measure_bandwidth`; nccl-tests reports the same busbw). Those two numbers pin
-the two link speeds the collectives model prices (`collectives.shares`):
+nanotron measures, before training, 1 GiB fp32 all-reduce / all-gather / reduce-scatter over the 8 GPUs
+of one node and over every GPU of the job (`trainer.measure_bandwidth`; nccl-tests reports the same
+busbw). Three of those numbers pin what the collectives model prices (`collectives.shares`,
+`collectives.ring_latency`):
 
 - inside a node: `node.bandwidth_gbs` is scaled until the modelled 8-GPU all-reduce reaches the measured
   busbw (only downwards: a measurement above the model's NVLink leaves the spec as it is);
-- between nodes: with no core limit (`fabric.ring_core_gbs: 0`), `node.nic_efficiency` is solved so the
-  modelled all-job all-reduce reaches the measured busbw. Every collective of the job (TP across two
-  nodes as much as DP over all of them) then sees that per-node network; point-to-point sends keep the
-  spec's NIC efficiency (`node.nic_p2p_efficiency`): a collective over all nodes has every node sending
-  at once, a pipeline send does not (playbook fit split, 463 multi-node pp > 1 runs in the slow network
-  state: median predicted/measured 0.95 with sends at the measured collective speed, 0.99 at the spec's).
+- rings across nodes (all-gather, reduce-scatter: TP and ZeRO): `fabric.ring_step_latency_us` is solved
+  so the modelled all-job all-gather reaches the measured busbw, at the topology's ring NIC efficiency.
+  A ring spanning nodes moves in lockstep behind its network hops, so every one of its n - 1 steps costs
+  that latency: on the playbook's cluster ~40 us in the healthy state (the fit split's all-gathers took
+  4.5 / 6.0 / 8.6 / 14.3 / 24.4 ms on 2 / 8 / 16 / 32 / 64 nodes: linear in the ranks, ~41 us each) and
+  ~180-320 us in the slow state, whose busbw fell as 1/nodes: a latency state, not a bandwidth one;
+- trees across nodes (NCCL's 1 GiB all-reduce): `node.nic_tree_efficiency` is solved so the modelled
+  (NVLS-)tree all-reduce reaches the measured all-job busbw (without an all-gather figure, the
+  all-reduce sets `nic_efficiency` for every collective, as before the rings got their own);
+- point-to-point sends keep the spec's NIC efficiency (`node.nic_p2p_efficiency`): the probes have every
+  node sending at once, a pipeline send does not (playbook fit split, 463 multi-node pp > 1 runs in the
+  slow network state: median predicted/measured 0.95 at the measured collective speed, 0.99 at the spec's).
 
-Both solves are log-space bisections on a quantity the modelled busbw increases with. The playbook's
-jobs need this (`simulator/playbook.py`): the same cluster ran in two network states (one-node
-all-reduce ~458 GB/s and all-job ~175 GB/s on 8-64 nodes, or ~425 GB/s and a busbw falling as 1/nodes,
-13 GB/s on 64 nodes), and 21 jobs had a node whose NVLink all-reduce measured ~45 GB/s.
+The solves are log-space bisections on a quantity the modelled busbw increases with (the latency's
+inverse). 21 jobs had a node whose NVLink all-reduce measured ~45 GB/s: the intra-node solve prices them.
 """
 from __future__ import annotations
 
@@ -32,13 +37,18 @@ PROBE_BYTES = 4 * 256 * 2 ** 20
 """nanotron's probe: torch.ones(256 Mi) fp32 = 1 GiB (ECOSYSTEM.md: nccl-tests busbw)."""
 NIC_EFFICIENCY_RANGE = (1e-3, 1.0)
 INTRA_SCALE_RANGE = (1e-3, 1.0)
+TREES = ("tree", "nvls_tree")
+INV_STEP_LATENCY_RANGE = (1e-5, 100.0)
+"""1 / ring step latency, 1/us: 100 ms down to 10 ns per step."""
 
 
-def all_reduce_busbw(topology: Topology, nodes: int, gpus_per_node: int) -> float:
-    """Modelled busbw, GB/s, of the 1 GiB all-reduce over `nodes` x `gpus_per_node` GPUs."""
+def probe_busbw(topology: Topology, nodes: int, gpus_per_node: int, collective: str = "all_reduce",
+                algorithms=None) -> float:
+    """Modelled busbw, GB/s, of the 1 GiB `collective` over `nodes` x `gpus_per_node` GPUs (the fastest
+    of `algorithms`, default all)."""
     ranks = tuple(range(nodes * gpus_per_node))
-    return collectives.estimate(topology, "all_reduce", float(PROBE_BYTES), ranks,
-                                gpus_per_node=gpus_per_node).busbw_GBps
+    return collectives.estimate(topology, collective, float(PROBE_BYTES), ranks, gpus_per_node=gpus_per_node,
+                                algorithms=algorithms).busbw_GBps
 
 
 def _bisect(busbw_at: Callable[[float], float], target: float, lo: float, hi: float, iters: int = 40) -> float:
@@ -60,22 +70,41 @@ def _with_node(t: Topology, **changes) -> Topology:
     return dataclasses.replace(t, node=dataclasses.replace(t.node, **changes))
 
 
+def _with_fabric(t: Topology, **changes) -> Topology:
+    return dataclasses.replace(t, fabric=dataclasses.replace(t.fabric, **changes))
+
+
 @lru_cache(maxsize=4096)
 def measured_topology(topology: Topology, nodes: int, gpus_per_node: int,
-                      intra_busbw: Optional[float] = None, job_busbw: Optional[float] = None) -> Topology:
-    """`topology` with its NVLink and NIC speeds set to reproduce the measured all-reduce busbw (GB/s)
-    over one node (`intra_busbw`) and over all `nodes` (`job_busbw`); None leaves that part as specified."""
+                      intra_busbw: Optional[float] = None, job_busbw: Optional[float] = None,
+                      job_gather_busbw: Optional[float] = None) -> Topology:
+    """`topology` with its NVLink and NIC speeds set to reproduce the measured busbw (GB/s) of the 1 GiB
+    all-reduce over one node (`intra_busbw`), of the all-gather over all `nodes` (`job_gather_busbw`: the
+    rings' `nic_efficiency`) and of the all-reduce over all nodes (`job_busbw`: the trees'
+    `nic_tree_efficiency`, or every collective's when no all-gather was measured); None leaves that part
+    as specified."""
     t = topology
     if intra_busbw and intra_busbw > 0:  # scale <= 1: a measurement above the spec's keeps it (`_bisect`'s end)
         nominal = t.node.bandwidth_gbs
-        scale = _bisect(lambda s: all_reduce_busbw(_with_node(t, bandwidth_gbs=nominal * s), 1, gpus_per_node),
+        scale = _bisect(lambda s: probe_busbw(_with_node(t, bandwidth_gbs=nominal * s), 1, gpus_per_node),
                         intra_busbw, *INTRA_SCALE_RANGE)
         t = _with_node(t, bandwidth_gbs=nominal * scale)
-    if job_busbw and job_busbw > 0 and nodes > 1 and t.node.nics > 0:
-        spec_eff = t.node.nic_p2p_efficiency or t.node.nic_efficiency or collectives.NIC_EFFICIENCY
-        t = dataclasses.replace(t, fabric=dataclasses.replace(t.fabric, ring_core_gbs=0.0))
-        t = _with_node(t, nic_p2p_efficiency=spec_eff)
-        eff = _bisect(lambda e: all_reduce_busbw(_with_node(t, nic_efficiency=e), nodes, gpus_per_node),
+    if nodes < 2 or t.node.nics == 0 or not ((job_busbw or 0) > 0 or (job_gather_busbw or 0) > 0):
+        return t
+    spec_eff = t.node.nic_p2p_efficiency or t.node.nic_efficiency or collectives.NIC_EFFICIENCY
+    t = _with_fabric(t, ring_core_gbs=0.0)
+    t = _with_node(t, nic_p2p_efficiency=spec_eff)
+    if job_gather_busbw and job_gather_busbw > 0:  # solved as 1 / step latency, which the busbw increases with
+        inv = _bisect(lambda x: probe_busbw(_with_fabric(t, ring_step_latency_us=1 / x), nodes, gpus_per_node,
+                                            "all_gather"), job_gather_busbw, *INV_STEP_LATENCY_RANGE)
+        t = _with_fabric(t, ring_step_latency_us=1 / inv)
+    if job_busbw and job_busbw > 0:
+        if job_gather_busbw and job_gather_busbw > 0:  # NCCL's 1 GiB all-reduce across nodes is a (NVLS-)tree
+            key, algorithms = "nic_tree_efficiency", TREES
+        else:  # one efficiency for every collective
+            key, algorithms = "nic_efficiency", None
+            t = _with_node(t, nic_tree_efficiency=None)
+        eff = _bisect(lambda e: probe_busbw(_with_node(t, **{key: e}), nodes, gpus_per_node, algorithms=algorithms),
                       job_busbw, *NIC_EFFICIENCY_RANGE)
-        t = _with_node(t, nic_efficiency=eff)
+        t = _with_node(t, **{key: eff})
     return t

@@ -32,6 +32,8 @@ playbook's benchmark code, `scaling_benchmarks.py` and `examples/config_tiny_lla
   same 3B tp16 mbs1 layout ran at ~1,100 tokens/s/GPU in the first state and ~165 in the second. So every
   job is priced on `aws-p5` with its NVLink and NIC speeds set to its own measurement (`job_topology`,
   `measured_network.py`); fit split: throughput MAPE 60.0 % -> 52.1 %, median APE 10.9 % -> 10.5 %.
+  The all-gather probe pins the per-step latency of the job's rings: ~30-60 us in the healthy state and
+  ~180-320 us in the slow one (a latency state, not a bandwidth one: small TP messages slowed the most).
 """
 from __future__ import annotations
 
@@ -57,17 +59,17 @@ VALIDATION_LABELS = ("80B", "469G")
 TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
 NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.5e-4,
-                       "tp_internode_overhead_s": 4.5e-4,
                        "pp_internode_tp_host_s": 3.0e-4, "pp_internode_tp_host_per_rank_s": 2.5e-4}
 """nanotron's software stack on these H100s (`cluster.efficiency`), fitted on the fit split only:
 GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of micro-batch size, so
 compute-bound); attention 0.35/0.30: FlashAttention-2 reaches ~35 % of H100 peak (FA3 paper) and nanotron
 ran FA2; 150 us per TP collective: the per-layer cost grows with tp (1B tp8: 18.98 s at mbs 1 vs 4.66 s
-at mbs 16 for the same tokens); with these one-node MAPE is 12.6 %. 450 us more per TP collective for
-every node beyond the first that the TP group spans: at mbs 1, where compute is small, a TP collective costs
-~0.8 ms over 2 nodes (tp16) and ~1.5-1.8 ms over 4 (tp32) on 1B/3B/8B alike, whatever the job's size (8B tp16
-pp1: 0.27-0.29 s per sequence on 2 to 32 nodes); fit split, TP-across-nodes runs (288): 0.30 / 0.45 / 0.60 ms
-per extra node give median APE 12.2 / 10.9 / 17.2 %, log-rms 0.47 / 0.44 / 0.44 (one flat 0.3 ms: 13.5 %, 0.56).
+at mbs 16 for the same tokens); with these one-node MAPE is 12.6 %. A TP collective across nodes costs
+more through the network alone: every step of its ring waits ~40 us on EFA (`fabric.ring_step_latency_us`,
+solved per job from its all-gather probe; 15 steps over 2 nodes, 31 over 4), which is what the fit split
+shows: ~0.8 ms per collective over 2 nodes (tp16) and ~1.7-2.2 ms over 4 (tp32) at 16-64 MiB, growing only
+~3.7 us per MiB. (A fitted 0.45 ms per extra node did this before; with the ring latency its best value is 0:
+fit split TP-across-nodes median APE 12.7 %, 14.1 % with it.)
 Pipelines across nodes (`CostModel.host_time`): with pp > 1 on several nodes a layer's forward + backward never
 takes less than ~11 / 16 / 25 / 55 ms at tp = 2 / 4 / 8 / 16, whatever the micro-batch (fit split, mbs 1-8:
 3B tp8 pp2 337 ms per 14-layer stage and micro-batch at mbs 1, 2, 4 and 8 alike), and not at all on one node
@@ -75,7 +77,7 @@ takes less than ~11 / 16 / 25 / 55 ms at tp = 2 / 4 / 8 / 16, whatever the micro
 not a sum (3B tp8 pp2 mbs16 runs at its compute time), as a host that cannot keep ahead would: priced as
 0.3 ms + tp x 0.25 ms of host time per TP collective (10 per layer), fitted on the fit split's 704 timed
 multi-node pp > 1 runs (grid over 0-0.8 ms x 0.15-0.3 ms; median APE 35.7 % -> 8.3 %, median
-predicted/measured 1.23 -> 1.02, with the per-node TP cost above). The cause inside nanotron/NCCL is not identified."""
+predicted/measured 1.23 -> 1.02, fitted with the per-node TP cost that the ring latency replaced). The cause inside nanotron/NCCL is not identified."""
 NETWORK = "measured"
 """How `build_scenario` prices a job's network: "measured" (the busbw nanotron measured for that job) or
 "spec" (the topology YAML for every job)."""
@@ -287,7 +289,7 @@ def job_topology(run: PlaybookRun, topology: str = TOPOLOGY, network: str = NETW
 
     b = run.busbw
     return measured_topology(t, run.nodes, run.gpus_per_node, _quantized(b.get("all_reduce_intranode8")),
-                             _quantized(b.get("all_reduce_alljob")))
+                             _quantized(b.get("all_reduce_alljob")), _quantized(b.get("all_gather_alljob")))
 
 
 def _quantized(busbw: Optional[float], step: float = 0.01) -> Optional[float]:

@@ -66,8 +66,12 @@ class NodeSpec:
     """Achieved / nominal NIC bandwidth for large messages; null = the constant in collectives.py (0.94)."""
     nic_p2p_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
     """The same for point-to-point sends (pipeline stages, CP rings); null = nic_efficiency. Set apart by
-    `measured_network.measured_topology`, which solves nic_efficiency from an all-job all-reduce: that
-    measures collectives, with every node sending at once, not a lone pipeline send."""
+    `measured_network.measured_topology`, which solves the collectives' efficiencies from all-job
+    all-gather and all-reduce probes: those have every node sending at once, a lone pipeline send does not."""
+    nic_tree_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
+    """The same for NCCL's tree and NVLS-tree all-reduce across nodes; null = nic_efficiency. On the
+    playbook's EFA cluster a 1 GiB all-reduce over 8-64 nodes (tree) measured ~180 GB/s busbw, while the
+    all-gather rings of the same jobs moved ~315 GB/s per node once their per-step latency is taken out."""
     comm_overlaps_compute: bool = True
     """Communication runs beside compute without slowing it (GPUs: NCCL on its own SMs and copy engines).
     false: the rank's own core moves and reduces the data (gloo between CPU processes), so collectives and
@@ -90,6 +94,11 @@ class FabricSpec:
     """Ports per leaf switch that face nodes (rail-optimized: nodes per scalable unit)."""
     switch_latency_us: float = field(default=0.6, metadata={"min": 0.0})
     """Per switch hop; a path through the spine crosses three switches instead of one."""
+    ring_step_latency_us: float = field(default=0.0, metadata={"min": 0.0})
+    """Measured time of one step of a ring that spans nodes: every step of such a ring (n - 1 for an
+    all-gather or reduce-scatter over n ranks, 2(n - 1) for an all-reduce) waits at least this long, the
+    intra-node steps included, since the ring moves in lockstep behind its network hops. 0 = NCCL's
+    tuning model alone (intra steps at NVLink latency, inter steps at the NIC's). See aws-p5.yaml."""
     ring_core_gbs: float = field(default=0.0, metadata={"min": 0.0})
     """Cross-node bandwidth (nominal, per direction) one collective gets in total however many nodes it
     spans: each of its n nodes gets 1/n of it through the spine (`collectives.shares`). 0 = no such limit
@@ -164,7 +173,7 @@ def check_topology(t: Topology, where: str) -> Topology:
     if not any(k in t.gpu.peak_tflops for k in ("bf16", "fp32")):
         raise ScenarioError(f"{where}.gpu.peak_tflops", "needs at least a bf16 or an fp32 figure")
     n = t.node
-    for key in ("bus_efficiency", "nic_efficiency"):
+    for key in ("bus_efficiency", "nic_efficiency", "nic_p2p_efficiency", "nic_tree_efficiency"):
         v = getattr(n, key)
         if v is not None and v > 1.0:
             raise ScenarioError(f"{where}.node.{key}", f"{v} is above 1", "a fraction in (0, 1]")

@@ -238,6 +238,7 @@ def test_ring_core_limits_each_collective_by_the_nodes_it_spans():
     however many nodes the job has, a wide one slows as 1/n (aws-p5 with a 1,875 GB/s core)."""
     free = load_topology("aws-p5")
     assert free.fabric.ring_core_gbs == 0
+    free = replace(free, fabric=replace(free.fabric, ring_step_latency_us=0.0))  # bandwidth alone
     p5 = replace(free, fabric=replace(free.fabric, ring_core_gbs=1875.0))
     two = tuple(range(16))  # 2 nodes: 2 x 400 GB/s stays under the core
     assert collective_time(p5, "all_gather", GB, two) == pytest.approx(collective_time(free, "all_gather", GB, two))
@@ -245,3 +246,18 @@ def test_ring_core_limits_each_collective_by_the_nodes_it_spans():
     assert wide[32] / wide[16] == pytest.approx(2.0, rel=0.1) and wide[64] / wide[32] == pytest.approx(2.0, rel=0.1)
     assert estimate(p5, "all_gather", GB, tuple(range(8 * 64))).bottleneck == "spine"
     assert collective_time(free, "all_gather", GB, tuple(range(8 * 64))) < wide[64] / 5
+
+
+def test_a_ring_across_nodes_waits_its_step_latency_on_every_step():
+    """fabric.ring_step_latency_us: every one of a cross-node ring's n - 1 steps (all-gather) costs at
+    least that latency, its NVLink steps too; a ring inside one node is not affected. NCCL has no
+    two-level all-gather, so a large group cannot escape it."""
+    import dataclasses
+    from simulator.topology import load_topology
+    p5 = load_topology("aws-p5")
+    t = dataclasses.replace(p5, fabric=dataclasses.replace(p5.fabric, ring_step_latency_us=100.0))
+    two_nodes, one_node = tuple(range(16)), tuple(range(8))
+    assert collective_time(t, "all_gather", 1024, two_nodes) >= 15 * 100e-6
+    assert collective_time(t, "all_gather", 1024, one_node) == pytest.approx(collective_time(p5, "all_gather", 1024, one_node))
+    big = estimate(t, "all_gather", 2**20, tuple(range(512)))
+    assert big.algorithm == "ring" and big.time_s >= 511 * 100e-6

@@ -1,8 +1,8 @@
-"""A topology set to a job's measured all-reduce busbw reproduces it, and only where it was measured."""
+"""A topology set to a job's measured busbw reproduces it, and only where it was measured."""
 import pytest
 
 from simulator.collectives import collective_time
-from simulator.measured_network import all_reduce_busbw, measured_topology
+from simulator.measured_network import measured_topology, probe_busbw
 from simulator.topology import load_topology
 
 GB = 1e9
@@ -16,13 +16,13 @@ def p5():
 @pytest.mark.parametrize("nodes, job", [(2, 428.0), (8, 187.0), (16, 50.3), (64, 13.2)])
 def test_the_job_busbw_is_reproduced(p5, nodes, job):
     t = measured_topology(p5, nodes, 8, None, job)
-    assert all_reduce_busbw(t, nodes, 8) == pytest.approx(job, rel=1e-3)
+    assert probe_busbw(t, nodes, 8) == pytest.approx(job, rel=1e-3)
     assert t.fabric.ring_core_gbs == 0
 
 
 def test_a_degraded_node_slows_nvlink_and_a_healthy_one_keeps_the_spec(p5):
     slow = measured_topology(p5, 1, 8, 45.0, None)
-    assert all_reduce_busbw(slow, 1, 8) == pytest.approx(45.0, rel=1e-3)
+    assert probe_busbw(slow, 1, 8) == pytest.approx(45.0, rel=1e-3)
     assert slow.node.bandwidth_gbs < p5.node.bandwidth_gbs / 5
     fast = measured_topology(p5, 1, 8, 2000.0, None)  # above what the spec reaches: not raised
     assert fast.node.bandwidth_gbs == p5.node.bandwidth_gbs
@@ -42,3 +42,23 @@ def test_every_collective_of_a_slow_job_slows_but_pipeline_sends_keep_the_spec_n
 
 def test_without_measurements_the_spec_is_kept(p5):
     assert measured_topology(p5, 4, 8, None, None) == p5
+
+
+@pytest.mark.parametrize("nodes, gather, reduce", [(2, 222.0, 428.0), (16, 124.0, 173.0), (64, 44.0, 175.0), (64, 6.0, 13.0)])
+def test_the_all_gather_sets_the_ring_latency_and_the_all_reduce_the_trees(p5, nodes, gather, reduce):
+    t = measured_topology(p5, nodes, 8, None, reduce, gather)
+    assert probe_busbw(t, nodes, 8, "all_gather") == pytest.approx(gather, rel=1e-3)
+    assert probe_busbw(t, nodes, 8, "all_reduce", algorithms=("tree", "nvls_tree")) == pytest.approx(reduce, rel=1e-3)
+    assert t.node.nic_efficiency == p5.node.nic_efficiency  # the rings' bandwidth stays the spec's
+
+
+def test_the_slow_state_is_a_latency_state_small_tp_messages_slow_the_most(p5):
+    """The playbook's slow state (64 nodes: all-gather 6 GB/s vs 44 healthy): solved as a per-step ring
+    latency, it slows a 16 MiB TP all-gather over 2 nodes far more than a 1 GiB one."""
+    healthy = measured_topology(p5, 64, 8, None, 175.0, 44.0)
+    slow = measured_topology(p5, 64, 8, None, 13.0, 6.0)
+    assert 25 < healthy.fabric.ring_step_latency_us < 60 < 200 < slow.fabric.ring_step_latency_us
+    tp16 = tuple(range(16))
+    small = collective_time(slow, "all_gather", 16 * 2**20, tp16) / collective_time(healthy, "all_gather", 16 * 2**20, tp16)
+    large = collective_time(slow, "all_gather", 4 * GB, tp16) / collective_time(healthy, "all_gather", 4 * GB, tp16)
+    assert small > 3 and large < small / 2
