@@ -383,7 +383,8 @@ def _nvls(topology, L, sh) -> list[Candidate]:
 def _hierarchical(topology, L, sh, collective) -> list[Candidate]:
     """MODELING.md 5.4, phases one after another: all-reduce = ring reduce-scatter in the node, ring
     all-reduce of the S/p shards across nodes (p rails at once), ring all-gather in the node;
-    all-gather = across nodes then in the node; reduce-scatter = the reverse."""
+    all-gather = across nodes then in the node; reduce-scatter = the reverse. A candidate for the
+    all-reduce only (`candidates`): NCCL runs all-gather and reduce-scatter as flat rings."""
     p, N = L.per_node, L.nodes
     if N < 2 or p < 2:
         return []
