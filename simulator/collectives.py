@@ -486,7 +486,7 @@ def candidates(topology: Topology, collective: str, L: GroupLayout, concurrent: 
         return ()
     sh = shares(topology, L, concurrent, siblings, traffic="p2p" if collective == "send_recv" else "ring")
     if collective == "all_reduce":
-        sh_tree = shares(topology, L, concurrent, siblings, traffic="tree") if topology.node.nic_tree_efficiency else sh
+        sh_tree = shares(topology, L, concurrent, siblings, traffic="tree")
         out = _ring(topology, L, sh, collective) + _tree(topology, L, sh_tree) + _nvls(topology, L, sh_tree) \
             + _hierarchical(topology, L, sh, collective)
     elif collective in ("all_gather", "reduce_scatter"):

@@ -78,28 +78,30 @@ def _with_fabric(t: Topology, **changes) -> Topology:
 def measured_topology(topology: Topology, nodes: int, gpus_per_node: int,
                       intra_busbw: Optional[float] = None, job_busbw: Optional[float] = None,
                       job_gather_busbw: Optional[float] = None) -> Topology:
-    """`topology` with its NVLink and NIC speeds set to reproduce the measured busbw (GB/s) of the 1 GiB
-    all-reduce over one node (`intra_busbw`), of the all-gather over all `nodes` (`job_gather_busbw`: the
-    rings' `nic_efficiency`) and of the all-reduce over all nodes (`job_busbw`: the trees'
-    `nic_tree_efficiency`, or every collective's when no all-gather was measured); None leaves that part
-    as specified."""
+    """`topology` with its NVLink speed, ring step latency and NIC efficiencies set to reproduce the
+    measured busbw (GB/s) of the 1 GiB all-reduce over one node (`intra_busbw`), of the all-gather over all
+    `nodes` (`job_gather_busbw`: `fabric.ring_step_latency_us`) and of the all-reduce over all nodes
+    (`job_busbw`: the trees' `nic_tree_efficiency`, or every collective's `nic_efficiency` when no
+    all-gather was measured); None or 0 leaves that part as specified."""
+    intra_busbw, job_busbw, job_gather_busbw = (b if b and b > 0 else None
+                                                for b in (intra_busbw, job_busbw, job_gather_busbw))
     t = topology
-    if intra_busbw and intra_busbw > 0:  # scale <= 1: a measurement above the spec's keeps it (`_bisect`'s end)
+    if intra_busbw:  # scale <= 1: a measurement above the spec's keeps it (`_bisect`'s end)
         nominal = t.node.bandwidth_gbs
         scale = _bisect(lambda s: probe_busbw(_with_node(t, bandwidth_gbs=nominal * s), 1, gpus_per_node),
                         intra_busbw, *INTRA_SCALE_RANGE)
         t = _with_node(t, bandwidth_gbs=nominal * scale)
-    if nodes < 2 or t.node.nics == 0 or not ((job_busbw or 0) > 0 or (job_gather_busbw or 0) > 0):
+    if nodes < 2 or t.node.nics == 0 or not (job_busbw or job_gather_busbw):
         return t
     spec_eff = t.node.nic_p2p_efficiency or t.node.nic_efficiency or collectives.NIC_EFFICIENCY
     t = _with_fabric(t, ring_core_gbs=0.0)
     t = _with_node(t, nic_p2p_efficiency=spec_eff)
-    if job_gather_busbw and job_gather_busbw > 0:  # solved as 1 / step latency, which the busbw increases with
+    if job_gather_busbw:  # solved as 1 / step latency, which the busbw increases with
         inv = _bisect(lambda x: probe_busbw(_with_fabric(t, ring_step_latency_us=1 / x), nodes, gpus_per_node,
                                             "all_gather"), job_gather_busbw, *INV_STEP_LATENCY_RANGE)
         t = _with_fabric(t, ring_step_latency_us=1 / inv)
-    if job_busbw and job_busbw > 0:
-        if job_gather_busbw and job_gather_busbw > 0:  # NCCL's 1 GiB all-reduce across nodes is a (NVLS-)tree
+    if job_busbw:
+        if job_gather_busbw:  # NCCL's 1 GiB all-reduce across nodes is a (NVLS-)tree
             key, algorithms = "nic_tree_efficiency", TREES
         else:  # one efficiency for every collective
             key, algorithms = "nic_efficiency", None

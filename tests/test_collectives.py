@@ -252,10 +252,8 @@ def test_a_ring_across_nodes_waits_its_step_latency_on_every_step():
     """fabric.ring_step_latency_us: every one of a cross-node ring's n - 1 steps (all-gather) costs at
     least that latency, its NVLink steps too; a ring inside one node is not affected. NCCL has no
     two-level all-gather, so a large group cannot escape it."""
-    import dataclasses
-    from simulator.topology import load_topology
     p5 = load_topology("aws-p5")
-    t = dataclasses.replace(p5, fabric=dataclasses.replace(p5.fabric, ring_step_latency_us=100.0))
+    t = replace(p5, fabric=replace(p5.fabric, ring_step_latency_us=100.0))
     two_nodes, one_node = tuple(range(16)), tuple(range(8))
     assert collective_time(t, "all_gather", 1024, two_nodes) >= 15 * 100e-6
     assert collective_time(t, "all_gather", 1024, one_node) == pytest.approx(collective_time(p5, "all_gather", 1024, one_node))
