@@ -205,7 +205,8 @@ class AnalyticResult:
 
 def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float, float, float]:
     """(gradient-sync seconds, parameter all-gather seconds, optimizer seconds) for one pp rank.
-    ZeRO-0: all-reduce of gradients; ZeRO-1/2: reduce-scatter + all-gather (ZeRO §7.2.1); ZeRO-3: the
+    ZeRO-0: all-reduce of gradients; ZeRO-1/2: reduce-scatter + all-gather (ZeRO §7.2.1; in buckets, or one
+    collective with `parallel.zero_gather: whole`); ZeRO-3: the
     per-layer traffic is added separately (`zero3_layer_time`)."""
     p = sc.parallel
     rp = rank_params(sc, pp_rank)
@@ -221,7 +222,7 @@ def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float, fl
             buckets = dp_buckets(sc, params, gb)
             sync += len(buckets) * cost.comm_time(Comm("dp_grad", "dp", coll, buckets[0], group=group), g)
         if p.zero in (1, 2):
-            buckets = dp_buckets(sc, params, param_bytes(sc))
+            buckets = [params * param_bytes(sc)] if p.zero_gather == "whole" else dp_buckets(sc, params, param_bytes(sc))
             gather += len(buckets) * cost.comm_time(Comm("dp_param_allgather", "dp", "all_gather", buckets[0], group=group), g)
     shard_params = rp.dense / (group_shape(sc, "dp_cp").size if p.zero >= 1 else 1)
     shard_params += rp.expert / (group_shape(sc, "edp").size if p.zero >= 1 else 1)
@@ -285,7 +286,7 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
             last_bwd = st.B.duration + st.W.duration
             buckets = max(1, len(dp_buckets(sc, rank_params(sc, st.pp_rank).total, sc.training.grad_bytes)))
             exposed_sync = max(sync / buckets, sync - last_bwd)
-            exposed_gather = max(gather / buckets, gather - st.F.duration) if gather else 0.0
+            exposed_gather = gather if p.zero_gather == "whole" else max(gather / buckets, gather - st.F.duration)
         else:
             exposed_sync, exposed_gather = sync, gather
         tails.append((exposed_sync + exposed_gather + opt, sync + gather, exposed_sync + exposed_gather, opt))

@@ -21,7 +21,8 @@ playbook's benchmark code, `scaling_benchmarks.py` and `examples/config_tiny_lla
 - Rank grid `(pp, dp, tp)` with tp innermost (`ParallelContext`) -> `order: tp-cp-ep-dp-pp`.
 - DDP `bucket_cap_mb: 25` of bf16 gradients; the fp32 hook reduces the matching fp32 buffer, i.e. 50 MB
   per collective -> `dp_bucket_mb: 50`. ZeRO-1 reduce-scatters fp32 gradients in the DDP hook
-  (overlapped with the last backward) and all-gathers bf16 parameters after the optimizer step, into a
+  (overlapped with the last backward) and all-gathers bf16 parameters after the optimizer step, all of
+  them in one `all_gather_coalesced` (`optim/zero.py: _all_gather_params`) -> `zero_gather: whole`, into a
   separate buffer -> `zero_gather_inplace: false`. The measured optimizer-phase peak says so: ZeRO-1 runs
   hold 10.9 + 15.1/dp bytes per parameter (1B, tp1, dp 8-256), the states alone 8.7 + 13.0/dp; the
   difference, 2.2 + 2.1/dp, is the bf16 gather buffer and the bf16 cast of the shard (2 + 2/dp).
@@ -266,7 +267,7 @@ def scenario_mapping(run: PlaybookRun, topology: str = TOPOLOGY) -> dict:
             "dp": run.dp, "tp": run.tp, "pp": run.pp, "cp": 1, "ep": 1, "zero": run.zero,
             "sp": run.tp > 1, "pp_schedule": "1f1b", "vpp": 1, "pp_layers": pp_layers,
             "order": "tp-cp-ep-dp-pp", "dp_bucket_mb": NANOTRON_DDP_BUCKET_MB, "overlap_dp": True,
-            "overlap_tp": TP_OVERLAP and run.tp_async, "zero_gather_inplace": False,
+            "overlap_tp": TP_OVERLAP and run.tp_async, "zero_gather": "whole", "zero_gather_inplace": False,
         },
     }
 

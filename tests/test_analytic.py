@@ -127,3 +127,34 @@ def test_without_comm_compute_overlap_every_collective_is_exposed(estimator, par
     total, exposed = b["comm"][dim]["time_s"], b["comm"][dim]["exposed_s"]
     assert exposed == pytest.approx(total, rel=1e-6)
     assert b["iteration_time_s"] >= a["iteration_time_s"] * (1 - 1e-9)
+
+
+class DPCost(UniformCost):
+    """UniformCost plus DP collectives at alpha + bytes / 1 GB/s."""
+
+    def comm_time(self, op, group):
+        return 2e-6 + op.bytes / 1e9 if op.dim == "dp" and group.size > 1 else 0.0
+
+
+def test_zero1_whole_gather_is_one_collective_exposed_after_the_optimizer():
+    """`zero_gather: whole` (nanotron): one all-gather of the rank's parameters, one latency, nothing
+    hidden; `bucketed` pays a latency per bucket but hides all but the first behind the forward."""
+    def sc(gather):
+        raw = {"name": "z1", "model": {"arch": "llama", "layers": 8, "hidden": 256, "ffn_hidden": 512, "heads": 4,
+                                       "vocab": 1000},
+               "training": {"seq_len": 128, "global_batch": 8},
+               "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": 4},
+               "parallel": {"dp": 4, "zero": 1, "dp_bucket_mb": 0.25, "zero_gather": gather}}
+        return scenario_from_mapping(raw)
+    from simulator.analytic import dp_sync_time
+    from simulator.ops import dp_buckets, param_bytes, rank_params
+    bucketed, whole = sc("bucketed"), sc("whole")
+    cost = DPCost(topology=whole.topology)
+    _, g_bucketed, _ = dp_sync_time(bucketed, cost, 0)
+    _, g_whole, _ = dp_sync_time(whole, cost, 0)
+    n = len(dp_buckets(bucketed, rank_params(bucketed, 0).total, param_bytes(bucketed)))
+    assert n > 1
+    assert g_bucketed - g_whole == pytest.approx((n - 1) * 2e-6)  # the same bytes, n - 1 fewer latencies
+    r_whole, r_bucketed = estimate(whole, cost), estimate(bucketed, cost)
+    assert r_whole.breakdown["exposed_dp_s"] >= g_whole - 1e-12
+    assert r_bucketed.breakdown["exposed_dp_s"] < r_whole.breakdown["exposed_dp_s"]

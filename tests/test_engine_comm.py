@@ -116,6 +116,27 @@ def test_zero1_parameter_gather_gates_the_first_forward():
     assert first_pass_start >= gather.end or any(s.start >= gather.end for s in rk.rec.passes[0][4] or ())
 
 
+def test_zero1_whole_gather_is_one_exposed_all_gather_after_the_optimizer():
+    """nanotron (`zero_gather: whole`): one all-gather of every updated parameter after the optimizer
+    step, however small the buckets, and nothing hides it: the step grows by exactly its time."""
+    sc = scenario(pp=1, m=2, dp=4, zero=1, dp_bucket_mb=0.25)
+    whole = replace(sc, parallel=replace(sc.parallel, zero_gather="whole"))
+    cost = CommCost(sc.topology, dims=("dp",), bw=1e9)
+    eng_b, _ = run_engine(sc, cost)
+    eng_w, _ = run_engine(whole, cost)
+    gathers_b = [c for c, label in eng_b.ranks[0].rec.colls if "param" in label]
+    gathers_w = [c for c, label in eng_w.ranks[0].rec.colls if "param" in label]
+    assert len(gathers_b) > 1 and len(gathers_w) == 1
+    g = gathers_w[0]
+    opt_end = eng_w.ranks[0].rec.optimizer[-1][1]
+    assert g.start == pytest.approx(opt_end)
+    r = run(whole, cost)
+    no_gather = run(replace(sc, parallel=replace(sc.parallel, zero=0)), cost)  # same passes, all-reduce grads
+    assert r.iteration_time_s >= g.end - 1e-12
+    assert r.comm["dp"][1] >= g.end - g.start - 1e-12
+    assert r.iteration_time_s > no_gather.iteration_time_s
+
+
 def test_tied_embeddings_all_reduce_between_first_and_last_stage():
     raw = {"name": "tied", "model": {"arch": "llama", "layers": 4, "hidden": 256, "ffn_hidden": 512, "heads": 4,
                                      "vocab": 1000, "tie_embeddings": True},

@@ -10,7 +10,8 @@ buckets when not overlapped, the tied-embedding all-reduce, the optimizer `ops.o
 
 DP / ZeRO traffic (MODELING.md 4.1; ZeRO §7.2; MEG-DO; MEG-DDP for buckets):
   ZeRO-0  all-reduce of gradient buckets (`ops.dp_buckets`) on the last micro-batch's backward;
-  ZeRO-1  reduce-scatter of the buckets there, all-gather of the updated parameters (in buckets);
+  ZeRO-1  reduce-scatter of the buckets there, all-gather of the updated parameters (in buckets, or
+          one collective after the optimizer with `parallel.zero_gather: whole`);
   ZeRO-2  as ZeRO-1 but the reduce-scatter runs on every micro-batch's backward;
   ZeRO-3  per block (layer, embedding, head): all-gather of its parameters before its forward and again
           before its backward, reduce-scatter of its gradients on every micro-batch.
@@ -180,11 +181,11 @@ def chunk_layers_of(sc: Scenario, chunk: int) -> list[int]:
 
 # ----------------------------------------------------------------------------------- DP / ZeRO
 
-def _split_buckets(sc: Scenario, sizes: list[float], elt_bytes: int) -> list[tuple[float, float, float]]:
-    """Equal buckets over consecutive params (`ops.dp_buckets`): [(bytes, start byte, end byte)]."""
+def _split_buckets(sc: Scenario, sizes: list[float], elt_bytes: int, whole: bool = False) -> list[tuple[float, float, float]]:
+    """Equal buckets over consecutive params (`ops.dp_buckets`), or one (`whole`): [(bytes, start byte, end byte)]."""
     total = sum(sizes)
     out, pos = [], 0.0
-    for b in dp_buckets(sc, total, elt_bytes):
+    for b in ([total * elt_bytes] if whole and total > 0 else dp_buckets(sc, total, elt_bytes)):
         out.append((b, pos, pos + b))
         pos += b
     return out
@@ -226,7 +227,7 @@ def _param_buckets(sc: Scenario, blocks: tuple[Block, ...], groups: dict) -> tup
             acc += s
             cum.append(acc)
         ends_per_group[g] = (sizes, cum)
-        for j, (nbytes, start, _) in enumerate(_split_buckets(sc, [s / pb for s in sizes], pb)):
+        for j, (nbytes, start, _) in enumerate(_split_buckets(sc, [s / pb for s in sizes], pb, sc.parallel.zero_gather == "whole")):
             k = min(bisect_right(cum, start * (1 + 1e-12) + 1e-9), len(blocks) - 1)
             found.append((k, 0 if g == "dp_cp" else 1, j, start, Comm("param_all_gather", "dp", "all_gather", nbytes,
                                                                      blocking=False, group=g)))
@@ -282,7 +283,8 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
         for c in chunks:
             for kind, bl in chunk_blocks(sc, c, has_emb, cache).items():
                 blocks[(c, kind)] = bl
-        steps = _steps(sched[r], r, owner, n_chunks, zero, overlap, act_bytes, fuse=p.pp_schedule in FUSED_BACKWARD)
+        steps = _steps(sched[r], r, owner, n_chunks, zero, overlap, act_bytes, fuse=p.pp_schedule in FUSED_BACKWARD,
+                       gated=overlap and p.zero_gather == "bucketed")
         dp = {}
         for c in chunks:
             grads = _grad_buckets(sc, blocks[(c, "BW")], zero, group_sizes) if zero < 3 else ()
@@ -305,10 +307,11 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
 
 
 def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, zero: int, overlap: bool,
-           act_bytes: Callable[[int, int], float], fuse: bool) -> tuple[Step, ...]:
+           act_bytes: Callable[[int, int], float], fuse: bool, gated: bool) -> tuple[Step, ...]:
     """Fuse each B immediately followed by its W into one BW pass (`fuse`: schedules that do not split
-    the backward), attach p2p partners, DP releases and memory, and check that every dependency on this
-    stage comes earlier in the list."""
+    the backward), attach p2p partners, DP releases and memory (`gated`: each chunk's first forward waits
+    for its ZeRO-1/2 parameter buckets), and check that every dependency on this stage comes earlier in
+    the list."""
     done: set = set()
     fused: list[tuple[str, int, int]] = []
     i = 0
@@ -361,6 +364,6 @@ def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, zero:
         frees = k in ("B", "BW")  # memory.py: activations are released when the micro-batch's B ends
         sync = ends and ((zero in (0, 1) and overlap and idx == last_bwd[c]) or zero == 2 or zero == 3)
         out.append(Step(kind=k, chunk=c, mb=mb, recv_from=recv_from, recv_key=recv_key, send_to=send_to, grad_sync=sync,
-                        param_gated=(k == "F" and zero in (1, 2) and overlap and first_f[c] == idx),
+                        param_gated=(k == "F" and zero in (1, 2) and gated and first_f[c] == idx),
                         alloc=act_bytes(r, c) if k == "F" else 0.0, free=act_bytes(r, c) if frees else 0.0))
     return tuple(out)

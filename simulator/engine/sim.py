@@ -184,6 +184,8 @@ class Engine:
         self._releases: dict = {}
         self._flow = 0
         self.zero, self.overlap = plan.zero, plan.overlap_dp
+        self.overlap_gather = self.overlap and plan.sc.parallel.zero_gather == "bucketed"
+        """ZeRO-1/2 parameter all-gathers issued at the step's start, gating the forwards (else after the optimizer)."""
 
     # ------------------------------------------------------------------ pricing
     def times(self, speed: float) -> OpTimes:
@@ -291,7 +293,7 @@ class Engine:
         prog = self.plan.stages[rk.stage]
         t = 0.0
         for step_no in range(self.steps):
-            gathers = self._param_gathers(rk, prog, t) if self.zero in (1, 2) and self.overlap else {}
+            gathers = self._param_gathers(rk, prog, t) if self.zero in (1, 2) and self.overlap_gather else {}
             for st in prog.steps:
                 ready = t
                 if st.recv_from >= 0:
@@ -529,7 +531,7 @@ class Engine:
 
     def _step_tail(self, rk: RankState, prog: StageProgram, t: float):
         """Generator: after the last micro-batch: gradient buckets (when not overlapped), the tied-embedding
-        all-reduce, wait for the dp stream, the optimizer, then (ZeRO-1/2 without overlap) the parameter
+        all-reduce, wait for the dp stream, the optimizer, then (ZeRO-1/2 without overlap, or `zero_gather: whole`) the parameter
         all-gather, exposed. Returns the rank's end of step."""
         if self.zero in (0, 1) and not self.overlap:
             for c in prog.chunks:
@@ -547,7 +549,7 @@ class Engine:
         t += opt
         if self.env.now < t:
             yield self.env.timeout(t - self.env.now)
-        if self.zero in (1, 2) and not self.overlap:
+        if self.zero in (1, 2) and not self.overlap_gather:
             last = None
             for c in prog.chunks:
                 for b in prog.dp[c].params:
