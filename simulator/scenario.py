@@ -90,8 +90,9 @@ class Parallel:
     zero_gather: str = field(default="bucketed", metadata={"choices": ("bucketed", "whole")})
     """ZeRO-1/2 parameter all-gather: `bucketed` in dp_bucket_mb buckets, issued when the step starts and
     waited for by the first forward that needs each (Megatron's overlap_param_gather; after the optimizer,
-    exposed, when DP does not overlap); `whole`: one all-gather of all the rank's updated parameters after
-    the optimizer step, exposed (nanotron's `ZeroDistributedOptimizer._all_gather_params`)."""
+    exposed, when DP does not overlap); `whole`: one all-gather of all the rank's updated parameters (per
+    model chunk with vpp > 1) after the optimizer step, exposed (nanotron's
+    `ZeroDistributedOptimizer._all_gather_params`)."""
     zero_gather_inplace: bool = True
     """ZeRO-1/2: the updated parameters are all-gathered straight into the weights (Megatron's distributed
     optimizer, FSDP). false: into a separate full-size buffer, from a cast copy of the local shard

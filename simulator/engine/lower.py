@@ -181,8 +181,10 @@ def chunk_layers_of(sc: Scenario, chunk: int) -> list[int]:
 
 # ----------------------------------------------------------------------------------- DP / ZeRO
 
-def _split_buckets(sc: Scenario, sizes: list[float], elt_bytes: int, whole: bool = False) -> list[tuple[float, float, float]]:
-    """Equal buckets over consecutive params (`ops.dp_buckets`), or one (`whole`): [(bytes, start byte, end byte)]."""
+def _split_buckets(sc: Scenario, sizes: list[float], elt_bytes: int,
+                   whole: bool = False) -> list[tuple[float, float, float]]:
+    """Equal buckets over consecutive params (`ops.dp_buckets`), or one (`whole`):
+    [(bytes, start byte, end byte)]."""
     total = sum(sizes)
     out, pos = [], 0.0
     for b in ([total * elt_bytes] if whole and total > 0 else dp_buckets(sc, total, elt_bytes)):
@@ -227,7 +229,8 @@ def _param_buckets(sc: Scenario, blocks: tuple[Block, ...], groups: dict) -> tup
             acc += s
             cum.append(acc)
         ends_per_group[g] = (sizes, cum)
-        for j, (nbytes, start, _) in enumerate(_split_buckets(sc, [s / pb for s in sizes], pb, sc.parallel.zero_gather == "whole")):
+        whole = sc.parallel.zero_gather == "whole"
+        for j, (nbytes, start, _) in enumerate(_split_buckets(sc, [s / pb for s in sizes], pb, whole)):
             k = min(bisect_right(cum, start * (1 + 1e-12) + 1e-9), len(blocks) - 1)
             found.append((k, 0 if g == "dp_cp" else 1, j, start, Comm("param_all_gather", "dp", "all_gather", nbytes,
                                                                      blocking=False, group=g)))
