@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from .costs import CostModel
 from .layout import group_shape, rank_chunks
 from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
-                  layer_passes, optimizer_op, param_bytes, pp_activation_bytes, rank_params, shard)
+                  layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, rank_params,
+                  shard)
 from .scenario import Scenario
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
@@ -222,7 +223,7 @@ def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float, fl
             buckets = dp_buckets(sc, params, gb)
             sync += len(buckets) * cost.comm_time(Comm("dp_grad", "dp", coll, buckets[0], group=group), g)
         if p.zero in (1, 2):
-            buckets = [params * param_bytes(sc)] if p.zero_gather == "whole" else dp_buckets(sc, params, param_bytes(sc))
+            buckets = param_gather_buckets(sc, params)
             gather += len(buckets) * cost.comm_time(Comm("dp_param_allgather", "dp", "all_gather", buckets[0], group=group), g)
     shard_params = rp.dense / (group_shape(sc, "dp_cp").size if p.zero >= 1 else 1)
     shard_params += rp.expert / (group_shape(sc, "edp").size if p.zero >= 1 else 1)

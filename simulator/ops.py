@@ -584,3 +584,11 @@ def dp_buckets(sc: Scenario, params: float, elt_bytes: int) -> list[float]:
         return []
     n = max(1, int(-(-total // cap)))
     return [total / n] * n
+
+
+def param_gather_buckets(sc: Scenario, params: float) -> list[float]:
+    """ZeRO-1/2's all-gather of the updated `params` (bytes per collective): in `dp_buckets`, or all in one
+    (`parallel.zero_gather: whole`, nanotron's `_all_gather_params`)."""
+    if sc.parallel.zero_gather == "whole":
+        return [params * param_bytes(sc)] if params > 0 else []
+    return dp_buckets(sc, params, param_bytes(sc))

@@ -118,7 +118,8 @@ def test_zero1_parameter_gather_gates_the_first_forward():
 
 def test_zero1_whole_gather_is_one_exposed_all_gather_after_the_optimizer():
     """nanotron (`zero_gather: whole`): one all-gather of every updated parameter after the optimizer
-    step, however small the buckets, and nothing hides it: the step grows by exactly its time."""
+    step, however small the buckets, and nothing hides it: it is exposed in full and ends no later than
+    the step."""
     sc = scenario(pp=1, m=2, dp=4, zero=1, dp_bucket_mb=0.25)
     whole = replace(sc, parallel=replace(sc.parallel, zero_gather="whole"))
     cost = CommCost(sc.topology, dims=("dp",), bw=1e9)

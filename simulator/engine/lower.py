@@ -25,7 +25,8 @@ from typing import Callable
 
 from ..layout import chunk_layers, chunk_owner, last_chunk, rank_chunks
 from ..ops import (Comm, Compute, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
-                   layer_passes, optimizer_op, param_bytes, pp_activation_bytes, shard, layer_rank_params)
+                   layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, shard,
+                   layer_rank_params)
 from ..params import final_norm_params
 from ..scenario import Scenario
 from ..schedules import Action, chunk_rank, pipeline_schedule
@@ -107,6 +108,9 @@ class Plan:
     n_chunks: int
     zero: int
     overlap_dp: bool
+    gathers_gate_forwards: bool
+    """ZeRO-1/2's parameter all-gather buckets start with the step and gate the first forwards (overlap_dp
+    with `zero_gather: bucketed`); else they run after the optimizer, exposed."""
     pp_bytes: float
     """Bytes of one PP send (activations forward, their gradient backward): `ops.pp_activation_bytes`."""
 
@@ -181,13 +185,11 @@ def chunk_layers_of(sc: Scenario, chunk: int) -> list[int]:
 
 # ----------------------------------------------------------------------------------- DP / ZeRO
 
-def _split_buckets(sc: Scenario, sizes: list[float], elt_bytes: int,
-                   whole: bool = False) -> list[tuple[float, float, float]]:
-    """Equal buckets over consecutive params (`ops.dp_buckets`), or one (`whole`):
+def _split_buckets(buckets: list[float]) -> list[tuple[float, float, float]]:
+    """Consecutive buckets (`ops.dp_buckets`, `ops.param_gather_buckets`) placed end to end:
     [(bytes, start byte, end byte)]."""
-    total = sum(sizes)
     out, pos = [], 0.0
-    for b in ([total * elt_bytes] if whole and total > 0 else dp_buckets(sc, total, elt_bytes)):
+    for b in buckets:
         out.append((b, pos, pos + b))
         pos += b
     return out
@@ -207,7 +209,7 @@ def _grad_buckets(sc: Scenario, blocks: tuple[Block, ...], zero: int, groups: di
         for s in sizes:
             acc += s
             cum.append(acc)
-        for j, (nbytes, _, end) in enumerate(_split_buckets(sc, [s / gb for s in sizes], gb)):
+        for j, (nbytes, _, end) in enumerate(_split_buckets(dp_buckets(sc, sum(s / gb for s in sizes), gb))):
             k = min(bisect_left(cum, end * (1 - 1e-9)), len(blocks) - 1)
             found.append((k, 0 if g == "dp_cp" else 1, j, Comm(f"grad_{coll}", "dp", coll, nbytes, blocking=False, group=g)))
     found.sort(key=lambda x: (x[0], x[1], x[2]))
@@ -229,8 +231,7 @@ def _param_buckets(sc: Scenario, blocks: tuple[Block, ...], groups: dict) -> tup
             acc += s
             cum.append(acc)
         ends_per_group[g] = (sizes, cum)
-        whole = sc.parallel.zero_gather == "whole"
-        for j, (nbytes, start, _) in enumerate(_split_buckets(sc, [s / pb for s in sizes], pb, whole)):
+        for j, (nbytes, start, _) in enumerate(_split_buckets(param_gather_buckets(sc, sum(s / pb for s in sizes)))):
             k = min(bisect_right(cum, start * (1 + 1e-12) + 1e-9), len(blocks) - 1)
             found.append((k, 0 if g == "dp_cp" else 1, j, start, Comm("param_all_gather", "dp", "all_gather", nbytes,
                                                                      blocking=False, group=g)))
@@ -279,6 +280,7 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
     blocks: dict = {}
     stages = []
     zero, overlap = p.zero, sc.overlap_dp
+    gated = overlap and p.zero_gather == "bucketed"
     emb_stage, head_stage = owner[0], owner[-1]
     for r in range(pp):
         chunks = tuple(c for c, _ in rank_chunks(sc, r))
@@ -287,7 +289,7 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
             for kind, bl in chunk_blocks(sc, c, has_emb, cache).items():
                 blocks[(c, kind)] = bl
         steps = _steps(sched[r], r, owner, n_chunks, zero, overlap, act_bytes, fuse=p.pp_schedule in FUSED_BACKWARD,
-                       gated=overlap and p.zero_gather == "bucketed")
+                       gated=gated)
         dp = {}
         for c in chunks:
             grads = _grad_buckets(sc, blocks[(c, "BW")], zero, group_sizes) if zero < 3 else ()
@@ -306,7 +308,7 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
         stages.append(StageProgram(stage=r, steps=steps, chunks=chunks, dp=dp, optimizer=optimizer_op(sc, shard_params),
                                    tied_partner=tied_partner, tied_allreduce=tied))
     return Plan(sc=sc, stages=tuple(stages), blocks=blocks, n_chunks=n_chunks, zero=zero, overlap_dp=overlap,
-                pp_bytes=pp_activation_bytes(sc))
+                gathers_gate_forwards=gated, pp_bytes=pp_activation_bytes(sc))
 
 
 def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, zero: int, overlap: bool,

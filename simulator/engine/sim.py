@@ -183,9 +183,7 @@ class Engine:
         self._comm_dur: dict = {}
         self._releases: dict = {}
         self._flow = 0
-        self.zero, self.overlap = plan.zero, plan.overlap_dp
-        self.overlap_gather = self.overlap and plan.sc.parallel.zero_gather == "bucketed"
-        """ZeRO-1/2 parameter all-gathers issued at the step's start, gating the forwards (else after the optimizer)."""
+        self.zero, self.overlap, self.overlap_gather = plan.zero, plan.overlap_dp, plan.gathers_gate_forwards
 
     # ------------------------------------------------------------------ pricing
     def times(self, speed: float) -> OpTimes:
