@@ -9,7 +9,8 @@ communication it leaves exposed. The pipeline then follows the schedule's closed
   ZB-H1            T = m*max_r(t_r) + (p-1)*(T_F + T_B - T_W)          (ZB Table 2)
   ZB-V             T = m*max_r(t_r) + (p-1)*max(0, T_F + T_B - 2*T_W)  (ZB README, ZB-V)
   DualPipeV        T = m*max_r(t_r) + (p/2-1)*max(0, T_F + 2*T_B - 3*T_W) ... (DSV3 Table 2, F&B = F + B)
-plus the p2p latency of the first traversal, the exposed DP/ZeRO communication and the optimizer step.
+plus the p2p latency of the first traversal, the exposed DP/ZeRO communication, SP's norm-gradient
+all-reduce over TP (`ops.sp_norm_grad_allreduce`) and the optimizer step.
 The discrete-event engine measures all of this on a timeline instead; this file stays a formula.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .costs import CostModel
 from .layout import group_shape, rank_chunks
 from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
                   layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, rank_params,
-                  shard)
+                  shard, sp_norm_grad_allreduce)
 from .scenario import Scenario
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
@@ -290,9 +291,11 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
             exposed_gather = gather if p.zero_gather == "whole" else max(gather / buckets, gather - st.F.duration)
         else:
             exposed_sync, exposed_gather = sync, gather
-        tails.append((exposed_sync + exposed_gather + opt, sync + gather, exposed_sync + exposed_gather, opt))
+        sp_norm = sp_norm_grad_allreduce(sc, st.pp_rank)
+        sp_t = cost.comm_time(sp_norm, group_shape(sc, "tp")) if sp_norm is not None else 0.0
+        tails.append((exposed_sync + exposed_gather + sp_t + opt, sync + gather, exposed_sync + exposed_gather, opt, sp_t))
     crit = max(range(p.pp), key=lambda r: tails[r][0] + stages[r].total * m)
-    tail, dp_total, dp_exposed, opt = tails[crit]
+    tail, dp_total, dp_exposed, opt, sp_norm_t = tails[crit]
     iteration = t_pipe + p2p + tail
     st = stages[crit]
     comm, exposed = defaultdict(float), defaultdict(float)
@@ -301,6 +304,8 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
             comm[d] += v * m
         for d, v in ps.exposed.items():
             exposed[d] += v * m
+    comm["tp"] += sp_norm_t
+    exposed["tp"] += sp_norm_t
     comm["dp"] += dp_total + z3_comm[crit]
     exposed["dp"] += dp_exposed + z3_exposed[crit]
     comm["pp"] += max(pp_comm_total, p2p + pp_steady)

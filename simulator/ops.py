@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from .params import final_norm_params, layer_params
+from .params import final_norm_params, layer_params, norm_params
 from .scenario import Scenario
 
 ACT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activations stay bf16 under fp8 training (DSV3 §3.3)
@@ -555,6 +555,20 @@ def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
         if not m.tie_embeddings or p.pp > 1 or not has_emb:
             dense += m.vocab * m.hidden / t  # untied head, or the tied copy on the last stage (MODELING 1.4)
     return RankParams(dense=dense, expert=expert, layers=layers, embedding=has_emb, head=has_head)
+
+
+def sp_norm_grad_allreduce(sc: Scenario, pp_rank: int) -> Comm | None:
+    """With sequence parallelism each TP rank's norm-weight gradients cover its sequence shard only: one
+    coalesced all-reduce of them over the TP group per step, after the last backward (Megatron
+    `finalize_model_grads` -> `_allreduce_layernorm_grads`; nanotron `sync_tied_weights_gradients`).
+    Bytes: the stage's norm weights (two per layer, the final norm on the head stage) x gradient bytes."""
+    if not (sc.parallel.sp and sc.parallel.tp > 1):
+        return None
+    rp = rank_params(sc, pp_rank)
+    norms = len(rp.layers) * norm_params(sc.model) + (final_norm_params(sc.model) if rp.head else 0)
+    if norms <= 0:
+        return None
+    return Comm("sp_norm_grad_allreduce", "tp", "all_reduce", norms * sc.training.grad_bytes, blocking=True)
 
 
 def optimizer_bytes_per_param(sc: Scenario) -> float:

@@ -138,6 +138,50 @@ def test_zero1_whole_gather_is_one_exposed_all_gather_after_the_optimizer():
     assert r.iteration_time_s > no_gather.iteration_time_s
 
 
+class SPNormCost(CommCost):
+    """Only SP's norm-gradient all-reduce costs anything (alpha + bytes / bw); compute as UniformCost."""
+
+    def comm_time(self, op, group):
+        return self.alpha + op.bytes / self.bw if op.name == "sp_norm_grad_allreduce" and group.size > 1 else 0.0
+
+
+def _tp_comm(r) -> tuple[float, float]:
+    c = r.comm["tp"]
+    return (c["time_s"], c["exposed_s"]) if isinstance(c, dict) else tuple(c)
+
+
+@pytest.mark.parametrize("estimator", ["engine", "analytic"])
+@pytest.mark.parametrize("pp", [1, 2])
+def test_sp_all_reduces_the_norm_gradients_over_tp_once_per_step(estimator, pp):
+    """Megatron's _allreduce_layernorm_grads / nanotron's tied-parameter sync: with SP the norm weights'
+    gradients are summed over TP once per step, exposed, sized by the stage's norm weights (two per layer;
+    the head stage adds the final norm); without SP nothing is added."""
+    from simulator.analytic import estimate
+    sp = scenario(pp=pp, m=4, tp=4, sp=True)
+    no_sp = replace(sp, parallel=replace(sp.parallel, sp=False))
+    cost = SPNormCost(sp.topology, bw=1e6, alpha=1e-3)
+    price = (lambda sc: run(sc, cost)) if estimator == "engine" else (lambda sc: estimate(sc, cost))
+    r, base = price(sp), price(no_sp)
+    h, layers_per_stage = 256, 2
+    stage = [cost.alpha + (2 * layers_per_stage + (s == pp - 1)) * h * sp.training.grad_bytes / cost.bw for s in range(pp)]
+    grown = r.iteration_time_s - base.iteration_time_s
+    assert _tp_comm(base)[0] == 0.0
+    if pp == 1:
+        assert _tp_comm(r) == pytest.approx((stage[0], stage[0]), rel=1e-9)
+        assert grown == pytest.approx(stage[0], rel=1e-9)
+    else:  # the step grows by at most the larger stage's all-reduce, at least the smaller one's minus a pass
+        assert min(stage) - LAYER <= grown <= max(stage) + 1e-12
+
+
+def test_sp_norm_all_reduce_is_on_the_tp_thread_of_the_trace(tmp_path):
+    import json
+    sc = scenario(pp=2, m=4, tp=4, sp=True)
+    run(sc, SPNormCost(sc.topology, bw=1e6, alpha=1e-3), trace_path=tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    slices = [e for e in events if e.get("name") == "sp norm grads all_reduce"]
+    assert len(slices) == 2 and all(e["cat"] == "tp" and e["tid"] == 2 for e in slices)
+
+
 def test_tied_embeddings_all_reduce_between_first_and_last_stage():
     raw = {"name": "tied", "model": {"arch": "llama", "layers": 4, "hidden": 256, "ffn_hidden": 512, "heads": 4,
                                      "vocab": 1000, "tie_embeddings": True},

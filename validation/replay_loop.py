@@ -2,9 +2,11 @@
 
     python validation/replay_loop.py [--profile FILE] [--steps N] [--warmup N] [--json FILE] [SCENARIO ...]
 
-1. Calibration: `--profile`, else `calibrate/profiles/cpu-host.json` when it exists, else a quick CPU
-   calibration (`python -m calibrate --device cpu --quick`) written to a temporary file (the checked-in
-   profile belongs to the calibration step, not to this script).
+1. Calibration, right before each replay: `python -m calibrate --device cpu --scenario SCENARIO` measures
+   exactly the kernels and collectives that scenario's ops need (about a minute) into a temporary profile.
+   This host's speed drifts by up to ~30 % over hours (a shared VM: the same GEMM measured 0.47 ms at one
+   calibration and 0.63 ms three hours later), so a profile from another hour prices another machine.
+   `--profile FILE` skips this and prices every plan from FILE (e.g. `calibrate/profiles/cpu-host.json`).
 2. For each scenario (default `scenarios/replay/*.yaml`): `python -m calibrate replay SCENARIO --json` with
    `cluster.profile` set to that profile: it runs the plan for real, checks losses and gradient norms
    against a single-process run, and asks the simulator for its prediction.
@@ -26,20 +28,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PROFILE = ROOT / "calibrate" / "profiles" / "cpu-host.json"
 TIME_BAR = 0.15
 """Predicted step time within 15 % of measured (issue 6)."""
 
 
-def ensure_profile(given: str | None, workdir: Path) -> Path:
-    if given:
-        return Path(given).resolve()
-    if DEFAULT_PROFILE.exists():
-        return DEFAULT_PROFILE
-    out = workdir / "cpu-host-quick.json"
-    print(f"no CPU profile at {DEFAULT_PROFILE.relative_to(ROOT)}: running a quick calibration into {out}", file=sys.stderr)
-    cmd = [sys.executable, "-m", "calibrate", "--device", "cpu", "--quick", "--no-progress", "--out", str(out)]
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=sys.stderr)
+def calibrate_for(scenario: Path, workdir: Path) -> Path:
+    """A fresh CPU profile with exactly the shapes `scenario` needs (`calibrate --scenario`)."""
+    out = workdir / f"{scenario.stem}.profile.json"
+    cmd = [sys.executable, "-m", "calibrate", "--device", "cpu", "--scenario", str(scenario), "--no-progress",
+           "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"calibration for {scenario.name} failed (exit {proc.returncode})")
     return out
 
 
@@ -96,7 +97,7 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("scenarios", nargs="*", help="default: scenarios/replay/*.yaml")
-    ap.add_argument("--profile", help="calibration profile to simulate with")
+    ap.add_argument("--profile", help="price every plan from this profile instead of calibrating before each replay")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per replay")
@@ -105,11 +106,14 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     scenarios = [Path(s).resolve() for s in args.scenarios] or sorted((ROOT / "scenarios" / "replay").glob("*.yaml"))
     with tempfile.TemporaryDirectory(prefix="replay-loop-") as tmp:
-        profile = ensure_profile(args.profile, Path(tmp))
-        print(f"profile: {profile}; {len(scenarios)} scenarios, {args.steps} steps ({args.warmup} warm-up); "
-              f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
+        given = Path(args.profile).resolve() if args.profile else None
+        print(f"profile: {given or 'calibrated per scenario'}; {len(scenarios)} scenarios, {args.steps} steps "
+              f"({args.warmup} warm-up); {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
         rows = []
         for sc in scenarios:
+            if given is None:
+                print(f"calibrating for {sc.name} ...", file=sys.stderr, flush=True)
+            profile = given or calibrate_for(sc, Path(tmp))
             print(f"replaying {sc.name} ...", file=sys.stderr, flush=True)
             rows.append(replay(sc, profile, args.steps, args.warmup, args.timeout))
     print(table(rows))

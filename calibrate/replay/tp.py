@@ -6,13 +6,20 @@ column-parallel LM head. With sequence parallelism the norms run on sequence sha
 and each block's attention and MLP input is all-gathered (`PrepareModuleInput` Shard(1) -> Replicate)
 while wo/w2 reduce-scatter back to Shard(1) (Korthikanti et al. 2022 §4.2.2). Without SP the activations
 stay replicated and wo/w2 all-reduce (Megatron TP, Narayanan et al. 2021 §3.2).
+With SP each TP rank's norm weight gradient covers its sequence shard only (a Partial DTensor):
+`reduce_partial_grads` sums them in one coalesced all-reduce over the TP group after the last backward,
+as Megatron (`finalize_model_grads` -> `_allreduce_layernorm_grads`) and nanotron (tied-parameter
+gradients, `sync_tied_weights_gradients`) do; left Partial, DTensor would all-reduce them again on
+every optimizer op that reads them (27 all-reduces per AdamW step for the tiny Llama).
 The LM head all-gathers the vocab-sharded logits (output_layouts=Replicate) so the loss is the same
 plain cross-entropy as in the reference and a pipeline stage passes plain tensors.
 """
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                SequenceParallel, parallelize_module)
 
@@ -58,3 +65,19 @@ def apply_tp(model: Transformer, tp_mesh: DeviceMesh, sp: bool) -> None:
     parallelize_module(model, tp_mesh, top_plan(model, sp))
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, block_plan(sp))
+
+
+def reduce_partial_grads(mods: list[Transformer], tp_mesh: DeviceMesh) -> int:
+    """Sum every Partial-placement gradient (the SP norm weights) over `tp_mesh` in one flat all-reduce
+    and store it back as Replicate; returns how many gradients it reduced."""
+    grads = [(q, q.grad) for mod in mods for q in mod.parameters()
+             if isinstance(q.grad, DTensor) and any(pl.is_partial() for pl in q.grad.placements)]
+    if not grads:
+        return 0
+    local = [g.to_local() for _, g in grads]
+    flat = torch.cat([t.reshape(-1) for t in local])
+    dist.all_reduce(flat, group=tp_mesh.get_group())
+    for (q, g), piece in zip(grads, torch.split(flat, [t.numel() for t in local])):
+        placements = [Replicate() if pl.is_partial() else pl for pl in g.placements]
+        q.grad = DTensor.from_local(piece.view_as(g.to_local()), g.device_mesh, placements, run_check=False)
+    return len(grads)

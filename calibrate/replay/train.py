@@ -35,7 +35,7 @@ from .llama import AttentionCore, Transformer, init_weights, token_loss
 from .meshes import Meshes
 from .pipeline import Pipeline, build_pipeline
 from .plan import ReplayPlan
-from .tp import apply_tp
+from .tp import apply_tp, reduce_partial_grads
 from .zero import apply_zero, set_micro_batch
 
 GIB = 2 ** 30
@@ -133,6 +133,7 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
     fsdp = distributed and meshes.grad is not None and p.zero >= 1
     amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if plan.dtype == "bf16" and not fsdp else contextlib.nullcontext
     mb = t.micro_batch
+    sp_grads = distributed and meshes.tp is not None and p.sp
 
     def one_step(step: int) -> tuple[float, float]:
         inputs, labels = global_batch(plan.options.seed, step, t.global_batch, t.seq_len, sc.model.vocab)
@@ -157,6 +158,8 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
         t1 = time.perf_counter()
         if buckets is not None:
             buckets.finish()
+        if sp_grads:
+            reduce_partial_grads(mods, meshes.tp)
         t2 = time.perf_counter()
         opt.step()
         _sync(device)

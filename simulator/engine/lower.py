@@ -5,7 +5,8 @@ turned into a `Step`: which pass template it runs (the op lists of `ops.layer_pa
 layers, plus `embedding_forward/backward` on chunk 0 and `head_forward/backward` on the last chunk),
 what it receives from and sends to other stages (`ops.pp_activation_bytes` each way, NAR21 §2.2), and
 which data-parallel traffic it releases. The per-step work after the last micro-batch (gradient
-buckets when not overlapped, the tied-embedding all-reduce, the optimizer `ops.optimizer_op`) is in
+buckets when not overlapped, the tied-embedding all-reduce, SP's norm-gradient all-reduce over TP, the
+optimizer `ops.optimizer_op`) is in
 `StageProgram` too. Nothing here is timed: durations come from the cost model in `templates.py`.
 
 DP / ZeRO traffic (MODELING.md 4.1; ZeRO §7.2; MEG-DO; MEG-DDP for buckets):
@@ -26,7 +27,7 @@ from typing import Callable
 from ..layout import chunk_layers, chunk_owner, last_chunk, rank_chunks
 from ..ops import (Comm, Compute, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
                    layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, shard,
-                   layer_rank_params)
+                   layer_rank_params, sp_norm_grad_allreduce)
 from ..params import final_norm_params
 from ..scenario import Scenario
 from ..schedules import Action, chunk_rank, pipeline_schedule
@@ -97,6 +98,8 @@ class StageProgram:
     tied_partner: int = -1
     """Stage holding the other copy of tied embeddings (pp > 1); -1 if none."""
     tied_allreduce: Comm | None = None
+    sp_norm_allreduce: Comm | None = None
+    """SP: the coalesced all-reduce of the norm-weight gradients over TP before the optimizer."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -306,7 +309,8 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
             tied = Comm("tied_embedding_all_reduce", "dp", "all_reduce",
                         sc.model.vocab * sc.model.hidden / p.tp * sc.training.grad_bytes, blocking=True, group="embd")
         stages.append(StageProgram(stage=r, steps=steps, chunks=chunks, dp=dp, optimizer=optimizer_op(sc, shard_params),
-                                   tied_partner=tied_partner, tied_allreduce=tied))
+                                   tied_partner=tied_partner, tied_allreduce=tied,
+                                   sp_norm_allreduce=sp_norm_grad_allreduce(sc, r)))
     return Plan(sc=sc, stages=tuple(stages), blocks=blocks, n_chunks=n_chunks, zero=zero, overlap_dp=overlap,
                 gathers_gate_forwards=gated, pp_bytes=pp_activation_bytes(sc))
 

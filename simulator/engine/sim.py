@@ -60,6 +60,8 @@ class Recorder:
         self.recvs: list = []
         """(start, end, src idx, flow id, label)."""
         self.optimizer: list = []
+        self.tail: list = []
+        """(start, end, label, dim) of step-tail collectives priced in place (SP norm gradients)."""
         self.memory: list = []
         """(t, activation bytes held)."""
 
@@ -529,7 +531,7 @@ class Engine:
 
     def _step_tail(self, rk: RankState, prog: StageProgram, t: float):
         """Generator: after the last micro-batch: gradient buckets (when not overlapped), the tied-embedding
-        all-reduce, wait for the dp stream, the optimizer, then (ZeRO-1/2 without overlap, or with
+        all-reduce, wait for the dp stream, SP's norm-gradient all-reduce over TP, the optimizer, then (ZeRO-1/2 without overlap, or with
         `zero_gather: whole`) the parameter all-gather, exposed. Returns the rank's end of step."""
         if self.zero in (0, 1) and not self.overlap:
             for c in prog.chunks:
@@ -539,6 +541,16 @@ class Engine:
             self._join(rk, "embd", prog.tied_allreduce, t, "tied embedding all_reduce")
         if rk.last_dp is not None:
             t = yield from self._await(rk, rk.last_dp, t, "gradient sync")
+        if prog.sp_norm_allreduce is not None:  # symmetric in the TP group: priced, not a rendezvous
+            c = prog.sp_norm_allreduce
+            dur = self.times(rk.speed)(c)
+            if rk.rec is not None:
+                rk.rec.tail.append((t, t + dur, "sp norm grads all_reduce", c.dim))
+            rk.comm[c.dim] += dur
+            rk.exposed[c.dim] += dur
+            rk.count[c.dim] += 1
+            rk.ops += 1
+            t += dur
         opt = self.times(rk.speed)(prog.optimizer)
         if rk.rec is not None:
             rk.rec.optimizer.append((t, t + opt))

@@ -93,6 +93,8 @@ def build_trace(sc, eng, traced, static: list[float], max_op_slices: int = MAX_O
                                      start + a, start + b))
         for a, b in rec.optimizer:
             events.append(_x("optimizer step", "compute", pid, TID["compute"], a, b))
+        for a, b, label, dim in rec.tail:
+            events.append(_x(label, dim, pid, TID[dim], a, b))
         for c, label in rec.colls:
             if c.end is not None and c.dur > 0:
                 args = {"group_size": c.size}
