@@ -134,3 +134,35 @@ def test_report_without_prediction_or_reference_still_prints():
     assert r["loss_matches_reference"] is None and r["measured"]["peak_memory_gib"] is None
     assert set(r) >= {"predicted", "measured", "relative_error", "loss_matches_reference"}
     assert "iteration time" in format_table(r)
+
+
+def test_host_speed_retimes_the_profiles_own_gemms(tmp_path):
+    """The drift check re-times up to POINTS of the profile's fp32 GEMMs of 0.2-5 ms and reports
+    measured / profile: a profile that claims its GEMMs took about 100x longer than they do reads < 0.05;
+    no CPU profile, or a GPU run, gives None; the report scales the prediction by it only in the
+    informational field, never in `relative_error`."""
+    import json
+    from calibrate.replay.host_speed import POINTS, host_speed, speed_points
+    from calibrate.replay.plan import ReplayOptions, plan_replay
+    from calibrate.replay.report import build_report
+    rows = [{"dtype": "fp32", "m": 64, "n": 64 * i, "k": 64, "time_s": 5e-4 * i} for i in range(1, 11)]
+    rows += [{"dtype": "fp32", "m": 8, "n": 8, "k": 8, "time_s": 1e-6}, {"dtype": "bf16", "m": 64, "n": 64, "k": 64, "time_s": 1e-3}]
+    profile = {"provenance": {"device_type": "cpu", "threads": 1}, "gemm": rows}
+    picked = speed_points(profile)
+    assert len(picked) == POINTS and all(r["dtype"] == "fp32" and 2e-4 <= r["time_s"] <= 5e-3 for r in picked)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile))
+    speed = host_speed(str(path), "cpu")
+    assert speed["points"] == POINTS and 0 < speed["ratio"] < 0.05
+    assert host_speed(str(path), "cuda") is None and host_speed(str(tmp_path / "none.json"), "cpu") is None
+    profile["provenance"]["device_type"] = "cuda"
+    path.write_text(json.dumps(profile))
+    assert host_speed(str(path), "cpu") is None
+    plan = plan_replay(load_scenario(f"{SCEN}/dp2.yaml"), ReplayOptions(steps=2, warmup=1))
+    measured = {"losses": [7.0, 6.9], "grad_norms": [1.0, 1.1], "step_times_s": [1.0, 0.5], "iteration_time_s": 0.5,
+                "peak_memory_gib_per_rank": [None, None], "peak_rss_gib_per_rank": [0.4, 0.4]}
+    r = build_report(plan, measured, None, host=({"ratio": 1.2, "points": 6}, {"ratio": 1.4, "points": 6}))
+    pred = r["predicted"]["iteration_time_s"]
+    assert r["host_speed_vs_profile"]["ratio"] == pytest.approx(1.3)
+    assert r["relative_error"]["iteration_time_s"] == pytest.approx(pred / 0.5 - 1)
+    assert r["iteration_time_error_at_host_speed"] == pytest.approx(pred * 1.3 / 0.5 - 1)

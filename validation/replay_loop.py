@@ -11,8 +11,11 @@
    `cluster.profile` set to that profile: it runs the plan for real, checks losses and gradient norms
    against a single-process run, and asks the simulator for its prediction.
 3. A table: plan, loss match, predicted and measured step time, error, and whether it is inside the bar
-   (15 %, issue 6). Timings on a shared machine are noisy: each row also shows the load average and the
-   busiest rank's CPU seconds per step (well below the measured time = ranks were starved of cores).
+   (15 %, issue 6). Timings on a shared machine are noisy: each row also shows the load average, the
+   busiest rank's CPU seconds per step (well below the measured time = ranks were starved of cores), the
+   host's speed on the profile's own GEMMs right before and after the replay (`host x`, > 1 = slower than
+   when the profile was measured; calibrate/replay/host_speed.py) and the error the prediction would
+   have at that speed (`err@host`: informational, the verdict uses the plain error).
 
 Exit code: 0 when every plan ran and matched its reference (with --strict: and met the time bar), 1 otherwise.
 """
@@ -76,9 +79,19 @@ def _cpu(r: dict) -> str:
     return f"{max(x['cpu_s'] for x in ph):.3f}" if ph else "-"
 
 
+def _host(r: dict) -> str:
+    """The host's speed on the profile's GEMMs before/after the replay (> 1: slower than at calibration)."""
+    h = r.get("host_speed_vs_profile")
+    return f"{h['before']:.2f}/{h['after']:.2f}" if h else "-"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:+.0f}%"
+
+
 def table(rows: list[dict]) -> str:
     head = (f"{'scenario':<16} {'plan':<16} {'loss':>5} {'gnorm':>5} {'predicted s':>11} {'measured s':>10} {'error':>7} "
-            f"{'<=15%':>5} {'rank cpu s':>10} {'load':>5}")
+            f"{'<=15%':>5} {'rank cpu s':>10} {'load':>5} {'host x':>11} {'err@host':>8}")
     out = [head, "-" * len(head)]
     for r in rows:
         if "error" in r and "measured" not in r:
@@ -90,7 +103,7 @@ def table(rows: list[dict]) -> str:
         out.append(f"{r['scenario']:<16} {_plan_label(r['plan']):<16} {yes(r['loss_matches_reference']):>5} "
                    f"{yes(r['grad_norm_matches_reference']):>5} {'-' if pred is None else f'{pred:.3f}':>11} {meas:>10.3f} "
                    f"{'-' if err is None else f'{100 * err:+.0f}%':>7} {yes(None if err is None else abs(err) <= TIME_BAR):>5} "
-                   f"{_cpu(r):>10} {r['load_average'][0]:>5.1f}")
+                   f"{_cpu(r):>10} {r['load_average'][0]:>5.1f} {_host(r):>11} {_pct(r.get('iteration_time_error_at_host_speed')):>8}")
     return "\n".join(out)
 
 

@@ -14,7 +14,7 @@ import sys
 from simulator.errors import ScenarioError
 from simulator.scenario import load_scenario
 
-from .launch import ReplayFailed, launch
+from .launch import ReplayFailed, launch, under_torchrun
 from .plan import ReplayOptions, plan_replay
 from .report import build_report, format_table
 
@@ -55,6 +55,9 @@ def main(argv: list[str]) -> int:
         return 2
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
+    from .host_speed import host_speed
+    profile = plan.scenario.cluster.profile
+    before = host_speed(profile, plan.device) if not under_torchrun() else None
     try:
         measured = launch(plan)
     except ReplayFailed as e:
@@ -62,8 +65,9 @@ def main(argv: list[str]) -> int:
         return 1
     if measured is None:  # a torchrun rank other than 0
         return 0
+    after = host_speed(profile, plan.device) if before is not None else None
     from .train import run_reference
     reference = run_reference(plan) if options.reference else None
-    report = build_report(plan, measured, reference)
+    report = build_report(plan, measured, reference, host=(before, after))
     print(json.dumps(report, indent=None) if args.json else format_table(report))
     return 1 if False in (report["loss_matches_reference"], report["grad_norm_matches_reference"]) else 0

@@ -44,8 +44,19 @@ def loss_comparison(losses: list[float], reference: Optional[list[float]], rtol:
     return len(losses) == len(reference) and worst <= rtol, worst
 
 
-def build_report(plan: ReplayPlan, measured: dict, reference: Optional[dict]) -> dict:
-    """reference: {"losses", "grad_norms"} of the single-process run, or None when not run."""
+def host_factor(host: tuple) -> Optional[dict]:
+    """{"before", "after", "ratio"}: the host's speed on the profile's own GEMMs, before and after the
+    ranks ran, over the profile's (`host_speed.py`; > 1: slower now); ratio = their mean."""
+    before, after = host
+    if before is None or after is None:
+        return None
+    return {"before": before["ratio"], "after": after["ratio"], "ratio": (before["ratio"] + after["ratio"]) / 2,
+            "points": before["points"]}
+
+
+def build_report(plan: ReplayPlan, measured: dict, reference: Optional[dict], host: tuple = (None, None)) -> dict:
+    """reference: {"losses", "grad_norms"} of the single-process run, or None when not run; host: the
+    `host_speed` checks before and after the ranks ran."""
     sc = plan.scenario
     predicted, why = predict(sc)
     peaks = [x for x in measured["peak_memory_gib_per_rank"] if x is not None]
@@ -58,6 +69,10 @@ def build_report(plan: ReplayPlan, measured: dict, reference: Optional[dict]) ->
     norm_match, norm_worst = loss_comparison(measured["grad_norms"], ref_norms, plan.rtol)
     p = sc.parallel
     notes = list(plan.notes) + ([why] if why else [])
+    speed = host_factor(host)
+    at_host = None
+    if speed is not None and predicted["iteration_time_s"] is not None:
+        at_host = _rel(predicted["iteration_time_s"] * speed["ratio"], meas["iteration_time_s"])
     return {
         "name": sc.name,
         "predicted": predicted,
@@ -81,6 +96,8 @@ def build_report(plan: ReplayPlan, measured: dict, reference: Optional[dict]) ->
         "peak_rss_gib_per_rank": measured["peak_rss_gib_per_rank"],
         "phases_per_rank": measured.get("phases_per_rank"),
         "load_average": list(os.getloadavg()),
+        "host_speed_vs_profile": speed,
+        "iteration_time_error_at_host_speed": at_host,
         "notes": notes,
     }
 
@@ -121,6 +138,11 @@ def format_table(r: dict) -> str:
         f"  {'peak memory (GiB)':<20}  {_fmt(pr['peak_memory_gib'], '10.3f'):>10}  {_fmt(me['peak_memory_gib'], '10.3f'):>10}  "
         f"{_fmt(None if er['peak_memory_gib'] is None else 100 * er['peak_memory_gib'], '+7.1f'):>7}%",
     ]
+    hs = r.get("host_speed_vs_profile")
+    if hs is not None:
+        lines.append(f"  host speed on the profile's GEMMs: {hs['before']:.2f}x the profile's time before the run, "
+                     f"{hs['after']:.2f}x after; the prediction scaled by their mean would be "
+                     f"{100 * r['iteration_time_error_at_host_speed']:+.1f}% off (reported, not applied)")
     if r.get("phases_per_rank"):
         ph = r["phases_per_rank"]
         cpu = ", ".join(f"{x['cpu_s']:.2f}" for x in ph)
