@@ -578,8 +578,8 @@ class Profile:
     def _zero_overhead_points(self) -> list[tuple[float, float]]:
         """[(unit bytes, host seconds per collective)] from the fsdp_block rows, sorted by bytes."""
         out = []
+        need = [("fsdp", "fwd"), ("fsdp", "bwd"), ("eager", "fwd"), ("eager", "bwd"), ("plain", "step")]
         for nbytes, r in self._framework_rows_by_bytes(("fsdp_block", "fsdp_collectives")):
-            need = [("fsdp", "fwd"), ("fsdp", "bwd"), ("eager", "fwd"), ("eager", "bwd"), ("plain", "step")]
             if nbytes > 0 and all(k in r for k in need):
                 extra = r[need[0]] + r[need[1]] - r[need[2]] - r[need[3]] - r[need[4]]
                 out.append((nbytes, max(0.0, extra / 3.0)))

@@ -4,8 +4,9 @@
 
 1. Calibration, right before each replay: `python -m calibrate --device cpu --scenario SCENARIO` measures
    exactly the kernels and collectives that scenario's ops need (about a minute) into a temporary profile.
-   This host's speed drifts by up to ~30 % over hours (a shared VM: the same GEMM measured 0.47 ms at one
-   calibration and 0.63 ms three hours later), so a profile from another hour prices another machine.
+   This host's speed drifts (a shared VM: the same GEMM measured 0.47 ms at one calibration and 0.63 ms
+   three hours later, and its speed switches between two states ~1.45x apart within seconds), so a profile
+   from another hour prices another machine.
    `--profile FILE` skips this and prices every plan from FILE (e.g. `calibrate/profiles/cpu-host.json`).
 2. For each scenario (default `scenarios/replay/*.yaml`): `python -m calibrate replay SCENARIO --json` with
    `cluster.profile` set to that profile: it runs the plan for real, checks losses and gradient norms
@@ -102,7 +103,7 @@ def table(rows: list[dict]) -> str:
         yes = lambda b: "-" if b is None else ("yes" if b else "NO")  # noqa: E731
         out.append(f"{r['scenario']:<16} {_plan_label(r['plan']):<16} {yes(r['loss_matches_reference']):>5} "
                    f"{yes(r['grad_norm_matches_reference']):>5} {'-' if pred is None else f'{pred:.3f}':>11} {meas:>10.3f} "
-                   f"{'-' if err is None else f'{100 * err:+.0f}%':>7} {yes(None if err is None else abs(err) <= TIME_BAR):>5} "
+                   f"{_pct(err):>7} {yes(None if err is None else abs(err) <= TIME_BAR):>5} "
                    f"{_cpu(r):>10} {r['load_average'][0]:>5.1f} {_host(r):>11} {_pct(r.get('iteration_time_error_at_host_speed')):>8}")
     return "\n".join(out)
 

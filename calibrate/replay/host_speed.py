@@ -1,8 +1,8 @@
 """How fast this host runs the profile's own kernels now, against when the profile was measured.
 
 A shared machine's speed drifts: on this project's 2-core VM one process training the tiny Llama took
-0.29-0.40 s a step within minutes, and one GEMM measured 0.47 ms at one calibration and 0.63 ms three
-hours later. So the replay re-times a few of the profile's GEMM points in the parent process (no rank
+0.29-0.40 s a step within minutes, one GEMM measured 0.47 ms at one calibration and 0.63 ms three
+hours later, and back-to-back checks read 1.0x and 1.45x the profile's times seconds apart. So the replay re-times a few of the profile's GEMM points in the parent process (no rank
 running, the profile's thread count, the same timing code as `calibrate`) right before the ranks start
 and right after they end. The ratio measured / profile (median over the points; > 1: the host is
 slower now) is reported next to the error. It does not change the prediction: it says how much of a

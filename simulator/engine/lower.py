@@ -6,8 +6,8 @@ layers, plus `embedding_forward/backward` on chunk 0 and `head_forward/backward`
 what it receives from and sends to other stages (`ops.pp_activation_bytes` each way, NAR21 §2.2), and
 which data-parallel traffic it releases. The per-step work after the last micro-batch (gradient
 buckets when not overlapped, the tied-embedding all-reduce, SP's norm-gradient all-reduce over TP, the
-optimizer `ops.optimizer_op`) is in
-`StageProgram` too. Nothing here is timed: durations come from the cost model in `templates.py`.
+optimizer `ops.optimizer_op`) is in `StageProgram` too. Nothing here is timed: durations come from the
+cost model in `templates.py`.
 
 DP / ZeRO traffic (MODELING.md 4.1; ZeRO §7.2; MEG-DO; MEG-DDP for buckets):
   ZeRO-0  all-reduce of gradient buckets (`ops.dp_buckets`) on the last micro-batch's backward;

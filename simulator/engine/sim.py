@@ -531,8 +531,9 @@ class Engine:
 
     def _step_tail(self, rk: RankState, prog: StageProgram, t: float):
         """Generator: after the last micro-batch: gradient buckets (when not overlapped), the tied-embedding
-        all-reduce, wait for the dp stream, SP's norm-gradient all-reduce over TP, the optimizer, then (ZeRO-1/2 without overlap, or with
-        `zero_gather: whole`) the parameter all-gather, exposed. Returns the rank's end of step."""
+        all-reduce, wait for the dp stream, SP's norm-gradient all-reduce over TP, the optimizer, then
+        (ZeRO-1/2 without overlap, or with `zero_gather: whole`) the parameter all-gather, exposed.
+        Returns the rank's end of step."""
         if self.zero in (0, 1) and not self.overlap:
             for c in prog.chunks:
                 for b in prog.dp[c].grads:
