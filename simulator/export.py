@@ -175,7 +175,7 @@ def to_nanotron(sc: Scenario, label: str = "") -> str:
         "general": {"project": "clustersim", "run": sc.name},
         "parallelism": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "pp_engine": p.pp_schedule if p.pp > 1 else "1f1b",
                         "tp_mode": "REDUCE_SCATTER" if p.sp else "ALL_REDUCE",
-                        "tp_linear_async_communication": bool(p.overlap_tp and p.sp),
+                        "tp_linear_async_communication": bool((p.overlap_tp or p.tp_linear_async) and p.sp),
                         "context_parallel_size": p.cp, "expert_parallel_size": p.ep,
                         "recompute_layer": t.recompute == "full"},
         "tokens": {"sequence_length": t.seq_len, "micro_batch_size": t.micro_batch,

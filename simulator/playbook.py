@@ -9,12 +9,14 @@ playbook's benchmark code, `scaling_benchmarks.py` and `examples/config_tiny_lla
 - bf16 weights and activations, gradients accumulated in fp32 (`accumulate_grad_in_fp32: true`) by an
   unfused add after every micro-batch -> `training.grad_dtype: fp32`, `training.grad_accum_fused: false`; AdamW (fused), no activation recomputation, flash attention.
 - TP in REDUCE_SCATTER mode (sequence parallel) with `tp_linear_async_communication: true`
-  -> `parallel.sp: true`, but `parallel.overlap_tp: false`: nanotron's async path overlaps little
-  (`_ColumnLinearAsyncCommunication` runs only the local 1/t of the GEMM under the all-gather,
-  `_RowLinearAsyncCommunication` reduce-scatters synchronously in forward), while clustersim's
-  `overlap_tp: true` hides every TP collective. On the fit split (1B/3B/8B, 1,208 timed runs) exposing
-  them is much closer: throughput MAPE 519 % -> 394 % with the simulator as it is, 274 % -> 199 % with
-  the model fixes proposed alongside validation/results/accuracy.md. (`TP_OVERLAP` switches it back.)
+  -> `parallel.sp: true`, `parallel.tp_linear_async: true`, `parallel.overlap_tp: false`. nanotron's async
+  path (`_ColumnLinearAsyncCommunication`, adapted from Megatron) overlaps what its data dependencies allow:
+  in the column linears' backward the input re-gather runs under the dgrad GEMM and the dgrad reduce-scatter
+  under the wgrad GEMM; in forward only the local 1/t of the GEMM runs under the all-gather (not modelled),
+  and the row linears reduce-scatter synchronously. clustersim's `overlap_tp: true` would hide every TP
+  collective: on the fit split (1B/3B/8B, 1,208 timed runs) exposing them was much closer (throughput MAPE
+  519 % -> 394 % at the time; `TP_OVERLAP` switches it back). The async column linear gains only where TP
+  crosses nodes (`ops.tp_linear_async`); there, fit split TP-across-nodes median APE 12.5 % -> 10.9 %.
 - PP with `OneForwardOneBackwardPipelineEngine` -> `pp_schedule: 1f1b`; nanotron splits the layers by a
   compute-cost threshold that counts the LM head as V*h (`models/base.py: build_model`,
   `LlamaModel.get_block_compute_costs`), so stages are uneven -> explicit `parallel.pp_layers`.
@@ -267,7 +269,8 @@ def scenario_mapping(run: PlaybookRun, topology: str = TOPOLOGY) -> dict:
             "dp": run.dp, "tp": run.tp, "pp": run.pp, "cp": 1, "ep": 1, "zero": run.zero,
             "sp": run.tp > 1, "pp_schedule": "1f1b", "vpp": 1, "pp_layers": pp_layers,
             "order": "tp-cp-ep-dp-pp", "dp_bucket_mb": NANOTRON_DDP_BUCKET_MB, "overlap_dp": True,
-            "overlap_tp": TP_OVERLAP and run.tp_async, "zero_gather": "whole", "zero_gather_inplace": False,
+            "overlap_tp": TP_OVERLAP and run.tp_async, "tp_linear_async": run.tp_async,
+            "zero_gather": "whole", "zero_gather_inplace": False,
         },
     }
 

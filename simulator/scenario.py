@@ -13,6 +13,7 @@ import yaml
 
 from .errors import ScenarioError
 from .model import ModelSpec, load_model, model_to_mapping
+from .schedules import SPLIT_BACKWARD
 from .schema import from_mapping
 from .topology import Topology, load_topology
 
@@ -83,6 +84,12 @@ class Parallel:
     dp_bucket_mb: float = field(default=25.0, metadata={"min": 0.001})
     overlap_dp: bool = True
     overlap_tp: bool = False
+    tp_linear_async: bool = False
+    """With sp: each column-parallel linear (QKV, FC1) runs its backward collectives under its own GEMMs: the
+    SP input's re-gather under the dgrad GEMM, the dgrad's reduce-scatter under the wgrad GEMM (Megatron's
+    `LinearWithGradAccumulationAndAsyncCommunication`, nanotron's `tp_linear_async_communication`). Every other
+    TP collective stays exposed; the forward all-gather's overlap with the local 1/tp of the GEMM is not
+    modelled. `overlap_tp: true` supersedes it."""
     cp_comm: str = field(default="ring", metadata={"choices": ("ring", "allgather")})
     """ring: K/V passed around the CP group (zig-zag balanced); allgather: Llama 3's all-gather of K/V."""
     ep_imbalance: float = field(default=1.0, metadata={"min": 1.0})
@@ -138,6 +145,14 @@ class Scenario:
     @property
     def overlap_tp(self) -> bool:
         return self.parallel.overlap_tp and self.topology.node.comm_overlaps_compute
+
+    @property
+    def tp_linear_async(self) -> bool:
+        """`parallel.tp_linear_async` where it applies: SP over tp > 1, comm that can overlap, `overlap_tp`
+        off, and weight gradients computed with their dgrads (not a split-backward schedule)."""
+        p = self.parallel
+        return (p.tp_linear_async and p.sp and p.tp > 1 and not self.overlap_tp
+                and self.topology.node.comm_overlaps_compute and p.pp_schedule not in SPLIT_BACKWARD)
 
     @property
     def overlap_cp(self) -> bool:

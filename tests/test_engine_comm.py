@@ -256,3 +256,51 @@ def test_block_parameters_add_up_to_ops_rank_params(model, parallel):
         blocks = [b for c in st.chunks for b in eng.plan.blocks[(c, "F")]]
         assert sum(b.params_dense for b in blocks) == pytest.approx(rp.dense)
         assert sum(b.params_expert for b in blocks) == pytest.approx(rp.expert)
+
+
+@pytest.mark.parametrize("estimator", ["engine", "analytic"])
+@pytest.mark.parametrize("bw", [1e11, 1e8])  # collective shorter than a GEMM, then longer
+def test_tp_linear_async_hides_the_column_linears_backward_collectives_under_their_gemms(estimator, bw):
+    """Megatron / nanotron async column linear: the SP input's re-gather runs under the dgrad GEMM and the
+    dgrad's reduce-scatter under the wgrad GEMM, so each column linear's backward takes 2 max(c, g) instead
+    of 2 (c + g): the step shrinks by 2 min(c, g) per column linear (QKV, FC1), layer and micro-batch. The
+    same collectives run either way."""
+    from simulator.analytic import estimate
+    m, layers = 4, 4
+    off = _tp_across_nodes(m=m, layers=layers)
+    on = replace(off, parallel=replace(off.parallel, tp_linear_async=True))
+    cost = SpreadCost(off.topology, dims=("tp",), bw=bw)
+    price = (lambda sc: run(sc, cost)) if estimator == "engine" else (lambda sc: estimate(sc, cost))
+    r_on, r_off = price(on), price(off)
+    c = cost.alpha + 128 * 256 * 2 / bw  # one micro-batch's activations, seq 128 x hidden 256, bf16
+    g = LAYER / 4
+    assert _tp_comm(r_on)[0] == pytest.approx(_tp_comm(r_off)[0], rel=1e-9)
+    saved = r_off.iteration_time_s - r_on.iteration_time_s
+    assert saved == pytest.approx(m * layers * 2 * 2 * min(c, g), rel=1e-6)
+    assert _tp_comm(r_off)[0] - _tp_comm(r_off)[1] == pytest.approx(0.0, abs=1e-12)  # all exposed when off
+
+
+def _tp_across_nodes(m: int, layers: int, pp: int = 1, **parallel):
+    """tp = 4 over two nodes of two GPUs (x pp)."""
+    raw = {"name": "tp over nodes", "model": {"arch": "llama", "layers": layers, "hidden": 256, "ffn_hidden": 512,
+                                              "heads": 4, "vocab": 1000},
+           "training": {"seq_len": 128, "global_batch": m},
+           "cluster": {"topology": "dgx-h100", "nodes": 2 * pp, "gpus_per_node": 2},
+           "parallel": {"pp": pp, "dp": 1, "tp": 4, "sp": True, **parallel}}
+    return scenario_from_mapping(raw)
+
+
+@pytest.mark.parametrize("changes", [{"sp": False}, {"pp_schedule": "zb-h1"}, {"overlap_tp": True}, {"one_node": True}])
+def test_tp_linear_async_applies_only_to_sp_across_nodes_with_fused_weight_gradients(changes):
+    """No SP (no re-gather), a split-backward schedule (the wgrad GEMMs leave the backward), overlap_tp
+    (which hides every TP collective already) or a TP group inside one node (NVLink: priced in line, see
+    ops.tp_linear_async): the key changes nothing."""
+    pp = 2 if changes.get("pp_schedule") else 1
+    if changes.pop("one_node", False):
+        base = scenario(pp=pp, m=4, tp=4, sp=True, layers=4)
+    else:
+        base = _tp_across_nodes(m=4, layers=4, pp=pp)
+    base = replace(base, parallel=replace(base.parallel, **changes))
+    on = replace(base, parallel=replace(base.parallel, tp_linear_async=True))
+    cost = SpreadCost(base.topology, dims=("tp",), bw=1e8)
+    assert run(on, cost).iteration_time_s == run(base, cost).iteration_time_s
