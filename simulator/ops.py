@@ -14,12 +14,13 @@ Where Megatron puts TP/SP collectives: NAR21 §3.2, KOR22 §4.2.2 and MODELING.m
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 from .layout import group_shape
 from .params import final_norm_params, layer_params, norm_params
 from .scenario import Scenario
+from .schedules import SPLIT_BACKWARD
 
 ACT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activations stay bf16 under fp8 training (DSV3 §3.3)
 GEMM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
@@ -363,13 +364,16 @@ def _backward_of(op: Compute, z: Shard) -> tuple[Compute | None, Compute | None]
 
 
 def tp_linear_async(sc: Scenario) -> bool:
-    """The async column linear (`parallel.tp_linear_async`) gains only where the TP group crosses nodes.
-    Over NVLink NCCL moves the data with SM copy kernels at full HBM speed, taking the SMs and bandwidth
+    """`parallel.tp_linear_async` where it applies: SP over tp > 1, comm that can overlap, `overlap_tp` off,
+    weight gradients computed with their dgrads (not a split-backward schedule), and a TP group that crosses
+    nodes. Over NVLink NCCL moves the data with SM copy kernels at full HBM speed, taking the SMs and bandwidth
     the overlapped GEMM needs (the reason Megatron's --tp-comm-overlap moves it to copy engines), so
     within a node the collectives are priced in line; across nodes the kernel mostly waits on the NIC.
     Playbook fit split: hiding the NVLink transfers made one-node TP runs 8-14 % too fast (median
     predicted/measured 0.95 -> 1.08), hiding only those across nodes left them as they were."""
-    return sc.tp_linear_async and not group_shape(sc, "tp").intra_node
+    p = sc.parallel
+    return (p.tp_linear_async and p.sp and p.tp > 1 and not sc.overlap_tp and sc.topology.node.comm_overlaps_compute
+            and p.pp_schedule not in SPLIT_BACKWARD and not group_shape(sc, "tp").intra_node)
 
 
 def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasses:
@@ -421,15 +425,15 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         dgrad, wgrad = _backward_of(op, z)
         if async_linear and op.name in COLUMN_LINEARS and wgrad is not None:
             # re-gather the SP input under the dgrad GEMM; the wgrad comes with the reduce-scatter (above)
-            ag_bytes = float(z.T * z.h * z.ab)
-            regather = (b.comm(Comm(op.name + "_regather_wgrad", "tp", "all_gather", ag_bytes, blocking=False)), wgrad)
+            regather_op = replace(_tp_comm(sc, z, op.name + "_regather_wgrad", "all_gather"), blocking=False)
+            regather = (b.comm(regather_op), wgrad)
             b.compute(dgrad)
             continue
         if dgrad is not None:
             b.compute(dgrad)
         if wgrad is not None:
             w_ops.append(wgrad)
-        if op.kind == "gemm" and op.name in ("qkv", "fc1", "shared_fc1") and z.t > 1 and not sp:
+        if op.kind == "gemm" and op.name in COLUMN_LINEARS and z.t > 1 and not sp:
             b.comm(_tp_comm(sc, z, f"tp_allreduce_{op.name}_dgrad", "all_reduce"))
     # weight-grad list: norm weight grads are folded into their backward kernels
     w = _Seq()

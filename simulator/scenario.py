@@ -13,7 +13,6 @@ import yaml
 
 from .errors import ScenarioError
 from .model import ModelSpec, load_model, model_to_mapping
-from .schedules import SPLIT_BACKWARD
 from .schema import from_mapping
 from .topology import Topology, load_topology
 
@@ -145,14 +144,6 @@ class Scenario:
     @property
     def overlap_tp(self) -> bool:
         return self.parallel.overlap_tp and self.topology.node.comm_overlaps_compute
-
-    @property
-    def tp_linear_async(self) -> bool:
-        """`parallel.tp_linear_async` where it applies: SP over tp > 1, comm that can overlap, `overlap_tp`
-        off, and weight gradients computed with their dgrads (not a split-backward schedule)."""
-        p = self.parallel
-        return (p.tp_linear_async and p.sp and p.tp > 1 and not self.overlap_tp
-                and self.topology.node.comm_overlaps_compute and p.pp_schedule not in SPLIT_BACKWARD)
 
     @property
     def overlap_cp(self) -> bool:
