@@ -21,7 +21,11 @@ busbw). Three of those numbers pin what the collectives model prices (`collectiv
   slow network state: median predicted/measured 0.95 at the measured collective speed, 0.99 at the spec's).
 
 The solves are log-space bisections on a quantity the modelled busbw increases with (the latency's
-inverse). 21 jobs had a node whose NVLink all-reduce measured ~45 GB/s: the intra-node solve prices them.
+inverse). 21 jobs had a node whose NVLink all-reduce measured ~45 GB/s (a tenth of the others: NVLink
+down). The intra-node solve prices their collectives; their pipeline sends were far slower than any
+bandwidth explains (a fixed ~250 ms each, fitted on the fit split: `playbook.DEGRADED_P2P_LATENCY_US`),
+which a caller passes as `degraded_p2p_latency_us` for jobs whose one-node probe reads below
+`DEGRADED_INTRA_FRACTION` of the topology's.
 """
 from __future__ import annotations
 
@@ -40,6 +44,9 @@ INTRA_SCALE_RANGE = (1e-3, 1.0)
 TREES = ("tree", "nvls_tree")
 INV_STEP_LATENCY_RANGE = (1e-5, 100.0)
 """1 / ring step latency, 1/us: 100 ms down to 10 ns per step."""
+DEGRADED_INTRA_FRACTION = 0.25
+"""A one-node probe below this share of the topology's modelled busbw is a degraded node, not a slow one
+(playbook: healthy ~458, slow ~425, degraded ~45 GB/s, against 477 modelled)."""
 
 
 def probe_busbw(topology: Topology, nodes: int, gpus_per_node: int, collective: str = "all_reduce",
@@ -77,12 +84,15 @@ def _with_fabric(t: Topology, **changes) -> Topology:
 @lru_cache(maxsize=4096)
 def measured_topology(topology: Topology, nodes: int, gpus_per_node: int,
                       intra_busbw: Optional[float] = None, job_busbw: Optional[float] = None,
-                      job_gather_busbw: Optional[float] = None) -> Topology:
+                      job_gather_busbw: Optional[float] = None,
+                      degraded_p2p_latency_us: Optional[float] = None) -> Topology:
     """`topology` with its NVLink speed, ring step latency and NIC efficiencies set to reproduce the
     measured busbw (GB/s) of the 1 GiB all-reduce over one node (`intra_busbw`), of the all-gather over all
     `nodes` (`job_gather_busbw`: `fabric.ring_step_latency_us`) and of the all-reduce over all nodes
     (`job_busbw`: the trees' `nic_tree_efficiency`, or every collective's `nic_efficiency` when no
-    all-gather was measured); None or 0 leaves that part as specified."""
+    all-gather was measured); None or 0 leaves that part as specified. A one-node probe below
+    `DEGRADED_INTRA_FRACTION` of the modelled one sets `node.p2p_latency_us` to `degraded_p2p_latency_us`
+    (when given)."""
     intra_busbw, job_busbw, job_gather_busbw = (b if b and b > 0 else None
                                                 for b in (intra_busbw, job_busbw, job_gather_busbw))
     t = topology
@@ -90,6 +100,8 @@ def measured_topology(topology: Topology, nodes: int, gpus_per_node: int,
         nominal = t.node.bandwidth_gbs
         scale = _bisect(lambda s: probe_busbw(_with_node(t, bandwidth_gbs=nominal * s), 1, gpus_per_node),
                         intra_busbw, *INTRA_SCALE_RANGE)
+        if degraded_p2p_latency_us is not None and intra_busbw < DEGRADED_INTRA_FRACTION * probe_busbw(t, 1, gpus_per_node):
+            t = _with_node(t, p2p_latency_us=degraded_p2p_latency_us)
         t = _with_node(t, bandwidth_gbs=nominal * scale)
     if nodes < 2 or t.node.nics == 0 or not (job_busbw or job_gather_busbw):
         return t

@@ -68,6 +68,11 @@ class NodeSpec:
     """The same for point-to-point sends (pipeline stages, CP rings); null = nic_efficiency. Set apart by
     `measured_network.measured_topology`, which solves the collectives' efficiencies from all-job
     all-gather and all-reduce probes: those have every node sending at once, a lone pipeline send does not."""
+    p2p_latency_us: Optional[float] = field(default=None, metadata={"min": 0.0})
+    """Measured latency of one point-to-point send (a pipeline send, a CP ring step), in place of NCCL's
+    model (base + one ring step); its transfer time comes on top. null = NCCL's model. Set by
+    `measured_network.measured_topology` for a job in a state that breaks sends (the playbook's jobs with
+    a node whose NVLink was down took ~250 ms per pipeline send: `playbook.DEGRADED_P2P_LATENCY_US`)."""
     nic_tree_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
     """The same for NCCL's tree and NVLS-tree all-reduce across nodes; null = nic_efficiency. On the
     playbook's EFA cluster a 1 GiB all-reduce over 8-64 nodes (tree) measured ~180 GB/s busbw, while the

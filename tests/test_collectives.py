@@ -128,6 +128,15 @@ def test_p2p_inside_a_node_is_faster_than_across():
     assert p2p_time(H100, 8e6, same_node=True) < p2p_time(H100, 8e6, same_node=False) / 4
 
 
+@pytest.mark.parametrize("same_node", [True, False])
+def test_a_measured_p2p_latency_replaces_nccls_and_the_transfer_comes_on_top(same_node):
+    slow = replace(H100, node=replace(H100.node, p2p_latency_us=250e3))
+    assert p2p_time(slow, 1.0, same_node) == pytest.approx(0.25, rel=1e-3)
+    transfer = p2p_time(slow, 8e6, same_node) - 0.25
+    assert 0 < transfer < p2p_time(H100, 8e6, same_node)  # NCCL's latency gone, the bytes still move
+    assert collective_time(slow, "all_gather", 8e6, TP_IN_NODE) == collective_time(H100, "all_gather", 8e6, TP_IN_NODE)
+
+
 def test_cost_model_delegates_and_consults_the_profile_first():
     shape = GroupShape(dim="tp", size=8, nodes=1, per_node=8, ranks=TP_IN_NODE)
     op = Comm("tp_ag", "tp", "all_gather", 64e6)

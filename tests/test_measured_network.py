@@ -28,6 +28,14 @@ def test_a_degraded_node_slows_nvlink_and_a_healthy_one_keeps_the_spec(p5):
     assert fast.node.bandwidth_gbs == p5.node.bandwidth_gbs
 
 
+@pytest.mark.parametrize("intra, degraded", [(45.0, True), (425.0, False), (458.0, False), (None, False)])
+def test_only_a_degraded_node_gets_the_degraded_send_latency(p5, intra, degraded):
+    """The playbook's three one-node states: degraded ~45 GB/s (NVLink down), slow ~425, healthy ~458."""
+    t = measured_topology(p5, 4, 8, intra, 160.0, 98.0, degraded_p2p_latency_us=250e3)
+    assert t.node.p2p_latency_us == (250e3 if degraded else None)
+    assert measured_topology(p5, 4, 8, intra, 160.0, 98.0).node.p2p_latency_us is None  # not asked for
+
+
 def test_every_collective_of_a_slow_job_slows_but_pipeline_sends_keep_the_spec_nic(p5):
     """The slow network state: a 64-node job measured 13 GB/s; TP over 2 of its nodes is slowed as much
     (the playbook's 3B tp16 mbs1: ~165 tokens/s/GPU there, ~1,100 in the healthy state)."""
