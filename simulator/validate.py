@@ -26,7 +26,7 @@ from typing import Optional
 import yaml
 
 from .errors import ScenarioError
-from .playbook import NETWORK, PlaybookRun, build_scenario, read_runs
+from .playbook import DEGRADED_P2P_LATENCY_US, NETWORK, PlaybookRun, build_scenario, read_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_DIR = ROOT / "validation" / "references"
@@ -339,6 +339,41 @@ def noise_floor(cases: list[Case]) -> dict:
     }
 
 
+SLOW_SEND_FRACTION = 0.6
+"""A pipeline run whose measured step exceeds the predicted one by at least this share of the degraded-node
+send latency per blocking send shows the slow-send signature (`slow_sends`)."""
+
+
+def pipeline_sends(run: PlaybookRun) -> int:
+    """Blocking sends on the critical 1F1B stage per step (`analytic.pipeline_time`): 4 per micro-batch after
+    the first on an interior stage (2 with pp = 2), and 2 per boundary on the first traversal."""
+    return (4 if run.pp > 2 else 2) * (run.grad_accum - 1) + 2 * (run.pp - 1)
+
+
+def slow_sends(outcomes: list[Outcome]) -> dict:
+    """A diagnostic, not a filter: per split, the playbook pipeline runs (main group) whose measured minus
+    predicted step time, spread over their blocking sends, is at least SLOW_SEND_FRACTION of the degraded
+    node's per-send latency (the jobs with a degraded node are priced with it, so they do not show it;
+    the ones that still do had nothing in their probes to flag them). Reports how many, the points of
+    the split's throughput MAPE they carry, and the MAPE of the other runs."""
+    floor = SLOW_SEND_FRACTION * DEGRADED_P2P_LATENCY_US * 1e-6
+    out = {}
+    for split in SPLITS:
+        scored = [(o, o.rel("tokens_per_s_per_gpu")) for o in outcomes
+                  if o.case.set == "playbook" and o.case.split == split and o.case.group == MAIN_GROUP
+                  and o.case.has_throughput and o.case.tokens_per_s_per_gpu is not None]
+        scored = [(o, e) for o, e in scored if e is not None]
+        if not scored:
+            continue
+        slow = [(o, e) for o, e in scored if o.case.run.pp > 1 and o.case.step_time_s and o.predicted.get("step_time_s")
+                and (o.case.step_time_s - o.predicted["step_time_s"]) / pipeline_sends(o.case.run) >= floor]
+        ids = {id(o) for o, _ in slow}
+        rest = [e for o, e in scored if id(o) not in ids]
+        out[split] = {"runs": len(slow), "of": len(scored), "ids": sorted(o.case.id for o, _ in slow),
+                      "mape_points": 100 * sum(abs(e) for _, e in slow) / len(scored), "rest_mape_pct": _mape(rest)}
+    return out
+
+
 HEALTHY_NODE_BUSBW = 440.0
 """GB/s: a job whose one-node 1 GiB all-reduce measured at least this ran in the playbook cluster's healthy
 network state (~458 GB/s, all-job busbw ~175-190 GB/s on 8-64 nodes); below, the slow state (~425 GB/s,
@@ -409,6 +444,7 @@ def validate(sets=SETS, split: str = "all", sample: int | None = None, estimator
         "summary": summarize(outcomes),
         "noise_floor": noise_floor(playbook) if playbook else None,
         "busbw": busbw_check(playbook) if playbook else [],
+        "slow_sends": slow_sends(outcomes),
         "outcomes": outcomes,
         "wall_s": time.perf_counter() - t0,
     }
@@ -453,6 +489,14 @@ def markdown_table(result: dict) -> str:
                          f"differ by a median {_f(mt['median_relative_spread_pct'])}% (p90 {_f(mt['p90_relative_spread_pct'])}%, "
                          f"max {_f(mt['max_relative_spread_pct'])}%): a predictor of each pair's mean would score a "
                          f"throughput MAPE of {_f(mt['mape_pct'], 1)}% on them.")
+    ss = result.get("slow_sends")
+    if ss:
+        parts = [f"{v['runs']} of {v['of']} {k} runs carry {v['mape_points']:.1f} points of its throughput MAPE "
+                 f"(the other runs: {_f(v['rest_mape_pct'], 1, '%')})" for k, v in ss.items()]
+        lines += ["", f"Slow-send signature (a diagnostic; every run stays in the scores above): pipeline runs that took at "
+                      f"least {SLOW_SEND_FRACTION * DEGRADED_P2P_LATENCY_US / 1e3:.0f} ms more than predicted per blocking "
+                      f"send (a degraded node's send costs {DEGRADED_P2P_LATENCY_US / 1e3:.0f} ms and is priced; these jobs' "
+                      f"probes show no degraded node): " + "; ".join(parts) + "."]
     mem_lines = [f"| {r['set']} | {r['split']} | {r['group']} | {r['memory']['n']} | {_f(r['memory']['mape_pct'], 1, '%')} "
                  f"| {_f(r['memory']['bias_pct'], 1, '%')} | {r['memory_peak']['n']} | {_f(r['memory_peak']['mape_pct'], 1, '%')} "
                  f"| {_f(r['memory_peak']['bias_pct'], 1, '%')} |" for r in result["summary"] if r["memory"]["n"] or r["memory_peak"]["n"]]

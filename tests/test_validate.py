@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.validate import (Case, Outcome, markdown_table, reference_cases, score, stratified_sample,
-                                summarize)
+from simulator.playbook import run_from_row
+from simulator.validate import (Case, Outcome, markdown_table, pipeline_sends, reference_cases, score, slow_sends,
+                                stratified_sample, summarize)
 from test_playbook import row, write_csv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +67,24 @@ def test_score_gives_mape_worst_case_and_oom_accuracy():
     table = markdown_table({"estimator": "analytic", "cases": {"evaluated": 5, "population": 5, "sample": None},
                             "summary": rows, "noise_floor": None})
     assert "| playbook | fit (1B) | main | 5 | 3 | 10.0% | 10.0% | 100% | 0.0% |" in table
+
+
+def test_slow_sends_flags_pipelines_that_lost_a_blocking_send_worth_each_and_keeps_them_scored():
+    """pp = 4, 16 micro-batches: 4 x 15 + 2 x 3 = 66 blocking sends on an interior stage. A run whose step
+    took 66 x 0.2 s longer than predicted shows the signature; 66 x 0.05 s does not, nor does pp = 1."""
+    def case(i, pp, extra_s):
+        run = run_from_row(row("1B", dp=32 // pp, pp=pp, mbs=1, grad_accum=16 if pp > 1 else 8, job_id=str(i)))
+        pred = 10.0
+        return Outcome(Case(set="playbook", id=str(i), label="1B", split="fit", tokens_per_s_per_gpu=100.0 * pred / (pred + extra_s),
+                            step_time_s=pred + extra_s, run=run),
+                       predicted={"tokens_per_s_per_gpu": 100.0, "step_time_s": pred, "fits": True})
+    assert pipeline_sends(case(0, 4, 0).case.run) == 66
+    outs = [case(1, 4, 66 * 0.2), case(2, 4, 66 * 0.05), case(3, 1, 66 * 0.2), case(4, 4, 0.0)]
+    s = slow_sends(outs)["fit"]
+    assert s["runs"] == 1 and s["of"] == 4 and s["ids"] == ["1"]
+    e1 = 100 * (10 + 66 * 0.2) / 10 - 100
+    assert s["mape_points"] == pytest.approx(e1 / 4)
+    assert score(outs)["throughput"]["n"] == 4  # a diagnostic: the run stays in the score
 
 
 def test_published_references_state_their_source_and_build():
