@@ -93,9 +93,9 @@ collectives explain, by ~1 s per micro-batch at pp >= 4 and ~0.5 s at pp = 2, wh
 micro-batch size: a fixed cost per send, 4 per micro-batch on an interior 1F1B stage and 2 on an end one
 (nanotron runs them one at a time, blocking). Fitted on those 20 (grid 230-270 ms): MAPE 6.1 / 3.8 / 2.9 /
 3.1 / 4.0 % at 230 / 240 / 250 / 255 / 260 ms; at 250 ms every run is within 0.91-1.04x. The cause inside
-NCCL is not known. 28 slow-state jobs of the fit split (and one of the validation split) show the same
+NCCL is not known. 28 slow-state jobs of the fit split (and two of the validation split) show the same
 ~190-290 ms per send with nothing in their probes to flag them (a bad node other than the probed one, we
-think): they stay mispriced."""
+think): they stay mispriced (`validate.slow_sends` counts them)."""
 NANOTRON_DDP_BUCKET_MB = 50.0
 """25 MB of bf16 gradients per DDP bucket (`ddp_bucket_cap_mb: 25`) = 50 MB of the fp32 buffer it reduces."""
 

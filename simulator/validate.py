@@ -495,8 +495,9 @@ def markdown_table(result: dict) -> str:
                  f"(the other runs: {_f(v['rest_mape_pct'], 1, '%')})" for k, v in ss.items()]
         lines += ["", f"Slow-send signature (a diagnostic; every run stays in the scores above): pipeline runs that took at "
                       f"least {SLOW_SEND_FRACTION * DEGRADED_P2P_LATENCY_US / 1e3:.0f} ms more than predicted per blocking "
-                      f"send (a degraded node's send costs {DEGRADED_P2P_LATENCY_US / 1e3:.0f} ms and is priced; these jobs' "
-                      f"probes show no degraded node): " + "; ".join(parts) + "."]
+                      f"send (with `--network measured` a send on a job whose probe shows a degraded node is priced at "
+                      f"{DEGRADED_P2P_LATENCY_US / 1e3:.0f} ms, so there these are jobs whose probes show none): "
+                      + "; ".join(parts) + "."]
     mem_lines = [f"| {r['set']} | {r['split']} | {r['group']} | {r['memory']['n']} | {_f(r['memory']['mape_pct'], 1, '%')} "
                  f"| {_f(r['memory']['bias_pct'], 1, '%')} | {r['memory_peak']['n']} | {_f(r['memory_peak']['mape_pct'], 1, '%')} "
                  f"| {_f(r['memory_peak']['bias_pct'], 1, '%')} |" for r in result["summary"] if r["memory"]["n"] or r["memory_peak"]["n"]]
