@@ -4,7 +4,7 @@ Per pipeline rank, each pass (F, B, W of a chunk for one micro-batch) is list-sc
 op graph (compute stream + one stream per communication dimension), which gives its duration and the
 communication it leaves exposed. The pipeline then follows the schedule's closed form (MODELING.md 6):
   1F1B / AFAB      T = (m-1)*max_r(t_r) + sum_r t_r                  (NAR21 Eq. 1 for uniform stages;
-                   1F1B: t_r + 2 p2p per pipeline neighbour, see `pipeline_time`)
+                   1F1B: t_r + 1 p2p per pipeline neighbour, 2 if blocking, `pipeline_time`)
   interleaved      T = m*max_r(t_r) + (p-1)*max_r(t_r)/v               (NAR21 §2.2.2)
   ZB-H1            T = m*max_r(t_r) + (p-1)*(T_F + T_B - T_W)          (ZB Table 2)
   ZB-V             T = m*max_r(t_r) + (p-1)*max(0, T_F + T_B - 2*T_W)  (ZB README, ZB-V)
@@ -163,11 +163,12 @@ def pipeline_time(sc: Scenario, stages: list[StageTime], p2p_one: float = 0.0) -
 
     1F1B with `p2p_one` (seconds of one PP send of a micro-batch's activations or their gradient): in the
     steady state a stage may hold at most its distance to the last stage in flight, so a send is never
-    hidden behind other micro-batches' work: each micro-batch pays, on every stage, the send it receives
-    and the one it issues in F and in B, one per pipeline neighbour (2 x p2p on the first and last
-    stage, 4 x p2p on an interior one; a blocking send/recv engine such as nanotron's pays the same).
-    The first traversal's p2p stays outside (`estimate`). AFAB keeps every micro-batch in flight and
-    hides its sends."""
+    hidden behind other micro-batches' work. With `pp_p2p: blocking` each micro-batch pays, on every stage,
+    the send it receives and the one it issues in F and in B, one after the other (2 x p2p per pipeline
+    neighbour: 4 on an interior stage, 2 on the first and last; nanotron). With `async` the sender goes on,
+    so each neighbour costs one p2p per micro-batch (2 on an interior stage, 1 on an end one); the engine
+    agrees within ~10 % even with 250 ms sends (tests/test_engine_comm.py). The first traversal's p2p stays
+    outside (`estimate`). AFAB keeps every micro-batch in flight and hides its sends."""
     p, v, m = sc.parallel.pp, sc.parallel.vpp, sc.micro_batches
     worst = max(s.total for s in stages)
     if p == 1:
@@ -177,7 +178,8 @@ def pipeline_time(sc: Scenario, stages: list[StageTime], p2p_one: float = 0.0) -
     TB = max(st.B.duration for st in stages)
     TW = max(st.W.duration for st in stages)
     if s == "1f1b" and p2p_one > 0:
-        period = max(st.total + 2 * p2p_one * (1 if st.pp_rank in (0, p - 1) else 2) for st in stages)
+        per_neighbour = 2 if sc.parallel.pp_p2p == "blocking" else 1
+        period = max(st.total + per_neighbour * p2p_one * (1 if st.pp_rank in (0, p - 1) else 2) for st in stages)
         return (m - 1) * period + sum(st.total for st in stages)
     if s in ("afab", "1f1b"):
         return (m - 1) * worst + sum(st.total for st in stages)

@@ -17,7 +17,9 @@ playbook's benchmark code, `scaling_benchmarks.py` and `examples/config_tiny_lla
   collective: on the fit split (1B/3B/8B, 1,208 timed runs) exposing them was much closer (throughput MAPE
   519 % -> 394 % at the time; `TP_OVERLAP` switches it back). The async column linear gains only where TP
   crosses nodes (`ops.tp_linear_async`); there, fit split TP-across-nodes median APE 12.5 % -> 10.9 %.
-- PP with `OneForwardOneBackwardPipelineEngine` -> `pp_schedule: 1f1b`; nanotron splits the layers by a
+- PP with `OneForwardOneBackwardPipelineEngine` -> `pp_schedule: 1f1b`, its sends blocking (`P2P.send_tensors`
+  waits on the metadata sends and the data's isend, `recv_tensors` on the receives, one at a time in
+  `PipelineTrainBatchState.run_communication`) -> `pp_p2p: blocking`; nanotron splits the layers by a
   compute-cost threshold that counts the LM head as V*h (`models/base.py: build_model`,
   `LlamaModel.get_block_compute_costs`), so stages are uneven -> explicit `parallel.pp_layers`.
 - Rank grid `(pp, dp, tp)` with tp innermost (`ParallelContext`) -> `order: tp-cp-ep-dp-pp`.
@@ -278,7 +280,7 @@ def scenario_mapping(run: PlaybookRun, topology: str = TOPOLOGY) -> dict:
                     "efficiency": dict(NANOTRON_EFFICIENCY)},
         "parallel": {
             "dp": run.dp, "tp": run.tp, "pp": run.pp, "cp": 1, "ep": 1, "zero": run.zero,
-            "sp": run.tp > 1, "pp_schedule": "1f1b", "vpp": 1, "pp_layers": pp_layers,
+            "sp": run.tp > 1, "pp_schedule": "1f1b", "pp_p2p": "blocking", "vpp": 1, "pp_layers": pp_layers,
             "order": "tp-cp-ep-dp-pp", "dp_bucket_mb": NANOTRON_DDP_BUCKET_MB, "overlap_dp": True,
             "overlap_tp": TP_OVERLAP and run.tp_async, "tp_linear_async": run.tp_async,
             "zero_gather": "whole", "zero_gather_inplace": False,

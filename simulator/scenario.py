@@ -78,6 +78,12 @@ class Parallel:
     """Model chunks per pp rank (interleaved: >= 2; zbv and dualpipev: 2)."""
     pp_layers: Optional[list[int]] = None
     """Layers per model chunk, pp*vpp entries in pipeline order."""
+    pp_p2p: str = field(default="async", metadata={"choices": ("async", "blocking")})
+    """Pipeline sends. async: the sender goes on while its activation or gradient moves, the receiver waits
+    only for its arrival (sends issued ahead, Megatron's batched isend/irecv). blocking (1F1B only): each
+    send holds its sender until delivered and each receive holds its receiver for the transfer, one after
+    the other (nanotron's `send_tensors` / `recv_tensors`): in the 1F1B steady state an interior stage then
+    pays 4 sends per micro-batch and an end stage 2, against 2 and 1 with async."""
     order: str = "tp-cp-ep-dp-pp"
     """Rank placement, innermost first."""
     dp_bucket_mb: float = field(default=25.0, metadata={"min": 0.001})
@@ -295,6 +301,8 @@ def validate_layout(sc: Scenario) -> Scenario:
         raise ScenarioError("parallel.vpp", f"{p.vpp} with interleaved-1f1b", ">= 2 model chunks per pp rank")
     if s in ("zbv", "dualpipev") and p.vpp != 2:
         raise ScenarioError("parallel.vpp", f"{p.vpp} with {s}", "2 (V-shaped placement: two chunks per pp rank)")
+    if p.pp_p2p == "blocking" and s != "1f1b":
+        raise ScenarioError("parallel.pp_p2p", f"blocking with pp_schedule {s}", "async (blocking sends are modelled for 1f1b)")
     m_micro = t.global_batch // (p.dp * t.micro_batch)
     if s == "interleaved-1f1b" and p.pp > 1 and m_micro % p.pp:
         raise ScenarioError("training.global_batch", f"interleaved-1f1b needs micro-batches ({m_micro}) to be a multiple of pp ({p.pp})")

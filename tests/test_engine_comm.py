@@ -4,7 +4,9 @@ from dataclasses import replace
 
 import pytest
 
+from simulator.analytic import estimate
 from simulator.engine import run_engine, simulate_engine
+from simulator.errors import ScenarioError
 from simulator.scenario import scenario_from_mapping
 from test_engine import LAYER, CommCost, UniformCost, scenario
 
@@ -211,6 +213,42 @@ def test_pp_transfers_delay_the_step_and_are_exposed_on_the_critical_path():
     assert r.iteration_time_s >= free.iteration_time_s + 2 * (pp - 1) * hop - 1e-12
     assert r.comm["pp"][0] == pytest.approx(2 * m * hop)  # stage 0: sends activations, receives gradients
     assert r.comm["pp"][1] > 0
+
+
+class SendCost(CommCost):
+    """CommCost on PP only, with the analytic estimator's p2p priced by the same alpha-beta."""
+
+    def __init__(self, topology, alpha):
+        super().__init__(topology, dims=("pp",), bw=1e12, alpha=alpha)
+
+    def p2p_time(self, nbytes, same_node):
+        return self.alpha + nbytes / self.bw
+
+
+@pytest.mark.parametrize("pp, m", [(2, 8), (4, 8), (4, 16), (8, 32)])
+def test_blocking_sends_cost_two_per_neighbour_and_micro_batch_async_one(pp, m):
+    """1F1B with sends of c = one layer's pass (a stage: 6 c per micro-batch): blocking (nanotron) pays each
+    micro-batch's sends one after the other, 2 per neighbour (4 on an interior stage), async 1 per
+    neighbour. Engine and analytic agree within 6 %; the blocking step is longer by (m - 1) x c per
+    neighbour of an interior stage or a little more; with pp = 2 the engine gives the closed form exactly."""
+    c = LAYER
+    neighbours = 2 if pp > 2 else 1
+    base = scenario(pp=pp, m=m)
+    free = run(base, UniformCost(topology=base.topology)).iteration_time_s
+    steps = {}
+    for mode in ("async", "blocking"):
+        sc = scenario(pp=pp, m=m, pp_p2p=mode)
+        cost = SendCost(sc.topology, alpha=c)
+        steps[mode] = run(sc, cost).iteration_time_s
+        assert steps[mode] == pytest.approx(estimate(sc, cost).iteration_time_s, rel=0.06)
+    assert (m - 1) * neighbours * c <= steps["blocking"] - steps["async"] <= 1.2 * (m - 1) * neighbours * c
+    if pp == 2:
+        assert steps["blocking"] == pytest.approx(free + 2 * (m - 1) * c + 2 * (pp - 1) * c, rel=1e-4)  # + bytes / bw
+
+
+def test_blocking_sends_are_modelled_for_1f1b_only():
+    with pytest.raises(ScenarioError, match="parallel.pp_p2p"):
+        scenario(pp=4, m=8, schedule="interleaved-1f1b", vpp=2, pp_p2p="blocking")
 
 
 def test_cp_ring_and_allgather_communicate_on_the_cp_stream():

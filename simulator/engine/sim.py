@@ -176,6 +176,8 @@ class Engine:
         self._pairs: dict = {}
         """(sender idx, receiver idx) -> (PP send seconds, link use)."""
         self.mailbox: dict = {}
+        self.blocking_p2p = self.sc.parallel.pp_p2p == "blocking"
+        """`parallel.pp_p2p: blocking`: senders wait for delivery, late receivers for the transfer."""
         self.pp_shape = pp_shape
         """(idx_a, idx_b) -> GroupShape of the pair, for p2p pricing."""
         self.group_shapes = group_shapes
@@ -220,7 +222,7 @@ class Engine:
         """A transfer with a demand or a message ended: deliver the message, count link contention."""
         if c.payload is not None:  # a PP send: (sender, receiver, mailbox key, data ready, flow id, label)
             src, dst, key, data_ready, fid, label = c.payload
-            msg = (c.end, data_ready)
+            msg = (c.end, data_ready, c.end - c.start)
             ev = self.mailbox.pop(key, None)
             if ev is not None:
                 ev.succeed(msg)
@@ -304,7 +306,9 @@ class Engine:
                         rk.waiting = f"receive {st.recv_key}"
                         msg = yield ev
                         rk.waiting = ""
-                    arrival, data_ready = msg
+                    arrival, data_ready, transfer = msg
+                    if self.blocking_p2p:  # a receive posted after the send began holds the rank for the transfer
+                        arrival = max(arrival, ready + transfer)
                     if arrival > ready:
                         rk.exposed["pp"] += arrival - max(ready, data_ready)
                         ready = arrival
@@ -356,7 +360,16 @@ class Engine:
                 self._memory(rk, end, -st.free)
                 t = end
                 if st.send_to >= 0:
-                    self._send(rk, st, end, step_no)
+                    c = self._send(rk, st, end, step_no)
+                    if self.blocking_p2p:  # the sender is held until its message is delivered
+                        ev = self.fabric.wait(c)
+                        if ev is not None:
+                            rk.waiting = f"blocking send {st.kind}{(st.chunk, st.mb)}"
+                            yield ev
+                            rk.waiting = ""
+                        if c.end > env.now:
+                            yield env.timeout(c.end - env.now)
+                        t = max(t, c.end)
             t = yield from self._step_tail(rk, prog, t)
         rk.end = t
         rk.done = True
@@ -371,9 +384,9 @@ class Engine:
         if rk.rec is not None:
             rk.rec.memory.append((t, rk.act))
 
-    def _send(self, rk: RankState, st: Step, ready: float, step_no: int) -> None:
+    def _send(self, rk: RankState, st: Step, ready: float, step_no: int) -> Collective:
         """PP p2p on the sender's link out and the receiver's link in (each FIFO); the message is
-        delivered when it ends (at once, reserved ahead, without link sharing)."""
+        delivered when it ends (at once, reserved ahead, without link sharing). Returns the transfer."""
         dst = self.ranks[rk.pp_peer[st.send_to]]
         pair = self._pairs.get((rk.idx, dst.idx))
         if pair is None:
@@ -401,8 +414,8 @@ class Engine:
             if (rk.idx, "intra", "out") in demand:
                 rk.intra_q += 1
                 dst.intra_q += 1
-        self.fabric.join(("send", rk.idx, dst.idx, key), 1, dur, "pp", label, (rk.streams["pp send"], dst.streams["pp recv"]),
-                         ready, demand=demand, payload=(rk, dst, key, ready, fid, label))
+        return self.fabric.join(("send", rk.idx, dst.idx, key), 1, dur, "pp", label, (rk.streams["pp send"], dst.streams["pp recv"]),
+                                ready, demand=demand, payload=(rk, dst, key, ready, fid, label))
 
     def _param_gathers(self, rk: RankState, prog: StageProgram, t: float) -> dict:
         """ZeRO-1/2 with overlap: the updated parameters' all-gather buckets, issued when the step starts
