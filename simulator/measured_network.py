@@ -12,7 +12,9 @@ busbw). Three of those numbers pin what the collectives model prices (`collectiv
   A ring spanning nodes moves in lockstep behind its network hops, so every one of its n - 1 steps costs
   that latency: on the playbook's cluster ~40 us in the healthy state (the fit split's all-gathers took
   4.5 / 6.0 / 8.6 / 14.3 / 24.4 ms on 2 / 8 / 16 / 32 / 64 nodes: linear in the ranks, ~41 us each) and
-  ~180-320 us in the slow state, whose busbw fell as 1/nodes: a latency state, not a bandwidth one;
+  ~180-320 us in the slow state, whose busbw fell as 1/nodes: a latency state, not a bandwidth one.
+  Where the probe is bandwidth-bound (latency under `LATENCY_SHARE_MIN` of it: 2 nodes) the rings' NIC
+  efficiency is solved instead and the step latency kept;
 - trees across nodes (NCCL's 1 GiB all-reduce): `node.nic_tree_efficiency` is solved so the modelled
   (NVLS-)tree all-reduce reaches the measured all-job busbw (without an all-gather figure, the
   all-reduce sets `nic_efficiency` for every collective, as before the rings got their own);
@@ -44,6 +46,12 @@ INTRA_SCALE_RANGE = (1e-3, 1.0)
 TREES = ("tree", "nvls_tree")
 INV_STEP_LATENCY_RANGE = (1e-5, 100.0)
 """1 / ring step latency, 1/us: 100 ms down to 10 ns per step."""
+LATENCY_SHARE_MIN = 0.2
+"""Below this share of ring step latency in the modelled all-gather probe (`ring_latency_share`: 2 nodes of
+aws-p5 0.14, 4 nodes 0.25, 8 0.40) the probe is bandwidth-bound and cannot pin the latency: its solve
+went to ~64 us on the playbook's healthy 2-node jobs against ~40 elsewhere, pricing their tp16 runs at
+0.75 of measured (median; 7 runs). There the rings' NIC efficiency is solved instead, the topology's step
+latency kept: 0.86."""
 DEGRADED_INTRA_FRACTION = 0.25
 """A one-node probe below this share of the topology's modelled busbw is a degraded node, not a slow one
 (playbook: healthy ~458, slow ~425, degraded ~45 GB/s, against 477 modelled)."""
@@ -56,6 +64,17 @@ def probe_busbw(topology: Topology, nodes: int, gpus_per_node: int, collective: 
     ranks = tuple(range(nodes * gpus_per_node))
     return collectives.estimate(topology, collective, float(PROBE_BYTES), ranks, gpus_per_node=gpus_per_node,
                                 algorithms=algorithms).busbw_GBps
+
+
+def ring_latency_share(topology: Topology, nodes: int, gpus_per_node: int) -> float:
+    """Share of the modelled 1 GiB all-gather probe over `nodes` that is ring step latency: (n - 1) x
+    `fabric.ring_step_latency_us` over the probe's time (0 without a step latency)."""
+    n = nodes * gpus_per_node
+    step = topology.fabric.ring_step_latency_us * 1e-6
+    if step <= 0 or n < 2:
+        return 0.0
+    probe_s = PROBE_BYTES * (n - 1) / n / (probe_busbw(topology, nodes, gpus_per_node, "all_gather") * 1e9)
+    return (n - 1) * step / probe_s
 
 
 def _bisect(busbw_at: Callable[[float], float], target: float, lo: float, hi: float, iters: int = 40) -> float:
@@ -108,7 +127,12 @@ def measured_topology(topology: Topology, nodes: int, gpus_per_node: int,
     spec_eff = t.node.nic_p2p_efficiency or t.node.nic_efficiency or collectives.NIC_EFFICIENCY
     t = _with_fabric(t, ring_core_gbs=0.0)
     t = _with_node(t, nic_p2p_efficiency=spec_eff)
-    if job_gather_busbw:  # solved as 1 / step latency, which the busbw increases with
+    if job_gather_busbw and ring_latency_share(t, nodes, gpus_per_node) < LATENCY_SHARE_MIN:
+        # a bandwidth-bound probe pins the rings' NIC efficiency, not their step latency
+        eff = _bisect(lambda e: probe_busbw(_with_node(t, nic_efficiency=e), nodes, gpus_per_node, "all_gather"),
+                      job_gather_busbw, *NIC_EFFICIENCY_RANGE)
+        t = _with_node(t, nic_efficiency=eff)
+    elif job_gather_busbw:  # solved as 1 / step latency, which the busbw increases with
         inv = _bisect(lambda x: probe_busbw(_with_fabric(t, ring_step_latency_us=1 / x), nodes, gpus_per_node,
                                             "all_gather"), job_gather_busbw, *INV_STEP_LATENCY_RANGE)
         t = _with_fabric(t, ring_step_latency_us=1 / inv)
