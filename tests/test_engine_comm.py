@@ -235,12 +235,15 @@ def test_blocking_sends_cost_two_per_neighbour_and_micro_batch_async_one(pp, m):
     neighbours = 2 if pp > 2 else 1
     base = scenario(pp=pp, m=m)
     free = run(base, UniformCost(topology=base.topology)).iteration_time_s
-    steps = {}
+    steps, pp_comm = {}, {}
     for mode in ("async", "blocking"):
         sc = scenario(pp=pp, m=m, pp_p2p=mode)
         cost = SendCost(sc.topology, alpha=c)
-        steps[mode] = run(sc, cost).iteration_time_s
+        r = run(sc, cost)
+        steps[mode], pp_comm[mode] = r.iteration_time_s, r.comm["pp"]
         assert steps[mode] == pytest.approx(estimate(sc, cost).iteration_time_s, rel=0.06)
+    assert pp_comm["blocking"][1] == pytest.approx(pp_comm["blocking"][0])  # a held rank's sends are all exposed
+    assert pp_comm["async"][1] < pp_comm["async"][0]
     assert (m - 1) * neighbours * c <= steps["blocking"] - steps["async"] <= 1.2 * (m - 1) * neighbours * c
     if pp == 2:
         assert steps["blocking"] == pytest.approx(free + 2 * (m - 1) * c + 2 * (pp - 1) * c, rel=1e-4)  # + bytes / bw

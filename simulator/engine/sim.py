@@ -369,7 +369,9 @@ class Engine:
                             rk.waiting = ""
                         if c.end > env.now:
                             yield env.timeout(c.end - env.now)
-                        t = max(t, c.end)
+                        if c.end > t:
+                            rk.exposed["pp"] += c.end - t
+                            t = c.end
             t = yield from self._step_tail(rk, prog, t)
         rk.end = t
         rk.done = True
