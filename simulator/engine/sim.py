@@ -362,16 +362,9 @@ class Engine:
                 if st.send_to >= 0:
                     c = self._send(rk, st, end, step_no)
                     if self.blocking_p2p:  # the sender is held until its message is delivered
-                        ev = self.fabric.wait(c)
-                        if ev is not None:
-                            rk.waiting = f"blocking send {st.kind}{(st.chunk, st.mb)}"
-                            yield ev
-                            rk.waiting = ""
-                        if c.end > env.now:
-                            yield env.timeout(c.end - env.now)
-                        if c.end > t:
-                            rk.exposed["pp"] += c.end - t
-                            t = c.end
+                        t = yield from self._await(rk, c, t, f"blocking send {st.kind}{(st.chunk, st.mb)}")
+                        if t > env.now:
+                            yield env.timeout(t - env.now)
             t = yield from self._step_tail(rk, prog, t)
         rk.end = t
         rk.done = True
