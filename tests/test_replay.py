@@ -166,3 +166,36 @@ def test_host_speed_retimes_the_profiles_own_gemms(tmp_path):
     assert r["host_speed_vs_profile"]["ratio"] == pytest.approx(1.3)
     assert r["relative_error"]["iteration_time_s"] == pytest.approx(pred / 0.5 - 1)
     assert r["iteration_time_error_at_host_speed"] == pytest.approx(pred * 1.3 / 0.5 - 1)
+
+
+def test_steady_steps_keep_only_steps_where_every_rank_ran_fast():
+    """A step is steady when every rank's probes before and after it are within the tolerance of the
+    run's fastest probe (warm-up steps neither count nor set the fastest); the report's steady figure
+    is the median of those steps' times, and it is absent below STEADY_MIN_STEPS steps or without probes."""
+    from calibrate.replay.host_speed import probe_timer, steady_steps
+    from calibrate.replay.plan import ReplayOptions, plan_replay
+    from calibrate.replay.report import build_report, format_table
+    fast, slow = 1.0e-3, 1.4e-3
+    probes = [[(0.5e-3, 0.5e-3), (fast, fast), (fast, slow), (fast, 1.05e-3), (fast, fast)],
+              [(fast, fast), (fast, fast), (fast, fast), (fast, fast), (slow, fast)]]
+    assert steady_steps(probes, first=1) == [1, 3]  # step 0 is warm-up: its 0.5 ms probe is ignored
+    assert steady_steps(probes, first=1, tolerance=0.5) == [1, 2, 3, 4]
+    plan = plan_replay(load_scenario(f"{SCEN}/dp2.yaml"), ReplayOptions(steps=5, warmup=1))
+    times = [2.0, 0.50, 0.70, 0.54, 0.66]
+    measured = {"losses": [7.0] * 5, "grad_norms": [1.0] * 5, "step_times_s": times, "iteration_time_s": 0.66,
+                "peak_memory_gib_per_rank": [None, None], "peak_rss_gib_per_rank": [0.4, 0.4],
+                "speed_probes_s_per_rank": probes}
+    r = build_report(plan, measured, None)
+    st = r["steady_host"]
+    pred = r["predicted"]["iteration_time_s"]
+    assert st["steps"] == [1, 3] and st["of_steps"] == 4 and st["iteration_time_s"] == pytest.approx(0.52)
+    assert st["relative_error"] == pytest.approx(pred / 0.52 - 1)
+    assert r["relative_error"]["iteration_time_s"] == pytest.approx(pred / 0.66 - 1)  # the plain error is kept
+    assert "steady host: 2 of 4" in format_table(r)
+    measured["speed_probes_s_per_rank"] = [[(slow, slow)] + p[1:] for p in probes]
+    measured["speed_probes_s_per_rank"][1][1] = (slow, slow)
+    assert build_report(plan, measured, None)["steady_host"]["iteration_time_s"] is None  # one steady step
+    del measured["speed_probes_s_per_rank"]
+    assert build_report(plan, measured, None)["steady_host"] is None
+    probe = probe_timer()
+    assert 0 < probe() < 1.0

@@ -7,13 +7,21 @@ running, the profile's thread count, the same timing code as `calibrate`) right 
 and right after they end. The ratio measured / profile (median over the points; > 1: the host is
 slower now) is reported next to the error. It does not change the prediction: it says how much of a
 miss is the host and how much the model.
+
+Those two checks see one core at two moments; the slow state comes and goes per core within seconds
+(two ranks training side by side: one at 68 ms a micro-batch, the other at 88-96 ms, then the other
+way round). So on CPU each rank also times one small GEMM right before and right after every step
+(`probe_timer`, ~6 ms), and `steady_steps` keeps the steps in which every rank's probes were within
+STEADY_TOLERANCE of the fastest probe of the run: the steps the whole world ran at the host's fast
+speed, the one a profile measured on an idle host describes.
 """
 from __future__ import annotations
 
 import json
 import statistics
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -60,3 +68,42 @@ def host_speed(profile_path: Optional[str], device: str) -> Optional[dict]:
     finally:
         torch.set_num_threads(threads)
     return {"ratio": statistics.median(ratios), "points": len(ratios)}
+
+
+PROBE_MKN = (256, 256, 1536)
+"""The per-step probe GEMM (m, k, n): ~1.3 ms fp32 on one core of this project's VM, the tiny Llama's fc1."""
+PROBE_REPS = 5
+STEADY_TOLERANCE = 0.10
+"""A step is steady when every probe of every rank around it is within 10 % of the run's fastest probe
+(the fast and slow states are ~1.3-1.45x apart; repeat probes in one state agree within a few %)."""
+STEADY_MIN_STEPS = 2
+"""Fewer steady steps than this: no steady figure (a median of one step is a sample, not a measurement)."""
+
+
+def probe_timer(seed: int = 0) -> Callable[[], float]:
+    """A function timing PROBE_MKN on this process's threads PROBE_REPS times: the fastest, in seconds."""
+    m, k, n = PROBE_MKN
+    g = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+
+    def probe() -> float:
+        best = float("inf")
+        for _ in range(PROBE_REPS):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - t0)
+        return best
+    return probe
+
+
+def steady_steps(probes_per_rank: list[list[tuple[float, float]]], first: int,
+                 tolerance: float = STEADY_TOLERANCE) -> list[int]:
+    """Indices >= first of the steps whose every (before, after) probe on every rank is within
+    (1 + tolerance) x the fastest probe over all ranks and measured steps."""
+    measured = [[pair for pair in rank[first:]] for rank in probes_per_rank]
+    fastest = min((t for rank in measured for pair in rank for t in pair), default=None)
+    if fastest is None:
+        return []
+    limit = (1 + tolerance) * fastest
+    steps = len(measured[0])
+    return [first + i for i in range(steps) if all(max(rank[i]) <= limit for rank in measured)]

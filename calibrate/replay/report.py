@@ -7,10 +7,12 @@ it fails, `predicted` values are null and the reason is kept in `notes`.
 from __future__ import annotations
 
 import os
+import statistics
 from typing import Optional
 
 from simulator.scenario import Scenario
 
+from .host_speed import STEADY_MIN_STEPS, STEADY_TOLERANCE, steady_steps
 from .plan import ReplayPlan
 
 
@@ -52,6 +54,23 @@ def host_factor(host: tuple) -> Optional[dict]:
         return None
     return {"before": before["ratio"], "after": after["ratio"], "ratio": (before["ratio"] + after["ratio"]) / 2,
             "points": before["points"]}
+
+
+def steady(measured: dict, predicted_s: Optional[float], warmup: int) -> Optional[dict]:
+    """The measured steps during which every rank's probe GEMM ran at the host's fast speed
+    (`host_speed.steady_steps`): their median time and the prediction's error against it. None without
+    probes (GPU) or with fewer than STEADY_MIN_STEPS such steps."""
+    probes = measured.get("speed_probes_s_per_rank")
+    if not probes or any(p is None for p in probes):
+        return None
+    steps = steady_steps(probes, warmup)
+    fastest = min(t for rank in probes for pair in rank[warmup:] for t in pair)
+    out = {"tolerance": STEADY_TOLERANCE, "fastest_probe_s": fastest, "steps": steps,
+           "of_steps": len(measured["step_times_s"]) - warmup, "iteration_time_s": None, "relative_error": None}
+    if len(steps) >= STEADY_MIN_STEPS:
+        out["iteration_time_s"] = statistics.median(measured["step_times_s"][i] for i in steps)
+        out["relative_error"] = _rel(predicted_s, out["iteration_time_s"])
+    return out
 
 
 def build_report(plan: ReplayPlan, measured: dict, reference: Optional[dict], host: tuple = (None, None)) -> dict:
@@ -98,6 +117,8 @@ def build_report(plan: ReplayPlan, measured: dict, reference: Optional[dict], ho
         "load_average": list(os.getloadavg()),
         "host_speed_vs_profile": speed,
         "iteration_time_error_at_host_speed": at_host,
+        "speed_probes_s_per_rank": measured.get("speed_probes_s_per_rank"),
+        "steady_host": steady(measured, predicted["iteration_time_s"], plan.options.warmup),
         "notes": notes,
     }
 
@@ -143,6 +164,15 @@ def format_table(r: dict) -> str:
         lines.append(f"  host speed on the profile's GEMMs: {hs['before']:.2f}x the profile's time before the run, "
                      f"{hs['after']:.2f}x after; the prediction scaled by their mean would be "
                      f"{100 * r['iteration_time_error_at_host_speed']:+.1f}% off (reported, not applied)")
+    st = r.get("steady_host")
+    if st is not None:
+        head = (f"  steady host: {len(st['steps'])} of {st['of_steps']} measured steps ran with every rank's probe GEMM "
+                f"within {100 * st['tolerance']:.0f} % of the fastest ({1e3 * st['fastest_probe_s']:.2f} ms)")
+        if st["iteration_time_s"] is None:
+            lines.append(head + f"; too few for a steady figure (need {STEADY_MIN_STEPS})")
+        else:
+            lines.append(head + f": measured {st['iteration_time_s']:.4f} s, error "
+                         f"{100 * st['relative_error']:+.1f}%" if st["relative_error"] is not None else head)
     if r.get("phases_per_rank"):
         ph = r["phases_per_rank"]
         cpu = ", ".join(f"{x['cpu_s']:.2f}" for x in ph)

@@ -31,6 +31,7 @@ from simulator.layout import rank_chunks
 from .data import global_batch, rank_batch, zigzag_positions
 from .dp import BucketedAllReduce
 from .experts import GroupedExperts
+from .host_speed import probe_timer
 from .llama import AttentionCore, Transformer, init_weights, token_loss
 from .meshes import Meshes
 from .pipeline import Pipeline, build_pipeline
@@ -140,6 +141,7 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
         x, y = rank_batch(inputs, labels, dp=sc.dp, dp_rank=c["dp"], positions=positions)
         x, y = x.to(device), y.to(device)
         _sync(device)
+        before = probe() if probe is not None else None
         if distributed:
             dist.barrier()
         t0, c0 = time.perf_counter(), time.process_time()
@@ -166,6 +168,8 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
         elapsed = time.perf_counter() - t0
         # host-side phase split (on GPU only the total is synchronised) and this process's CPU seconds
         phases.append((t1 - t0, t2 - t1, t0 + elapsed - t2, time.process_time() - c0))
+        if probe is not None:
+            probes.append((before, probe()))
         norm = grad_norm(mods, meshes, device)  # untimed; gradients are still there after the step
         opt.zero_grad(set_to_none=True)
         if not distributed:
@@ -179,7 +183,8 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
         return float(loss_sum), float(slowest), norm
 
-    losses, times, norms, phases = [], [], [], []
+    losses, times, norms, phases, probes = [], [], [], [], []
+    probe = probe_timer() if device.type == "cpu" else None  # the host's speed around each step (host_speed.py)
     for step in range(plan.options.steps):
         if step == plan.options.warmup and device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -194,7 +199,7 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
         _profile_step(plan, one_step, device, dist.get_rank() if distributed else 0)
     split = [statistics.median(col) for col in zip(*phases[plan.options.warmup:])]
     mine = (peak, rss, {"forward_backward_s": split[0], "grad_sync_wait_s": split[1], "optimizer_s": split[2],
-                        "cpu_s": split[3]})
+                        "cpu_s": split[3]}, probes or None)
     per_rank = [mine]
     if distributed:
         per_rank = [None] * dist.get_world_size()
@@ -208,6 +213,7 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
         "peak_memory_gib_per_rank": [x[0] for x in per_rank],
         "peak_rss_gib_per_rank": [x[1] for x in per_rank],
         "phases_per_rank": [x[2] for x in per_rank],
+        "speed_probes_s_per_rank": [x[3] for x in per_rank] if probes else None,
     }
 
 
