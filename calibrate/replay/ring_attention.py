@@ -13,6 +13,8 @@ log-sum-exp. On CPU each block is the flash kernel with log-sum-exp output (as r
 calls flash-attn per block), elsewhere the same maths with materialised scores.
 Backward: K/V go round again; each block's dK/dV accumulator travels with it and after c hops is back
 with its owner (MODELING.md 4.3: c-1 K/V transfers forward, c-1 K/V and c dK/dV transfers backward).
+An arriving accumulator is waited for only after the next block's backward has run (ring-flash-attention
+waits for its dK/dV exchange the same way), so only the last hop is not overlapped with compute.
 `allgather_attention` is Llama 3's variant (§3.3.2): all-gather K/V (reduce-scatter of dK/dV in backward,
 from autograd) and one masked attention over the whole sequence.
 """
@@ -157,6 +159,7 @@ class _RingAttention(torch.autograd.Function):
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         kv = torch.stack([k, v])
         dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)
+        arriving = None  # (buffer, works): the accumulator of the block we hold, on its way from the previous rank
         for step in range(cp.size):
             src = (cp.rank - step) % cp.size
             if step < cp.size - 1:
@@ -166,14 +169,19 @@ class _RingAttention(torch.autograd.Function):
             dq_b, dk_b, dv_b = _block_backward(dout[:, :, qs], q[:, :, qs], kk[:, :, ks], vv[:, :, ks],
                                                o[:, :, qs], lse[:, :, qs], step == 0, scale)
             dq[:, :, qs] += dq_b
+            if arriving is not None:  # waited only now: its transfer overlapped this block's backward
+                dkv, dkv_works = arriving
+                _wait(dkv_works)
             dkv[0][:, :, ks] += _fold(dk_b.float(), rep)
             dkv[1][:, :, ks] += _fold(dv_b.float(), rep)
             if cp.size > 1:
-                dkv, dkv_works = _exchange(dkv, cp)  # the accumulator follows its block round the ring
-                _wait(dkv_works)
+                arriving = _exchange(dkv, cp)  # the accumulator follows its block round the ring
             if step < cp.size - 1:
                 _wait(works)
                 kv = nxt
+        if arriving is not None:
+            dkv, dkv_works = arriving
+            _wait(dkv_works)
         # after c hops the accumulator we hold is our own block's
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None
 
