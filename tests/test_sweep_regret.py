@@ -9,10 +9,10 @@ regret = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(regret)
 
 
-def run(dp, tp, measured, label="8B", nodes=2):
-    return SimpleNamespace(label=label, kv_heads=32, heads=32, nodes=nodes, global_batch=256, dp=dp, tp=tp, pp=1, zero=1,
-                           micro_batch=1, grad_accum=256 // dp, tokens_per_s_per_gpu=measured,
-                           layout_key=(label, nodes, dp, tp))
+def run(dp, tp, measured, label="8B", nodes=2, vocab=131072, kv_heads=32):
+    return SimpleNamespace(label=label, kv_heads=kv_heads, heads=32, vocab=vocab, nodes=nodes, global_batch=256, dp=dp, tp=tp,
+                           pp=1, zero=1, micro_batch=1, grad_accum=256 // dp, tokens_per_s_per_gpu=measured,
+                           layout_key=(label, kv_heads, vocab, nodes, dp, tp))
 
 
 def test_regret_is_the_shortfall_of_the_pick():
@@ -42,3 +42,15 @@ def test_summary_splits_fit_and_validation():
     groups = [{"split": "fit", "regret": 0.0}, {"split": "fit", "regret": 0.05}, {"split": "validation", "regret": 0.01}]
     s = regret.summary(groups)
     assert s["fit"]["groups"] == 2 and s["fit"]["within_bar"] == 0.5 and s["validation"]["within_bar"] == 1.0
+
+
+def test_model_variants_are_separate_groups():
+    """Same label, layout, nodes and batch but another vocabulary or KV-head count is another model: the
+    fast 131k-vocab run does not become the 49k variant's best, and each variant is named."""
+    runs = [run(16, 1, 100.0), run(8, 2, 90.0), run(16, 1, 70.0, vocab=49152), run(8, 2, 60.0, vocab=49152),
+            run(16, 1, 50.0, kv_heads=8), run(8, 2, 40.0, kv_heads=8)]
+    preds = [{"ok": True, "tokens_per_s_per_gpu": p, "fits": True} for p in (9.0, 5.0, 5.0, 9.0, 9.0, 5.0)]
+    groups = {g["model"]: g for g in regret.regret_groups(regret.group_members(runs, preds))}
+    assert set(groups) == {"8B", "8B (vocab49k)", "8B (gqa8)"}
+    assert groups["8B"]["regret"] == 0.0 and groups["8B (gqa8)"]["regret"] == 0.0
+    assert groups["8B (vocab49k)"]["best_measured"] == 70.0 and abs(groups["8B (vocab49k)"]["regret"] - 1 / 7) < 1e-12

@@ -50,12 +50,18 @@ def predict(run, topology: str, estimator: str, network: str = NETWORK) -> dict:
             "peak_gib": r["memory"]["peak_gib"]}
 
 
+DEFAULT_VOCAB = 131072
+"""The vocabulary of every playbook model but a few 80B / 469G variants (131k in the run names)."""
+
+
 def layout_name(run) -> str:
     return f"dp{run.dp} tp{run.tp} pp{run.pp} z{run.zero} mb{run.micro_batch} x{run.grad_accum}"
 
 
 def group_members(runs: list, predictions: list[dict]) -> dict[tuple, list]:
-    """(label, kv_heads, nodes, global_batch) -> [(run, prediction)], one entry per layout (its best run)."""
+    """(label, kv_heads, vocab, nodes, global_batch) -> [(run, prediction)], one entry per layout (its best
+    run). kv_heads and vocab are part of the model: the playbook's 80B ran with 64 and 8 KV heads and with
+    131k and 49k vocabularies, different models whose layouts a user never chooses between."""
     best_of: dict[tuple, tuple] = {}
     for run, pred in zip(runs, predictions):
         if not pred["ok"]:
@@ -65,8 +71,14 @@ def group_members(runs: list, predictions: list[dict]) -> dict[tuple, list]:
             best_of[key] = (run, pred)
     groups: dict[tuple, list] = defaultdict(list)
     for run, pred in best_of.values():
-        groups[(run.label, run.kv_heads, run.nodes, run.global_batch)].append((run, pred))
+        groups[(run.label, run.kv_heads, run.vocab, run.nodes, run.global_batch)].append((run, pred))
     return {k: sorted(v, key=lambda m: layout_name(m[0])) for k, v in sorted(groups.items()) if len(v) >= 2}
+
+
+def model_name(label: str, kv_heads: int, vocab: int, heads: int) -> str:
+    """The playbook's label, with what sets a variant apart: "80B (gqa8)", "80B (vocab49k)"."""
+    extra = ([] if kv_heads == heads else [f"gqa{kv_heads}"]) + ([] if vocab == DEFAULT_VOCAB else [f"vocab{round(vocab / 1000)}k"])
+    return label + (f" ({', '.join(extra)})" if extra else "")
 
 
 def ranked(members: list) -> list:
@@ -79,11 +91,11 @@ def ranked(members: list) -> list:
 def regret_groups(groups: dict[tuple, list]) -> list[dict]:
     """Per group: measured best, clustersim's pick and its regret."""
     out = []
-    for (label, kv, nodes, gb), members in groups.items():
+    for (label, kv, vocab, nodes, gb), members in groups.items():
         pick = ranked(members)[0]
         best = max(members, key=lambda m: m[0].tokens_per_s_per_gpu)
         out.append({
-            "model": label + ("" if kv == members[0][0].heads else f" (gqa{kv})"), "split": "fit" if label in FIT_LABELS else "validation",
+            "model": model_name(label, kv, vocab, members[0][0].heads), "split": "fit" if label in FIT_LABELS else "validation",
             "nodes": nodes, "global_batch": gb, "layouts": len(members), "predicted_fit": sum(1 for m in members if m[1]["fits"]),
             "best": layout_name(best[0]), "best_measured": best[0].tokens_per_s_per_gpu,
             "pick": layout_name(pick[0]), "pick_measured": pick[0].tokens_per_s_per_gpu,
