@@ -199,3 +199,21 @@ def test_steady_steps_keep_only_steps_where_every_rank_ran_fast():
     assert build_report(plan, measured, None)["steady_host"] is None
     probe = probe_timer()
     assert 0 < probe() < 1.0
+
+
+def test_report_prices_the_measured_routing_imbalance_beside_the_plain_prediction():
+    """With EP the report adds the prediction at the run's measured ep_imbalance (slower when the busiest
+    rank had more rows than the scenario assumed) and keeps the contract's prediction as it was."""
+    from calibrate.replay.plan import ReplayOptions, plan_replay
+    from calibrate.replay.report import build_report, format_table
+    plan = plan_replay(load_scenario(f"{SCEN}/moe-ep2.yaml"), ReplayOptions(steps=2, warmup=1))
+    measured = {"losses": [7.0, 6.9], "grad_norms": [1.0, 1.1], "step_times_s": [1.0, 0.5], "iteration_time_s": 0.5,
+                "peak_memory_gib_per_rank": [None, None], "peak_rss_gib_per_rank": [0.4, 0.4], "ep_imbalance": 1.3}
+    r = build_report(plan, measured, None)
+    imb = r["ep_imbalance"]
+    assert imb["measured"] == 1.3 and imb["scenario"] == 1.0
+    assert imb["predicted_iteration_time_s"] > r["predicted"]["iteration_time_s"]
+    assert imb["relative_error"] == pytest.approx(imb["predicted_iteration_time_s"] / 0.5 - 1)
+    assert "expert routing: busiest EP rank 1.30x" in format_table(r)
+    dense = plan_replay(load_scenario(f"{SCEN}/dp2.yaml"), ReplayOptions(steps=2, warmup=1))
+    assert build_report(dense, measured, None)["ep_imbalance"] is None

@@ -130,3 +130,12 @@ def test_command_prints_the_contract_json():
     assert set(r["relative_error"]) == {"iteration_time_s", "peak_memory_gib"}
     assert r["loss_matches_reference"] is True and len(r["measured"]["losses"]) == 2
     assert r["measured"]["peak_memory_gib"] is None  # CPU cannot measure it
+
+
+def test_routing_imbalance_is_measured_with_ep_only(two_rank_runs):
+    """The MoE plan reports its routing's busiest-EP-rank / mean rows (1 <= x <= ep = 2, above 1 for an
+    untrained router); dense plans report none."""
+    moe, _ = two_rank_runs["moe-ep2"]
+    assert 1.0 < moe["ep_imbalance"] <= 2.0
+    dense, _ = two_rank_runs["dp2"]
+    assert dense["ep_imbalance"] is None

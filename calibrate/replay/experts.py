@@ -71,6 +71,8 @@ class MoE(nn.Module):
         size, rank = (ep.size, ep.rank) if ep else (1, 0)
         local = moe.experts // size
         self.gate = nn.Linear(m.hidden, moe.experts, bias=False)
+        self.received_rows: list[int] = []
+        """Expert-token rows this rank received, one entry per dispatch (EP only; `ep_imbalance`)."""
         self.experts = GroupedExperts(m.hidden, moe.expert_ffn_hidden, moe.experts, rank * local, local)
         self.shared_expert = None
         if moe.shared_experts:
@@ -102,6 +104,7 @@ class MoE(nn.Module):
         local = self.num_experts // ep
         recv_counts = torch.empty_like(counts)
         dist.all_to_all_single(recv_counts, counts, group=group)  # [src rank, local expert] row counts
+        self.received_rows.append(int(recv_counts.sum()))
         send_splits = counts.view(ep, local).sum(1).tolist()
         recv_splits = recv_counts.view(ep, local).sum(1).tolist()
         received = _a2a(routed, recv_splits, send_splits, group)  # dispatch
@@ -111,3 +114,21 @@ class MoE(nn.Module):
         y = self.experts(received[order], recv_counts.view(ep, local).sum(0).tolist())
         back = y[torch.argsort(order)]  # back to (source rank, expert) order
         return _a2a(back, send_splits, recv_splits, group)  # combine
+
+
+def ep_imbalance(mods: list[nn.Module], ep: Optional[EPGroup], device: torch.device) -> Optional[float]:
+    """The routing's load imbalance as the simulator's `parallel.ep_imbalance` defines it (rows on the busiest
+    EP rank / mean), per dispatch, averaged over every dispatch of the run; the same number on every rank
+    of the EP group. None without EP. The ranks of an EP group dispatch the same layers in the same order
+    (a recompute repeats a dispatch on all of them), so the i-th entries of their lists belong together."""
+    if ep is None:
+        return None
+    rows = [n for mod in mods for m in mod.modules() if isinstance(m, MoE) for n in m.received_rows]
+    if not rows:
+        return None
+    mine = torch.tensor(rows, dtype=torch.float64, device=device)
+    every = torch.empty(ep.size * len(rows), dtype=torch.float64, device=device)
+    dist.all_gather_into_tensor(every, mine, group=ep.group)
+    per = every.view(ep.size, len(rows))
+    mean = per.mean(0).clamp_min(1.0)
+    return float((per.max(0).values / mean).mean())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import statistics
+from dataclasses import replace
 from typing import Optional
 
 from simulator.scenario import Scenario
@@ -73,6 +74,19 @@ def steady(measured: dict, predicted_s: Optional[float], warmup: int) -> Optiona
     return out
 
 
+def at_measured_imbalance(sc: Scenario, measured: dict) -> Optional[dict]:
+    """With EP: the routing imbalance the run measured (`experts.ep_imbalance`), against the scenario's
+    `parallel.ep_imbalance`, and the prediction with the measured one in its place. The executor's router
+    decides where tokens go, so a scenario's 1.0 prices a balance the run did not have. None without EP."""
+    imb = measured.get("ep_imbalance")
+    if imb is None or sc.parallel.ep <= 1:
+        return None
+    pred, _ = predict(replace(sc, parallel=replace(sc.parallel, ep_imbalance=max(1.0, imb))))
+    t = pred["iteration_time_s"]
+    return {"measured": imb, "scenario": sc.parallel.ep_imbalance, "predicted_iteration_time_s": t,
+            "relative_error": _rel(t, measured["iteration_time_s"])}
+
+
 def build_report(plan: ReplayPlan, measured: dict, reference: Optional[dict], host: tuple = (None, None)) -> dict:
     """reference: {"losses", "grad_norms"} of the single-process run, or None when not run; host: the
     `host_speed` checks before and after the ranks ran."""
@@ -119,6 +133,7 @@ def build_report(plan: ReplayPlan, measured: dict, reference: Optional[dict], ho
         "iteration_time_error_at_host_speed": at_host,
         "speed_probes_s_per_rank": measured.get("speed_probes_s_per_rank"),
         "steady_host": steady(measured, predicted["iteration_time_s"], plan.options.warmup),
+        "ep_imbalance": at_measured_imbalance(sc, measured),
         "notes": notes,
     }
 
@@ -173,6 +188,11 @@ def format_table(r: dict) -> str:
         else:
             lines.append(head + f": measured {st['iteration_time_s']:.4f} s, error "
                          f"{100 * st['relative_error']:+.1f}%" if st["relative_error"] is not None else head)
+    imb = r.get("ep_imbalance")
+    if imb is not None and imb["predicted_iteration_time_s"] is not None:
+        lines.append(f"  expert routing: busiest EP rank {imb['measured']:.2f}x the mean (scenario: {imb['scenario']:.2f}); "
+                     f"predicted with the measured imbalance {imb['predicted_iteration_time_s']:.4f} s, error "
+                     f"{100 * imb['relative_error']:+.1f}% (reported, not applied)")
     if r.get("phases_per_rank"):
         ph = r["phases_per_rank"]
         cpu = ", ".join(f"{x['cpu_s']:.2f}" for x in ph)

@@ -30,7 +30,7 @@ from simulator.layout import rank_chunks
 
 from .data import global_batch, rank_batch, zigzag_positions
 from .dp import BucketedAllReduce
-from .experts import GroupedExperts
+from .experts import GroupedExperts, ep_imbalance
 from .host_speed import probe_timer
 from .llama import AttentionCore, Transformer, init_weights, token_loss
 from .meshes import Meshes
@@ -193,6 +193,7 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
         losses.append(loss)
         times.append(dt)
         norms.append(norm)
+    imbalance = ep_imbalance(mods, meshes.ep if meshes else None, device)
     peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # Linux: KiB
     if plan.options.torch_trace:
@@ -214,6 +215,7 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
         "peak_rss_gib_per_rank": [x[1] for x in per_rank],
         "phases_per_rank": [x[2] for x in per_rank],
         "speed_probes_s_per_rank": [x[3] for x in per_rank] if probes else None,
+        "ep_imbalance": imbalance,
     }
 
 
