@@ -178,8 +178,8 @@ def test_steady_steps_keep_only_steps_where_every_rank_ran_fast():
     fast, slow = 1.0e-3, 1.4e-3
     probes = [[(0.5e-3, 0.5e-3), (fast, fast), (fast, slow), (fast, 1.05e-3), (fast, fast)],
               [(fast, fast), (fast, fast), (fast, fast), (fast, fast), (slow, fast)]]
-    assert steady_steps(probes, first=1) == [1, 3]  # step 0 is warm-up: its 0.5 ms probe is ignored
-    assert steady_steps(probes, first=1, tolerance=0.5) == [1, 2, 3, 4]
+    assert steady_steps(probes, first=1) == ([1, 3], fast)  # step 0 is warm-up: its 0.5 ms probe is ignored
+    assert steady_steps(probes, first=1, tolerance=0.5)[0] == [1, 2, 3, 4]
     plan = plan_replay(load_scenario(f"{SCEN}/dp2.yaml"), ReplayOptions(steps=5, warmup=1))
     times = [2.0, 0.50, 0.70, 0.54, 0.66]
     measured = {"losses": [7.0] * 5, "grad_norms": [1.0] * 5, "step_times_s": times, "iteration_time_s": 0.66,

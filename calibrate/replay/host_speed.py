@@ -97,13 +97,12 @@ def probe_timer(seed: int = 0) -> Callable[[], float]:
 
 
 def steady_steps(probes_per_rank: list[list[tuple[float, float]]], first: int,
-                 tolerance: float = STEADY_TOLERANCE) -> list[int]:
-    """Indices >= first of the steps whose every (before, after) probe on every rank is within
-    (1 + tolerance) x the fastest probe over all ranks and measured steps."""
-    measured = [[pair for pair in rank[first:]] for rank in probes_per_rank]
+                 tolerance: float = STEADY_TOLERANCE) -> tuple[list[int], Optional[float]]:
+    """(indices >= first of the steps whose every (before, after) probe on every rank is within
+    (1 + tolerance) x the fastest probe over all ranks and measured steps, that fastest probe)."""
+    measured = [rank[first:] for rank in probes_per_rank]
     fastest = min((t for rank in measured for pair in rank for t in pair), default=None)
     if fastest is None:
-        return []
+        return [], None
     limit = (1 + tolerance) * fastest
-    steps = len(measured[0])
-    return [first + i for i in range(steps) if all(max(rank[i]) <= limit for rank in measured)]
+    return [first + i for i in range(len(measured[0])) if all(max(rank[i]) <= limit for rank in measured)], fastest

@@ -64,8 +64,9 @@ def steady(measured: dict, predicted_s: Optional[float], warmup: int) -> Optiona
     probes = measured.get("speed_probes_s_per_rank")
     if not probes or any(p is None for p in probes):
         return None
-    steps = steady_steps(probes, warmup)
-    fastest = min(t for rank in probes for pair in rank[warmup:] for t in pair)
+    steps, fastest = steady_steps(probes, warmup)
+    if fastest is None:
+        return None
     out = {"tolerance": STEADY_TOLERANCE, "fastest_probe_s": fastest, "steps": steps,
            "of_steps": len(measured["step_times_s"]) - warmup, "iteration_time_s": None, "relative_error": None}
     if len(steps) >= STEADY_MIN_STEPS:
@@ -186,8 +187,8 @@ def format_table(r: dict) -> str:
         if st["iteration_time_s"] is None:
             lines.append(head + f"; too few for a steady figure (need {STEADY_MIN_STEPS})")
         else:
-            lines.append(head + f": measured {st['iteration_time_s']:.4f} s, error "
-                         f"{100 * st['relative_error']:+.1f}%" if st["relative_error"] is not None else head)
+            err = "" if st["relative_error"] is None else f", error {100 * st['relative_error']:+.1f}%"
+            lines.append(head + f": measured {st['iteration_time_s']:.4f} s{err}")
     imb = r.get("ep_imbalance")
     if imb is not None and imb["predicted_iteration_time_s"] is not None:
         lines.append(f"  expert routing: busiest EP rank {imb['measured']:.2f}x the mean (scenario: {imb['scenario']:.2f}); "
