@@ -468,10 +468,11 @@ def _send_recv(topology, L, sh) -> list[Candidate]:
     t, where = bottleneck(loads, sh)
     out = []
     for proto in ("LL", "Simple") if _intra_kind(topology) != "host" else ("Simple",):
-        base, intra, inter = step_latency(topology, L, "ring", proto)
-        lat = base + (inter if L.nodes > 1 else intra) + L.wan_step_s
         if topology.node.p2p_latency_us is not None:  # measured for this node (`NodeSpec.p2p_latency_us`)
             lat = topology.node.p2p_latency_us * 1e-6 + L.wan_step_s
+        else:
+            base, intra, inter = step_latency(topology, L, "ring", proto)
+            lat = base + (inter if L.nodes > 1 else intra) + L.wan_step_s
         cap = NCCL_P2P_LL_THRESHOLD if proto == "LL" else math.inf
         out.append(Candidate("p2p", proto, lat, _with_protocol("p2p", proto, "send_recv", L, _bw(t)), where, cap,
                              busy=class_times(loads, sh)))

@@ -101,6 +101,12 @@ def verdict_error(r: dict) -> tuple[Optional[float], str]:
     return (r.get("relative_error") or {}).get("iteration_time_s"), "all"
 
 
+def meets_bar(r: dict) -> Optional[bool]:
+    """|verdict_error| <= TIME_BAR; None when the replay has no error to judge."""
+    err = verdict_error(r)[0]
+    return None if err is None else abs(err) <= TIME_BAR
+
+
 def _steady(r: dict) -> str:
     st = r.get("steady_host")
     if not st:
@@ -124,14 +130,14 @@ def table(rows: list[dict]) -> str:
             continue
         pred, meas = r["predicted"]["iteration_time_s"], r["measured"]["iteration_time_s"]
         err = r["relative_error"]["iteration_time_s"]
-        judged, by = verdict_error(r)
+        by = verdict_error(r)[1]
         yes = lambda b: "-" if b is None else ("yes" if b else "NO")  # noqa: E731
         out.append(f"{r['scenario']:<16} {_plan_label(r['plan']):<16} {yes(r['loss_matches_reference']):>5} "
                    f"{yes(r['grad_norm_matches_reference']):>5} {'-' if pred is None else f'{pred:.3f}':>11} {meas:>10.3f} "
                    f"{_pct(err):>7} {_cpu(r):>10} {r['load_average'][0]:>5.1f} {_host(r):>11} "
                    f"{_pct(r.get('iteration_time_error_at_host_speed')):>8} {_steady(r):>13} "
                    f"{_pct((r.get('steady_host') or {}).get('relative_error')):>10} "
-                   f"{yes(None if judged is None else abs(judged) <= TIME_BAR):>5} {by:>6}")
+                   f"{yes(meets_bar(r)):>5} {by:>6}")
     return "\n".join(out)
 
 
@@ -162,7 +168,7 @@ def main(argv: list[str]) -> int:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     ok = all(r.get("loss_matches_reference") and r.get("grad_norm_matches_reference") for r in rows)
     if args.strict:
-        ok = ok and all(verdict_error(r)[0] is not None and abs(verdict_error(r)[0]) <= TIME_BAR for r in rows)
+        ok = ok and all(meets_bar(r) for r in rows)
     return 0 if ok else 1
 
 

@@ -64,6 +64,13 @@ def _wait(works: list) -> None:
         w.wait()
 
 
+def _received(exchange: tuple[torch.Tensor, list]) -> torch.Tensor:
+    """The buffer of an `_exchange`, once its send and receive are done."""
+    buf, works = exchange
+    _wait(works)
+    return buf
+
+
 def _expand(t: torch.Tensor, rep: int) -> torch.Tensor:
     return t if rep == 1 else t.repeat_interleave(rep, dim=1)
 
@@ -170,8 +177,7 @@ class _RingAttention(torch.autograd.Function):
                                                o[:, :, qs], lse[:, :, qs], step == 0, scale)
             dq[:, :, qs] += dq_b
             if arriving is not None:  # waited only now: its transfer overlapped this block's backward
-                dkv, dkv_works = arriving
-                _wait(dkv_works)
+                dkv = _received(arriving)
             dkv[0][:, :, ks] += _fold(dk_b.float(), rep)
             dkv[1][:, :, ks] += _fold(dv_b.float(), rep)
             if cp.size > 1:
@@ -180,8 +186,7 @@ class _RingAttention(torch.autograd.Function):
                 _wait(works)
                 kv = nxt
         if arriving is not None:
-            dkv, dkv_works = arriving
-            _wait(dkv_works)
+            dkv = _received(arriving)
         # after c hops the accumulator we hold is our own block's
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None
 
