@@ -5,7 +5,8 @@ One process per device is started with torch.multiprocessing (spawn): NCCL over 
 gloo over CPU processes on 127.0.0.1. Every power-of-two group size up to the world is measured on ranks
 0..g-1. A repeat's time is the slowest rank's; the point's time is the median over repeats (GPU: CUDA
 events, no barrier between repeats, like nccl-tests; CPU: a barrier before each repeat, then
-perf_counter_ns). Rank 0 reports entries to the parent through a queue; a worker that fails or hangs
+perf_counter_ns). On CPU each point also gets `in_step_s`, the collective's cost inside a training step
+(`_in_step`). Rank 0 reports entries to the parent through a queue; a worker that fails or hangs
 becomes a `skipped` entry, never a crash of the calibration run.
 """
 from __future__ import annotations
@@ -100,6 +101,69 @@ def _time_reps(fn, reps: int, device: torch.device, group) -> list[float]:
     return out
 
 
+BURST_MKN = (256, 1536, 256)
+"""The compute a rank runs while its collective is in flight in `_in_step` (m, k, n; ~1.3 ms fp32 on one
+core of this project's VM, the tiny Llama's fc1, as `calibrate/replay/host_speed.PROBE_MKN`)..."""
+BURST_GEMMS = 2
+"""...this many times: a few ms, the compute between two collectives of the replay scenarios."""
+IN_STEP_REPS = 20
+
+
+def _start(collective: str, inp, out, group, rank: int, g: int) -> list:
+    """Issue the collective asynchronously (as DDP's bucket hooks, FSDP2's prefetch, the CP ring and the
+    pipeline's P2P do): its work handles."""
+    if collective == "send_recv":
+        return dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, (rank + 1) % g, group),
+                                       dist.P2POp(dist.irecv, out, (rank - 1) % g, group)])
+    if collective == "all_reduce":
+        return [dist.all_reduce(inp, group=group, async_op=True)]
+    if collective == "all_gather":
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return [gather(out, inp, group=group, async_op=True)]
+    if collective == "reduce_scatter":
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return [scatter(out, inp, group=group, async_op=True)]
+    if collective == "all_to_all":
+        return [dist.all_to_all_single(out, inp, group=group, async_op=True)]
+    raise ValueError(collective)
+
+
+def _in_step(collective: str, inp, out, group, rank: int, g: int) -> float:
+    """Seconds a gloo collective adds to a rank's step when it is issued and then compute runs, as in
+    training: median over repeats of the slowest rank's (issue; BURST_GEMMS GEMMs; wait) less the same
+    GEMMs alone, the two interleaved so that both see the same host state.
+
+    On a host whose every core runs a rank, gloo's threads get no core of their own: the transfer waits
+    for the compute to yield, and waking its thread costs more than the transfer (this project's 2-core
+    VM: a 64 KB send/recv 0.2 ms after a barrier, 1-3.5 ms amid GEMMs; an exchange between compute
+    kernels 2-4x its isolated time in traced replays)."""
+    m, k, n = BURST_MKN
+    a, b = torch.randn(m, k), torch.randn(k, n)
+
+    def burst():
+        for _ in range(BURST_GEMMS):
+            torch.mm(a, b)
+    with_op, alone = [], []
+    for i in range(IN_STEP_REPS + 2):
+        dist.barrier(group=group)
+        t0 = time.perf_counter_ns()
+        works = _start(collective, inp, out, group, rank, g)
+        burst()
+        for w in works:
+            w.wait()
+        t1 = time.perf_counter_ns()
+        dist.barrier(group=group)
+        t2 = time.perf_counter_ns()
+        burst()
+        t3 = time.perf_counter_ns()
+        if i >= 2:  # the first two warm the threads and the GEMM
+            with_op.append((t1 - t0) * 1e-9)
+            alone.append((t3 - t2) * 1e-9)
+    with_op = _slowest(with_op, group, inp.device)
+    alone = _slowest(alone, group, inp.device)
+    return summarize([w - a for w, a in zip(with_op, alone)]).time_s
+
+
 def _slowest(samples: list[float], group, device) -> list[float]:
     t = torch.tensor(samples, dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
@@ -116,9 +180,13 @@ def _measure(plan: CollectivePlan, collective: str, size: int, g: int, group, ra
     t = summarize(_slowest(_time_reps(fn, reps, device, group), group, device))
     nbytes = float(out.numel() * 4 if collective == "all_gather" else inp.numel() * 4)
     algbw = nbytes / t.time_s / 1e9
-    return {"collective": collective, "backend": plan.backend, "group_size": g, "tier": "intra_node",
-            "size_bytes": nbytes, "dtype": "fp32", **t.as_fields(), "algbw_gbs": algbw,
-            "busbw_gbs": algbw * BUSBW_FACTOR[collective](g)}
+    entry = {"collective": collective, "backend": plan.backend, "group_size": g, "tier": "intra_node",
+             "size_bytes": nbytes, "dtype": "fp32", **t.as_fields(), "algbw_gbs": algbw,
+             "busbw_gbs": algbw * BUSBW_FACTOR[collective](g)}
+    if device.type == "cpu":
+        # never below the isolated cost: a faster difference is the GEMMs' own noise
+        entry["in_step_s"] = max(t.time_s, _in_step(collective, inp, out, group, rank, g))
+    return entry
 
 
 def worker(rank: int, world: int, port: int, plan: CollectivePlan, threads: int, q) -> None:

@@ -240,6 +240,11 @@ class CollectivePoint(_Timed):
     algbw_gbs: float = field(metadata={"min": 0.0})
     busbw_gbs: float = field(metadata={"min": 0.0})
     """algbw x factor (ECOSYSTEM.md 2.4): all_reduce 2(n-1)/n, all_gather/reduce_scatter/all_to_all (n-1)/n, send_recv 1."""
+    in_step_s: Optional[float] = field(default=None, metadata={"min": 0.0})
+    """CPU (gloo) only: the collective's cost inside a training step, issued before a few ms of compute and
+    waited for after it, less that compute alone (calibrate/collectives.py `_in_step`). On a host whose
+    every core runs a rank gloo's threads have no core of their own, so this exceeds `time_s`; the
+    simulator prices the collective with it when present."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -433,7 +438,8 @@ class Profile:
     def _collective_curves(self) -> dict:
         pts: dict[tuple, list] = {}
         for p in self.collectives:
-            pts.setdefault((p.collective, p.group_size, p.tier), []).append((p.size_bytes, p.time_s))
+            pts.setdefault((p.collective, p.group_size, p.tier), []).append(
+                (p.size_bytes, p.time_s if p.in_step_s is None else p.in_step_s))
         return {k: Curve.of(v) for k, v in pts.items()}
 
     # ---------------------------------------------------------------- the two questions

@@ -2,6 +2,7 @@
 one-line exit-2 errors, the replay dispatch, scenario-derived shapes, timing helpers, and (slow) a real
 `--quick --device cpu` run end to end."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -216,6 +217,39 @@ def test_busbw_factors_are_nccl_tests():
     assert BUSBW_FACTOR["all_gather"](4) == BUSBW_FACTOR["reduce_scatter"](4) == BUSBW_FACTOR["all_to_all"](4) == 0.75
     assert BUSBW_FACTOR["send_recv"](2) == 1.0
     assert group_sizes(8) == [2, 4, 8] and group_sizes(6) == [2, 4] and group_sizes(1) == []
+
+
+def _in_step_worker(rank: int, port: int, q) -> None:
+    import torch.distributed as dist  # noqa: PLC0415
+    from calibrate.collectives import _in_step, _start  # noqa: PLC0415
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        x, y = torch.full((4096,), float(rank + 1)), torch.empty(4096)
+        for w in _start("send_recv", x, y, None, rank, 2):
+            w.wait()
+        got = float(y[0])
+        t = _in_step("all_reduce", torch.ones(4096), None, None, rank, 2)
+        if rank == 0:
+            q.put((got, t))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_in_step_cost_of_a_gloo_collective_is_measured_between_real_ranks():
+    from calibrate.collectives import free_port  # noqa: PLC0415
+    ctx = torch.multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_in_step_worker, args=(r, port, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got, t = q.get(timeout=120)
+    for p in procs:
+        p.join(timeout=30)
+    assert got == 2.0  # the async send/recv ring delivered the peer's buffer
+    assert math.isfinite(t) and -0.05 < t < 0.5  # seconds the collective added to a few ms of GEMMs
 
 
 # ----------------------------------------------------------------------------------- end to end

@@ -231,6 +231,19 @@ def test_collectives_exact_interpolated_and_none_where_not_measured(prof):
     assert prof.comm_time(ar(1 << 20, "send_recv"), grp(8)) == prof.comm_time(ar(1 << 20, "send_recv"), grp(2))
 
 
+def test_a_collectives_in_step_cost_prices_it_where_measured():
+    """CPU profiles carry each collective's cost inside a step (`in_step_s`); the simulator uses it."""
+    raw = make_profile()
+    for c in raw["collectives"]:
+        if c["collective"] == "send_recv":
+            c["in_step_s"] = c["time_s"] + 1e-3
+    p = profile_from_mapping(raw)
+    op = lambda coll: Comm("x", "cp", coll, float(1 << 20))  # noqa: E731
+    base = profile_from_mapping(make_profile())
+    assert p.comm_time(op("send_recv"), grp(2)) == pytest.approx(base.comm_time(op("send_recv"), grp(2)) + 1e-3)
+    assert p.comm_time(op("all_reduce"), grp(2)) == base.comm_time(op("all_reduce"), grp(2))  # none measured
+
+
 # ----------------------------------------------------------------------------------- the shipped CPU profile
 
 def scenario_coverage(sc) -> tuple[float, float]:
