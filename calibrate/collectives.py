@@ -62,25 +62,37 @@ def _buffers(collective: str, size: int, g: int, device: torch.device):
     return x, torch.empty_like(x)
 
 
-def _op(collective: str, inp, out, group, rank: int, g: int) -> Callable[[], None]:
-    if collective == "all_reduce":
-        return lambda: dist.all_reduce(inp, group=group)
-    if collective == "all_gather":  # *_single is the 2.13 name of *_into_tensor / *_tensor
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        return lambda: gather(out, inp, group=group)
-    if collective == "reduce_scatter":
-        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        return lambda: scatter(out, inp, group=group)
-    if collective == "all_to_all":
-        return lambda: dist.all_to_all_single(out, inp, group=group)
+def _start(collective: str, inp, out, group, rank: int, g: int, async_op: bool = True) -> list:
+    """Issue the collective: asynchronously (as DDP's bucket hooks, FSDP2's prefetch, the CP ring and the
+    pipeline's P2P do), returning its work handles, or with `async_op=False` to completion (the blocking
+    call), returning none."""
     if collective == "send_recv":
         # a ring: each rank sends to the next and receives from the previous (nccl-tests sendrecv_perf)
-        def sendrecv():
-            ops = [dist.P2POp(dist.isend, inp, (rank + 1) % g, group), dist.P2POp(dist.irecv, out, (rank - 1) % g, group)]
-            for req in dist.batch_isend_irecv(ops):
-                req.wait()
-        return sendrecv
-    raise ValueError(collective)
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, (rank + 1) % g, group),
+                                        dist.P2POp(dist.irecv, out, (rank - 1) % g, group)])
+        if async_op:
+            return works
+        for w in works:
+            w.wait()
+        return []
+    if collective == "all_reduce":
+        work = dist.all_reduce(inp, group=group, async_op=async_op)
+    elif collective == "all_gather":  # *_single is the 2.13 name of *_into_tensor / *_tensor
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        work = gather(out, inp, group=group, async_op=async_op)
+    elif collective == "reduce_scatter":
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        work = scatter(out, inp, group=group, async_op=async_op)
+    elif collective == "all_to_all":
+        work = dist.all_to_all_single(out, inp, group=group, async_op=async_op)
+    else:
+        raise ValueError(collective)
+    return [work] if async_op else []
+
+
+def _op(collective: str, inp, out, group, rank: int, g: int) -> Callable[[], None]:
+    """The collective's blocking call (what the isolated timing repeats)."""
+    return lambda: _start(collective, inp, out, group, rank, g, async_op=False)
 
 
 def _time_reps(fn, reps: int, device: torch.device, group) -> list[float]:
@@ -103,29 +115,10 @@ def _time_reps(fn, reps: int, device: torch.device, group) -> list[float]:
 
 BURST_MKN = (256, 1536, 256)
 """The compute a rank runs while its collective is in flight in `_in_step` (m, k, n; ~1.3 ms fp32 on one
-core of this project's VM, the tiny Llama's fc1, as `calibrate/replay/host_speed.PROBE_MKN`)..."""
+core of this project's VM: the FLOPs of `calibrate/replay/host_speed.PROBE_MKN`, k and n swapped)..."""
 BURST_GEMMS = 2
 """...this many times: a few ms, the compute between two collectives of the replay scenarios."""
 IN_STEP_REPS = 20
-
-
-def _start(collective: str, inp, out, group, rank: int, g: int) -> list:
-    """Issue the collective asynchronously (as DDP's bucket hooks, FSDP2's prefetch, the CP ring and the
-    pipeline's P2P do): its work handles."""
-    if collective == "send_recv":
-        return dist.batch_isend_irecv([dist.P2POp(dist.isend, inp, (rank + 1) % g, group),
-                                       dist.P2POp(dist.irecv, out, (rank - 1) % g, group)])
-    if collective == "all_reduce":
-        return [dist.all_reduce(inp, group=group, async_op=True)]
-    if collective == "all_gather":
-        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-        return [gather(out, inp, group=group, async_op=True)]
-    if collective == "reduce_scatter":
-        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-        return [scatter(out, inp, group=group, async_op=True)]
-    if collective == "all_to_all":
-        return [dist.all_to_all_single(out, inp, group=group, async_op=True)]
-    raise ValueError(collective)
 
 
 def _in_step(collective: str, inp, out, group, rank: int, g: int) -> float:
