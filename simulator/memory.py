@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
-from .ops import Shard, param_bytes, rank_params, shard
+from .ops import DROPOUT_MASK_BYTES, Shard, param_bytes, rank_params, shard
 from .ops import layer_rank_params as ops_layer_rank_params
 from .params import final_norm_params
 from .scenario import Scenario
@@ -44,7 +44,7 @@ FP8_WEIGHT_CACHE_BYTES = 2
 """FP8 training: Transformer Engine casts each weight to FP8 once per step and keeps the copy and its
 transpose across micro-batches (`is_first_microbatch`); Hopper FP8 GEMMs take only the TN layout,
 so the dgrad GEMM needs the transposed copy: 1 + 1 bytes per parameter on the rank."""
-MASK_BYTES = 1
+MASK_BYTES = DROPOUT_MASK_BYTES
 """Dropout masks are stored as bytes (KOR22 §4.1)."""
 TOKEN_ID_BYTES = 8
 """int64 token ids (input ids on the first stage, MEG-MEM `8*s*b*p`; labels on the last)."""

@@ -100,6 +100,16 @@ class ModelSpec:
     def gated_mlp(self) -> bool:
         return self.arch == "llama"
 
+    @property
+    def rotary(self) -> bool:
+        """Rotary positions on Q and K (llama); GPT adds learned positions to the embedding instead."""
+        return self.arch == "llama"
+
+    @property
+    def hidden_dropout(self) -> bool:
+        """Dropout on each sublayer's output before the residual add (GPT, Megatron's bias-dropout-add)."""
+        return self.arch == "gpt"
+
     def is_moe_layer(self, i: int) -> bool:
         """Layer i (0-based) is MoE: after the dense prefix, every layer_freq-th layer."""
         if not self.moe or i < self.moe.dense_layers:

@@ -177,6 +177,16 @@ SWIGLU_PASSES = (3, 5)
 GELU_PASSES = (2, 3)
 ROPE_PASSES = (2, 2)
 RESIDUAL_PASSES = (3, 3)
+DROPOUT_MASK_BYTES = 1
+"""Dropout masks are bytes (KOR22 §4.1): Megatron's bias-dropout-add writes one in forward, the backward
+reads it, and the memory model keeps it (`memory.MASK_BYTES`)."""
+
+
+def _residual(sc: Scenario, z: Shard, name: str) -> Compute:
+    """Residual add: read x and the residual, write the sum; GPT's bias-dropout-add also writes its
+    byte mask (+1 byte per element)."""
+    passes = RESIDUAL_PASSES[0] + (DROPOUT_MASK_BYTES / z.ab if sc.model.hidden_dropout else 0.0)
+    return elementwise(name, z.T_sp * z.h, passes, z)
 
 
 def _tp_comm(sc: Scenario, z: Shard, name: str, collective: str) -> Comm:
@@ -295,12 +305,13 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> _Seq:
     if z.t > 1 and sp:
         seq.comm(_tp_comm(sc, z, "sp_allgather_attn", "all_gather"))
     seq.compute(gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
-    seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
+    if m.rotary:
+        seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
     _attention_forward(sc, z, seq, tag)
     seq.compute(gemm("out_proj", z.T, z.h, z.q, z))
     if z.t > 1:
         seq.comm(_tp_comm(sc, z, "sp_reducescatter_attn" if sp else "tp_allreduce_attn", "reduce_scatter" if sp else "all_reduce"))
-    seq.compute(elementwise("residual1", z.T_sp * z.h, RESIDUAL_PASSES[0], z))
+    seq.compute(_residual(sc, z, "residual1"))
     seq.compute(elementwise("norm2", z.T_sp * z.h, NORM_PASSES[0], z))
     moe = m.is_moe_layer(layer)
     if moe:
@@ -336,7 +347,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> _Seq:
             seq.compute(op)
         if z.t > 1:
             seq.comm(_tp_comm(sc, z, "sp_reducescatter_mlp" if sp else "tp_allreduce_mlp", "reduce_scatter" if sp else "all_reduce"))
-    seq.compute(elementwise("residual2", z.T_sp * z.h, RESIDUAL_PASSES[0], z))
+    seq.compute(_residual(sc, z, "residual2"))
     return seq
 
 

@@ -151,3 +151,18 @@ def test_ring_hops_block_where_communication_takes_the_compute_cores_turn():
     assert not sc.topology.node.comm_overlaps_compute
     lp = layer_passes(sc, 0, shard(sc))
     assert all(n.op.blocking for n in lp.F + lp.B if isinstance(n.op, Comm))
+
+
+def test_gpt_layers_add_learned_positions_not_rope_and_drop_out_before_each_residual():
+    """GPT (Megatron) has no rotary pass; its bias-dropout-add writes a byte mask per element on top of the
+    residual's three passes (KOR22 §4.1). Llama pays RoPE and a plain residual add."""
+    from simulator.ops import RESIDUAL_PASSES
+    from simulator.validate import case_scenario, reference_cases
+    gpt = case_scenario(next(c for c in reference_cases() if c.id == "megatron_kor22:22b-full"))
+    llama = load_scenario("scenarios/70b_512gpu.yaml")
+    for sc, rope, mask_bytes in ((gpt, False, 1), (llama, True, 0)):
+        z = shard(sc)
+        forward = {n.op.name: n.op for n in layer_passes(sc, 0, z).F if isinstance(n.op, Compute)}
+        assert ("rope" in forward) == rope
+        elements = z.T_sp * z.h
+        assert forward["residual1"].bytes == elements * (RESIDUAL_PASSES[0] * z.ab + mask_bytes)
