@@ -119,9 +119,12 @@ def test_a_failing_or_hanging_rank_stops_the_world(fault, message):
         launch(plan)
 
 
-def test_command_prints_the_contract_json():
+def test_command_prints_the_contract_json(tmp_path):
+    """Also with --torch-trace: its extra, untimed step writes one trace per rank and leaves the measured
+    steps' host probes alone (it once added a probe without a step time, and the steady-host check indexed
+    past the step times)."""
     cmd = [sys.executable, "-m", "calibrate", "replay", str(SCEN / "dp2.yaml"), "--json", "--steps", "2", "--warmup", "1",
-           "--set", "training.global_batch=4"]
+           "--set", "training.global_batch=4", "--torch-trace", str(tmp_path / "trace")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(proc.stdout)
@@ -130,6 +133,8 @@ def test_command_prints_the_contract_json():
     assert set(r["relative_error"]) == {"iteration_time_s", "peak_memory_gib"}
     assert r["loss_matches_reference"] is True and len(r["measured"]["losses"]) == 2
     assert r["measured"]["peak_memory_gib"] is None  # CPU cannot measure it
+    assert [len(rank) for rank in r["speed_probes_s_per_rank"]] == [len(r["step_times_s"])] * 2
+    assert all((tmp_path / f"trace.rank{rank}.json").stat().st_size > 0 for rank in (0, 1))
 
 
 def test_routing_imbalance_is_measured_with_ep_only(two_rank_runs):

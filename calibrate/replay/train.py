@@ -196,8 +196,9 @@ def train(plan: ReplayPlan, meshes: Optional[Meshes], device: torch.device) -> d
     imbalance = ep_imbalance(mods, meshes.ep if meshes else None, device)
     peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB  # Linux: KiB
-    if plan.options.torch_trace:
+    if plan.options.torch_trace:  # one more, untimed step: its phases and probes are not the measured steps'
         _profile_step(plan, one_step, device, dist.get_rank() if distributed else 0)
+        del phases[len(times):], probes[len(times):]
     split = [statistics.median(col) for col in zip(*phases[plan.options.warmup:])]
     mine = (peak, rss, {"forward_backward_s": split[0], "grad_sync_wait_s": split[1], "optimizer_s": split[2],
                         "cpu_s": split[3]}, probes or None)
