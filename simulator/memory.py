@@ -44,8 +44,6 @@ FP8_WEIGHT_CACHE_BYTES = 2
 """FP8 training: Transformer Engine casts each weight to FP8 once per step and keeps the copy and its
 transpose across micro-batches (`is_first_microbatch`); Hopper FP8 GEMMs take only the TN layout,
 so the dgrad GEMM needs the transposed copy: 1 + 1 bytes per parameter on the rank."""
-MASK_BYTES = DROPOUT_MASK_BYTES
-"""Dropout masks are stored as bytes (KOR22 §4.1)."""
 TOKEN_ID_BYTES = 8
 """int64 token ids (input ids on the first stage, MEG-MEM `8*s*b*p`; labels on the last)."""
 LOSS_MASK_BYTES = 4
@@ -218,7 +216,6 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     rc = recompute or sc.training.recompute
     m, z = sc.model, shard(sc)
     ab, T, Tsp, h = z.ab, z.T, z.T_sp, z.h
-    gpt = m.arch == "gpt"
     if rc == "full":
         return {"layer_input": ab * Tsp * h}
     k_width = z.q if m.mla else z.kv
@@ -228,14 +225,14 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     if m.mla:
         # approximation: compressed q and kv latents kept twice (norm input, up-projection input), full sequence
         terms["mla_latents"] = 2 * ab * T * (m.mla.q_lora_rank + m.mla.kv_lora_rank)
-    if gpt:
-        terms["attn_dropout_mask"] = MASK_BYTES * Tsp * h
+    if m.hidden_dropout:  # the mask ops' bias-dropout-add writes (`ops._residual`)
+        terms["attn_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
     if rc == "none":
         scores = z.b * z.heads * z.s * _s_kv(sc, z)
         if sc.training.attention == "eager":
             terms["softmax_output"] = ab * scores
-            if gpt:
-                terms["softmax_dropout_mask"] = MASK_BYTES * scores
+            if m.arch == "gpt":
+                terms["softmax_dropout_mask"] = DROPOUT_MASK_BYTES * scores
                 terms["softmax_dropout_output"] = ab * scores
         else:
             terms["flash_lse"] = LSE_BYTES * z.b * z.heads * z.s
@@ -253,8 +250,8 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     else:
         terms["fc1_input"] = ab * Tsp * h
         terms.update(_mlp_terms(sc, z, m.ffn_hidden / z.t, T, ""))
-    if gpt:
-        terms["mlp_dropout_mask"] = MASK_BYTES * Tsp * h
+    if m.hidden_dropout:
+        terms["mlp_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
     return terms
 
 
@@ -269,7 +266,7 @@ def embedding_activation_terms(sc: Scenario) -> dict[str, float]:
     z = shard(sc)
     terms = {"input_ids": TOKEN_ID_BYTES * z.T}
     if sc.model.arch == "gpt":
-        terms["embedding_dropout_mask"] = MASK_BYTES * z.T_sp * z.h
+        terms["embedding_dropout_mask"] = DROPOUT_MASK_BYTES * z.T_sp * z.h
     return terms
 
 

@@ -179,7 +179,7 @@ ROPE_PASSES = (2, 2)
 RESIDUAL_PASSES = (3, 3)
 DROPOUT_MASK_BYTES = 1
 """Dropout masks are bytes (KOR22 §4.1): Megatron's bias-dropout-add writes one in forward, the backward
-reads it, and the memory model keeps it (`memory.MASK_BYTES`)."""
+reads it, and the memory model keeps it (`memory.layer_activation_terms`)."""
 
 
 def _residual(sc: Scenario, z: Shard, name: str) -> Compute:
