@@ -3,7 +3,7 @@ sizes, reported as nccl-tests does (time, algbw, busbw; ECOSYSTEM.md 2.4).
 
 One process per device is started with torch.multiprocessing (spawn): NCCL over the visible GPUs, or
 gloo over CPU processes on 127.0.0.1. Every power-of-two group size up to the world is measured on ranks
-0..g-1. A repeat's time is the slowest rank's; the point's time is the median over repeats (GPU: CUDA
+0..g-1. A repeat's time is the slowest rank's; the point's time is the median (and mean) over repeats (GPU: CUDA
 events, no barrier between repeats, like nccl-tests; CPU: a barrier before each repeat, then
 perf_counter_ns). On CPU each point also gets `in_step_s`, the collective's cost inside a training step
 (`_in_step`). Rank 0 reports entries to the parent through a queue; a worker that fails or hangs
@@ -118,13 +118,16 @@ BURST_MKN = (256, 1536, 256)
 core of this project's VM: the FLOPs of `calibrate/replay/host_speed.PROBE_MKN`, k and n swapped)..."""
 BURST_GEMMS = 2
 """...this many times: a few ms, the compute between two collectives of the replay scenarios."""
-IN_STEP_REPS = 20
+IN_STEP_REPS = 40
 
 
 def _in_step(collective: str, inp, out, group, rank: int, g: int) -> float:
     """Seconds a gloo collective adds to a rank's step when it is issued and then compute runs, as in
-    training: median over repeats of the slowest rank's (issue; BURST_GEMMS GEMMs; wait) less the same
-    GEMMs alone, the two interleaved so that both see the same host state.
+    training: mean over repeats of the slowest rank's (issue; BURST_GEMMS GEMMs; wait) less the same
+    GEMMs alone, the two interleaved so that both see the same host state. The mean, not the median: a
+    repeat either finds the peer's thread awake (~the isolated time) or waits for the scheduler (a few
+    ms), and a step with many collectives pays the mix; the median of such a two-valued sample flips
+    between the two from one calibration to the next.
 
     On a host whose every core runs a rank, gloo's threads get no core of their own: the transfer waits
     for the compute to yield, and waking its thread costs more than the transfer (this project's 2-core
@@ -154,7 +157,7 @@ def _in_step(collective: str, inp, out, group, rank: int, g: int) -> float:
             alone.append((t3 - t2) * 1e-9)
     with_op = _slowest(with_op, group, inp.device)
     alone = _slowest(alone, group, inp.device)
-    return summarize([w - a for w, a in zip(with_op, alone)]).time_s
+    return summarize([w - a for w, a in zip(with_op, alone)]).mean_s
 
 
 def _slowest(samples: list[float], group, device) -> list[float]:
@@ -178,7 +181,7 @@ def _measure(plan: CollectivePlan, collective: str, size: int, g: int, group, ra
              "busbw_gbs": algbw * BUSBW_FACTOR[collective](g)}
     if device.type == "cpu":
         # never below the isolated cost: a faster difference is the GEMMs' own noise
-        entry["in_step_s"] = max(t.time_s, _in_step(collective, inp, out, group, rank, g))
+        entry["in_step_s"] = max(t.mean_s, _in_step(collective, inp, out, group, rank, g))
     return entry
 
 

@@ -1,4 +1,4 @@
-"""Timing kernels properly: warm-up, many repeats, median and spread, rotating inputs.
+"""Timing kernels properly: warm-up, many repeats, mean, median and spread, rotating inputs.
 
 GPU: a CUDA event pair around every repeat (device time, no host sync in the loop). CPU: a
 `time.perf_counter_ns` pair around every repeat (CPU torch ops are synchronous; `torch.cpu.synchronize`
@@ -21,12 +21,17 @@ from .plan import Budget
 class Timing:
     time_s: float
     """Median of the repeats."""
+    mean_s: float
+    """Mean of the repeats: what an op costs on average, so what a step of many such ops pays (the
+    simulator prices with it). On a GPU the two agree; on a shared CPU host the repeats are skewed right
+    (preemptions, a host speed that switches between two states) and the mean is 2-20 % above the median."""
     p10_s: float
     p90_s: float
     reps: int
 
     def as_fields(self) -> dict:
-        return {"time_s": self.time_s, "p10_s": self.p10_s, "p90_s": self.p90_s, "reps": self.reps}
+        return {"time_s": self.time_s, "mean_s": self.mean_s, "p10_s": self.p10_s, "p90_s": self.p90_s,
+                "reps": self.reps}
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -41,7 +46,8 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 def summarize(samples: list[float]) -> Timing:
     s = sorted(samples)
-    return Timing(time_s=percentile(s, 50), p10_s=percentile(s, 10), p90_s=percentile(s, 90), reps=len(s))
+    return Timing(time_s=percentile(s, 50), mean_s=math.fsum(s) / len(s), p10_s=percentile(s, 10),
+                  p90_s=percentile(s, 90), reps=len(s))
 
 
 def _sync(device: torch.device) -> None:
@@ -54,24 +60,30 @@ def _sync(device: torch.device) -> None:
 NOISY_SPREAD = 2.0
 """p90/p10 above which a point is measured once more (another process took the core part of the time)..."""
 RETRY_BUDGET_S = 0.25
-"""...if its first attempt cost less than this; the attempt with the lower median is kept."""
+"""...if its first attempt cost less than this; the two attempts' repeats are then summarised together
+(keeping the faster attempt would price the host's fast moments only, not what a step meets)."""
 
 
 def measure(fn: Callable[[int], object], device: torch.device, budget: Budget) -> Timing:
-    """Time `fn(i)` (i = repeat index, for rotating inputs): warm-up, then median/p10/p90 of repeats;
+    """Time `fn(i)` (i = repeat index, for rotating inputs): warm-up, then mean/median/p10/p90 of repeats;
     a noisy point (see NOISY_SPREAD) is measured once more if that is cheap (RETRY_BUDGET_S)."""
     start = time.perf_counter()
-    first = _measure_once(fn, device, budget)
+    samples, calls = _measure_once(fn, device, budget, 0)
+    first = summarize(samples)
     if first.p90_s <= NOISY_SPREAD * first.p10_s or time.perf_counter() - start > RETRY_BUDGET_S:
         return first
-    return min(first, _measure_once(fn, device, budget), key=lambda t: t.time_s)
+    return summarize(samples + _measure_once(fn, device, budget, calls)[0])
 
 
-def _measure_once(fn: Callable[[int], object], device: torch.device, budget: Budget) -> Timing:
+def _measure_once(fn: Callable[[int], object], device: torch.device, budget: Budget,
+                  first_call: int) -> tuple[list[float], int]:
+    """(the repeats' seconds, the next call index): calls are numbered on from `first_call` so that a
+    second attempt rotates through fresh inputs too."""
     start = time.perf_counter()
-    calls = 0
+    calls = first_call
     warm: list[float] = []
-    while calls < budget.min_warmup or (time.perf_counter() - start < budget.warmup_s and calls < 1000):
+    while calls - first_call < budget.min_warmup or (time.perf_counter() - start < budget.warmup_s
+                                                     and calls - first_call < 1000):
         _sync(device)
         t0 = time.perf_counter()
         fn(calls)
@@ -97,7 +109,7 @@ def _measure_once(fn: Callable[[int], object], device: torch.device, budget: Bud
             fn(calls + i)
             torch.cpu.synchronize()
             samples.append((time.perf_counter_ns() - t0) * 1e-9)
-    return summarize(samples)
+    return samples, calls + reps
 
 
 def cache_bytes(device: torch.device) -> int:

@@ -140,12 +140,21 @@ class SpecRef:
 
 @dataclass(frozen=True, kw_only=True)
 class _Timed:
-    """What every measured point carries (calibrate/timing.py): the median and spread over repeats."""
+    """What every measured point carries (calibrate/timing.py): the median, mean and spread over repeats."""
     time_s: float = field(metadata={"min": 0.0})
     """Median over repeats."""
+    mean_s: Optional[float] = field(default=None, metadata={"min": 0.0})
+    """Mean over repeats (profiles written before it have none)."""
     p10_s: float = field(metadata={"min": 0.0})
     p90_s: float = field(metadata={"min": 0.0})
     reps: int = field(metadata={"min": 1})
+
+    @property
+    def cost_s(self) -> float:
+        """Seconds the simulator prices the point at: the mean when measured, else the median. A step runs
+        many such ops and pays their expected time, which the mean estimates and the median does not when
+        the repeats are skewed (a shared CPU host; on a GPU the two agree)."""
+        return self.time_s if self.mean_s is None else self.mean_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -338,7 +347,7 @@ def _gemm_grid(points: list[GemmPoint]) -> _GemmGrid | None:
     times: dict[tuple, list[float]] = {}
     for p in points:
         if p.set == "grid":
-            times.setdefault((float(p.m), float(p.n), float(p.k)), []).append(p.time_s)
+            times.setdefault((float(p.m), float(p.n), float(p.k)), []).append(p.cost_s)
     if not times:
         return None
     axes = tuple(tuple(sorted({key[d] for key in times})) for d in range(3))
@@ -359,7 +368,7 @@ def _nearest_gemm(points: list[GemmPoint], m: int, n: int, k: int) -> float | No
             continue
         w = 1.0 / (d * d + 1e-12)
         weights += w
-        acc += w * math.log(2.0 * p.m * p.n * p.k / p.time_s)
+        acc += w * math.log(2.0 * p.m * p.n * p.k / p.cost_s)
     if weights == 0.0:
         return None
     return 2.0 * m * n * k / math.exp(acc / weights)
@@ -397,7 +406,7 @@ class Profile:
             d = out.setdefault(p.dtype, {"points": [], "exact": {}})
             d["points"].append(p)
             key = (p.m, p.n, p.k)
-            d["exact"][key] = min(d["exact"].get(key, math.inf), p.time_s)
+            d["exact"][key] = min(d["exact"].get(key, math.inf), p.cost_s)
         for d in out.values():
             d["grid"] = _gemm_grid(d["points"])
         return out
@@ -410,7 +419,7 @@ class Profile:
         for p in self.attention:
             key = (p.dtype, p.causal, p.phase, p.d_head, p.batch_heads, p.s_q, p.s_kv)
             times = by_backend.setdefault(key, {})
-            times[p.backend] = min(times.get(p.backend, math.inf), p.time_s)
+            times[p.backend] = min(times.get(p.backend, math.inf), p.cost_s)
         best = {k: v.get("default", min(v.values())) for k, v in by_backend.items()}
         curves: dict[tuple, dict[int, list]] = {}
         for (dtype, causal, phase, d, bh, sq, skv), t in best.items():
@@ -423,7 +432,7 @@ class Profile:
     def _elementwise_curves(self) -> dict:
         pts: dict[tuple, list] = {}
         for p in self.elementwise:
-            pts.setdefault((p.op, p.phase, p.dtype), []).append((p.bytes, p.time_s))
+            pts.setdefault((p.op, p.phase, p.dtype), []).append((p.bytes, p.cost_s))
         return {k: Curve.of(v) for k, v in pts.items()}
 
     @cached_property
@@ -431,7 +440,7 @@ class Profile:
         impls = {p.impl for p in self.optimizer}
         for impl in ("default", "fused", "foreach", "for_loop"):
             if impl in impls:
-                return Curve.of((p.params, p.time_s) for p in self.optimizer if p.impl == impl)
+                return Curve.of((p.params, p.cost_s) for p in self.optimizer if p.impl == impl)
         return None
 
     @cached_property
@@ -439,7 +448,7 @@ class Profile:
         pts: dict[tuple, list] = {}
         for p in self.collectives:
             pts.setdefault((p.collective, p.group_size, p.tier), []).append(
-                (p.size_bytes, p.time_s if p.in_step_s is None else p.in_step_s))
+                (p.size_bytes, p.cost_s if p.in_step_s is None else p.in_step_s))
         return {k: Curve.of(v) for k, v in pts.items()}
 
     # ---------------------------------------------------------------- the two questions
@@ -508,7 +517,7 @@ class Profile:
     def _framework_index(self) -> dict:
         out: dict[tuple, list[float]] = {}
         for p in self.framework:
-            out.setdefault((p.mode, p.op, p.phase), []).append(p.time_s)
+            out.setdefault((p.mode, p.op, p.phase), []).append(p.cost_s)
         return {k: min(v) for k, v in out.items()}
 
     def framework_overhead(self, op: Compute, mode: str, dtensor_names: tuple[str, ...] = (),
@@ -553,7 +562,7 @@ class Profile:
         rows: dict = {}
         for p in self.framework:
             if p.op in ops:
-                rows.setdefault(p.bytes, {})[(p.mode, p.phase)] = p.time_s
+                rows.setdefault(p.bytes, {})[(p.mode, p.phase)] = p.cost_s
         return sorted(rows.items())
 
     @cached_property
@@ -662,6 +671,8 @@ def profile_from_mapping(raw, where: str = "profile") -> Profile:
         for i, p in enumerate(getattr(prof, table)):
             if not p.time_s > 0 or not math.isfinite(p.time_s):
                 raise ScenarioError(where, f"{table}[{i}].time_s: {p.time_s!r} is not a positive time")
+            if p.mean_s is not None and not (p.mean_s > 0 and math.isfinite(p.mean_s)):
+                raise ScenarioError(where, f"{table}[{i}].mean_s: {p.mean_s!r} is not a positive time")
             if not p.p10_s <= p.time_s * (1 + 1e-9) or not p.time_s <= p.p90_s * (1 + 1e-9):
                 raise ScenarioError(where, f"{table}[{i}]: expected p10_s <= time_s <= p90_s, got "
                                            f"{p.p10_s!r}, {p.time_s!r}, {p.p90_s!r}")

@@ -87,6 +87,7 @@ def test_a_valid_profile_loads_and_remembers_its_file(tmp_path):
     (lambda d: d["collectives"][0].update(group_size=1), "collectives[0].group_size"),
     (lambda d: d["elementwise"][1].update(time_s=0.0, p10_s=0.0), "elementwise[1].time_s"),
     (lambda d: d["optimizer"][0].update(p90_s=1e-12), "optimizer[0]: expected p10_s <= time_s <= p90_s"),
+    (lambda d: d["gemm"][2].update(mean_s=float("nan")), "gemm[2].mean_s"),
     (lambda d: d["provenance"].pop("hostname"), "provenance.hostname: missing required key"),
     (lambda d: d.update(extra_table=[]), "extra_table: unknown key"),
 ])
@@ -121,6 +122,20 @@ def g(m, n, k):
 def test_gemm_is_exact_at_every_measured_point(prof):
     for p in make_profile()["gemm"]:
         assert prof.compute_time(g(p["m"], p["n"], p["k"])) == pytest.approx(p["time_s"], rel=1e-12)
+
+
+def test_points_are_priced_at_their_mean_when_the_profile_has_one():
+    """A step pays each op's expected time: a skewed point (mean above median) is priced at its mean; an
+    older profile without means at its median."""
+    d = make_profile()
+    gp, cp = d["gemm"][13], d["collectives"][4]
+    gp["mean_s"], cp["mean_s"] = 1.25 * gp["time_s"], 1.5 * cp["time_s"]
+    prof = profile_from_mapping(d)
+    assert prof.compute_time(g(gp["m"], gp["n"], gp["k"])) == pytest.approx(gp["mean_s"], rel=1e-12)
+    op = Comm("x", "dp", cp["collective"], cp["size_bytes"])
+    assert prof.comm_time(op, GroupShape(dim="dp", size=2, nodes=1, per_node=2, ranks=(0, 1))) == pytest.approx(cp["mean_s"], rel=1e-12)
+    other = d["gemm"][0]
+    assert prof.compute_time(g(other["m"], other["n"], other["k"])) == pytest.approx(other["time_s"], rel=1e-12)
 
 
 def test_gemm_time_is_monotone_between_measured_points(prof):
