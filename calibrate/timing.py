@@ -24,7 +24,8 @@ class Timing:
     mean_s: float
     """Mean of the repeats: what an op costs on average, so what a step of many such ops pays (the
     simulator prices with it). On a GPU the two agree; on a shared CPU host the repeats are skewed right
-    (preemptions, a host speed that switches between two states) and the mean is 2-20 % above the median."""
+    (preemptions, a host speed that switches between two states): a GEMM's mean read up to 20 % above
+    its median."""
     p10_s: float
     p90_s: float
     reps: int
