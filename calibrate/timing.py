@@ -83,8 +83,7 @@ def _measure_once(fn: Callable[[int], object], device: torch.device, budget: Bud
     start = time.perf_counter()
     calls = first_call
     warm: list[float] = []
-    while calls - first_call < budget.min_warmup or (time.perf_counter() - start < budget.warmup_s
-                                                     and calls - first_call < 1000):
+    while len(warm) < budget.min_warmup or (time.perf_counter() - start < budget.warmup_s and len(warm) < 1000):
         _sync(device)
         t0 = time.perf_counter()
         fn(calls)

@@ -75,11 +75,10 @@ KILLED = "died (signal"
 
 
 def replay_once_more_if_killed(run) -> dict:
-    """run() once more when a rank was killed by a signal: on this host gloo very occasionally aborts a
-    rank ("terminate called without an active exception": one of three zero3 replays in one session, one
-    tp2-sp replay of a loop run in another), which says nothing
-    about the plan or the prediction. The row keeps the first attempt's error (`retried_after`); a second
-    failure is reported as it is."""
+    """run() once more when a rank was killed by a signal: on this host gloo now and then aborts a rank
+    ("terminate called without an active exception": one of three zero3 replays in one session, one
+    tp2-sp replay of a loop run in another), which says nothing about the plan or the prediction. The row
+    keeps the first attempt's error (`retried_after`); a second failure is reported as it is."""
     row = run()
     if KILLED in row.get("error", ""):
         print(f"  {row['error']}; replaying once more", file=sys.stderr, flush=True)
