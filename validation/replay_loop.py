@@ -126,10 +126,18 @@ def verdict_error(r: dict) -> tuple[Optional[float], str]:
     return (r.get("relative_error") or {}).get("iteration_time_s"), "all"
 
 
-def meets_bar(r: dict) -> Optional[bool]:
-    """|verdict_error| <= TIME_BAR; None when the replay has no error to judge."""
-    err = verdict_error(r)[0]
+def within_bar(err: Optional[float]) -> Optional[bool]:
+    """|err| <= TIME_BAR; None when there is no error to judge."""
     return None if err is None else abs(err) <= TIME_BAR
+
+
+def meets_bar(r: dict) -> Optional[bool]:
+    """Whether one replay's verdict error is within the bar (`within_bar`)."""
+    return within_bar(verdict_error(r)[0])
+
+
+def _yes(b: Optional[bool]) -> str:
+    return "-" if b is None else ("yes" if b else "NO")
 
 
 def _steady(r: dict) -> str:
@@ -156,13 +164,12 @@ def table(rows: list[dict]) -> str:
         pred, meas = r["predicted"]["iteration_time_s"], r["measured"]["iteration_time_s"]
         err = r["relative_error"]["iteration_time_s"]
         by = verdict_error(r)[1]
-        yes = lambda b: "-" if b is None else ("yes" if b else "NO")  # noqa: E731
-        out.append(f"{r['scenario']:<16} {_plan_label(r['plan']):<16} {yes(r['loss_matches_reference']):>5} "
-                   f"{yes(r['grad_norm_matches_reference']):>5} {'-' if pred is None else f'{pred:.3f}':>11} {meas:>10.3f} "
+        out.append(f"{r['scenario']:<16} {_plan_label(r['plan']):<16} {_yes(r['loss_matches_reference']):>5} "
+                   f"{_yes(r['grad_norm_matches_reference']):>5} {'-' if pred is None else f'{pred:.3f}':>11} {meas:>10.3f} "
                    f"{_pct(err):>7} {_cpu(r):>10} {r['load_average'][0]:>5.1f} {_host(r):>11} "
                    f"{_pct(r.get('iteration_time_error_at_host_speed')):>8} {_steady(r):>13} "
                    f"{_pct((r.get('steady_host') or {}).get('relative_error')):>10} "
-                   f"{yes(meets_bar(r)):>5} {by:>6}")
+                   f"{_yes(meets_bar(r)):>5} {by:>6}")
     out += [f"{r['scenario']}: replayed once more after: {r['retried_after']}" for r in rows if "retried_after" in r]
     return "\n".join(out)
 
@@ -178,7 +185,7 @@ def round_summary(rows: list[dict]) -> list[dict]:
         ok = sorted(e for e in errs if e is not None)
         med = statistics.median(ok) if ok else None
         out.append({"scenario": name, "errors": errs, "median": med, "spread": (ok[-1] - ok[0]) if ok else None,
-                    "failed": len(errs) - len(ok), "median_meets_bar": None if med is None else abs(med) <= TIME_BAR})
+                    "failed": len(errs) - len(ok), "median_meets_bar": within_bar(med)})
     return out
 
 
@@ -187,9 +194,9 @@ def summary_table(summary: list[dict]) -> str:
     out = [head, "-" * len(head)]
     for s in summary:
         errs = " ".join(_pct(e) for e in s["errors"])
-        yes = "-" if s["median_meets_bar"] is None else ("yes" if s["median_meets_bar"] else "NO")
         spread = "-" if s["spread"] is None else f"{100 * s['spread']:.0f} pts"
-        out.append(f"{s['scenario']:<16} {errs:<28} {_pct(s['median']):>7} {spread:>7} {s['failed']:>6} {yes:>12}")
+        out.append(f"{s['scenario']:<16} {errs:<28} {_pct(s['median']):>7} {spread:>7} {s['failed']:>6} "
+                   f"{_yes(s['median_meets_bar']):>12}")
     return "\n".join(out)
 
 
