@@ -2,7 +2,10 @@
 the scenario's schedule class (plan.TORCH_SCHEDULES). Chunk placement is the simulator's
 (`simulator.layout.rank_chunks`: round-robin for interleaved 1F1B, V-shaped for ZBV and DualPipeV), which
 is also what torch's schedules expect. `scale_grads=False`: the loss function already divides by the
-step's token count, so micro-batch gradients are summed as in the reference.
+step's token count, so micro-batch gradients are summed as in the reference. `return_outputs=False`: a
+training step needs the losses, not the last stage's logits, so the schedule neither keeps every
+micro-batch's logits to the end of the step nor concatenates them (torch's default does both: on the
+replay's pp2 plan one 8 MB `cat` a step and 8 retained logit tensors that no model counts).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ class Pipeline:
         losses: list = []
         args = (inputs,) if self.has_first else ()
         kwargs = {"target": labels, "losses": losses} if self.has_last else {}
-        self.schedule.step(*args, **kwargs)
+        self.schedule.step(*args, return_outputs=False, **kwargs)
         return torch.stack([l.detach() for l in losses]).sum() if self.has_last else None
 
 
