@@ -149,7 +149,7 @@ def _steady(r: dict) -> str:
 
 
 def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:+.0f}%"
+    return "-" if x is None else f"{100 * x:+.1f}%"
 
 
 def table(rows: list[dict]) -> str:
