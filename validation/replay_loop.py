@@ -190,12 +190,13 @@ def round_summary(rows: list[dict]) -> list[dict]:
 
 
 def summary_table(summary: list[dict]) -> str:
-    head = f"{'scenario':<16} {'errors by round':<28} {'median':>7} {'spread':>7} {'failed':>6} {'median <=15%':>12}"
+    cells = [" ".join(f"{_pct(e):>6}" for e in s["errors"]) for s in summary]
+    wide = max([len("errors by round")] + [len(c) for c in cells])
+    head = f"{'scenario':<16} {'errors by round':<{wide}} {'median':>7} {'spread':>7} {'failed':>6} {'median <=15%':>12}"
     out = [head, "-" * len(head)]
-    for s in summary:
-        errs = " ".join(_pct(e) for e in s["errors"])
+    for s, errs in zip(summary, cells):
         spread = "-" if s["spread"] is None else f"{100 * s['spread']:.0f} pts"
-        out.append(f"{s['scenario']:<16} {errs:<28} {_pct(s['median']):>7} {spread:>7} {s['failed']:>6} "
+        out.append(f"{s['scenario']:<16} {errs:<{wide}} {_pct(s['median']):>7} {spread:>7} {s['failed']:>6} "
                    f"{_yes(s['median_meets_bar']):>12}")
     return "\n".join(out)
 
