@@ -321,6 +321,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> _Seq:
         seq.compute(elementwise("permute", routed * e.top_k * z.h, 2, z))
         a2a = float(routed * e.top_k * z.h * z.ab * p.ep_imbalance)
         if p.ep > 1:
+            seq.comm(Comm("ep_counts", "ep", "all_to_all", float(e.experts * EP_COUNT_BYTES)))
             seq.comm(Comm("ep_dispatch", "ep", "all_to_all", a2a))
         local = e.experts // p.ep
         per_expert = max(1, int(round(rows / local)))
@@ -350,6 +351,12 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> _Seq:
     seq.compute(_residual(sc, z, "residual2"))
     return seq
 
+
+EP_COUNT_BYTES = 8
+"""Bytes per expert of the token-count exchange that precedes every EP dispatch: the ranks must know how
+many rows each will receive before the variable-size all-to-all (torchtitan `expert_parallel.py`: an
+`all_to_all_single` of int64 counts per expert; Megatron's all-to-all dispatcher gathers the same counts).
+Forward only: the backward all-to-alls reuse the forward's split sizes."""
 
 COLUMN_LINEARS = ("qkv", "fc1", "shared_fc1")
 """Column-parallel GEMMs: their input is the SP all-gather's output."""
@@ -406,6 +413,8 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         if isinstance(op, Comm):
             if op.dim == "cp":
                 continue  # handled with the attention backward
+            if op.name == "ep_counts":
+                continue  # the backward all-to-alls reuse the forward's split sizes
             if op.collective == "all_reduce":  # TP g -> f: backward all-reduce sits after the column-parallel dgrad
                 continue
             if regather is not None and op.dim == "tp" and op.collective == "all_gather":

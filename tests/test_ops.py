@@ -84,11 +84,17 @@ def test_tp_bytes_per_layer_match_megatron_volume():
     assert [n.op.bytes for n in lp.F if isinstance(n.op, Comm)] == [s_a] * 4
 
 
-def test_ep_has_four_all_to_alls_per_moe_layer():
+def test_ep_has_four_token_all_to_alls_per_moe_layer_and_a_count_exchange_before_dispatch():
+    """Dispatch and combine each way, and in forward a count exchange of 8 B per expert just before the
+    dispatch (the variable-size all-to-all needs the split sizes; backward reuses them)."""
     sc = load_scenario("scenarios/mixtral_ep.yaml")
     lp = layer_passes(sc, 0)
-    a2a = [c for c in comms(lp.F) + comms(lp.B) if c == ("all_to_all", "ep")]
-    assert len(a2a) == 4
+    fwd = [n.op for n in lp.F if isinstance(n.op, Comm) and n.op.dim == "ep"]
+    bwd = [n.op for n in lp.B if isinstance(n.op, Comm) and n.op.dim == "ep"]
+    assert all(c.collective == "all_to_all" for c in fwd + bwd)
+    assert [c.name for c in fwd] == ["ep_counts", "ep_dispatch", "ep_combine"]
+    assert fwd[0].bytes == 8 * sc.model.moe.experts
+    assert len(bwd) == 2 and all(c.bytes == fwd[1].bytes for c in bwd)
 
 
 def test_full_recompute_repeats_the_forward_in_backward():
