@@ -120,7 +120,7 @@ def test_a_failing_or_hanging_rank_stops_the_world(fault, message):
 
 
 def test_command_prints_the_contract_json(tmp_path):
-    """Also with --torch-trace: its extra, untimed step writes one trace per rank and leaves the measured
+    """Also with --torch-trace: its extra, untimed step writes one trace per rank (with Python frames) and leaves the measured
     steps' host probes alone (it once added a probe without a step time, and the steady-host check indexed
     past the step times)."""
     cmd = [sys.executable, "-m", "calibrate", "replay", str(SCEN / "dp2.yaml"), "--json", "--steps", "2", "--warmup", "1",
@@ -135,6 +135,8 @@ def test_command_prints_the_contract_json(tmp_path):
     assert r["measured"]["peak_memory_gib"] is None  # CPU cannot measure it
     assert [len(rank) for rank in r["speed_probes_s_per_rank"]] == [len(r["step_times_s"])] * 2
     assert all((tmp_path / f"trace.rank{rank}.json").stat().st_size > 0 for rank in (0, 1))
+    events = json.loads((tmp_path / "trace.rank0.json").read_text())["traceEvents"]
+    assert any(e.get("cat") == "python_function" for e in events)  # with Python frames
 
 
 def test_routing_imbalance_is_measured_with_ep_only(two_rank_runs):

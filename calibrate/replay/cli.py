@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="auto: cpu for the cpu-host topology, cuda otherwise")
     ap.add_argument("--threads", type=int, default=None, help="torch threads per rank (default: cores / ranks)")
     ap.add_argument("--timeout", type=float, default=d.timeout_s, help=f"seconds before the whole run is stopped (default {d.timeout_s:.0f})")
-    ap.add_argument("--torch-trace", default=None, metavar="FILE", help="torch.profiler Chrome trace of one extra step, per rank")
+    ap.add_argument("--torch-trace", default=None, metavar="FILE", help="torch.profiler Chrome trace (with Python frames) of one extra step, per rank")
     ap.add_argument("--rtol", type=float, default=None, help="loss tolerance vs the reference (default 1e-4 fp32, 2e-2 bf16)")
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--lr", type=float, default=d.lr)

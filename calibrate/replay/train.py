@@ -279,10 +279,11 @@ def trace_path(base: str, rank: int) -> str:
 
 
 def _profile_step(plan: ReplayPlan, one_step, device: torch.device, rank: int) -> None:
-    """One extra (untimed, uncompared) step under torch.profiler; one Chrome trace per rank."""
+    """One extra (untimed, uncompared) step under torch.profiler, with Python frames (`with_stack`: what the
+    schedule, hooks and our own code cost on the host between the ops); one Chrome trace per rank."""
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=acts) as prof:
+    with profile(activities=acts, with_stack=True) as prof:
         one_step(plan.options.steps)
     prof.export_chrome_trace(trace_path(plan.options.torch_trace, rank))
 
