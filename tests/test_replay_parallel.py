@@ -120,9 +120,9 @@ def test_a_failing_or_hanging_rank_stops_the_world(fault, message):
 
 
 def test_command_prints_the_contract_json(tmp_path):
-    """Also with --torch-trace: its extra, untimed step writes one trace per rank (with Python frames) and leaves the measured
-    steps' host probes alone (it once added a probe without a step time, and the steady-host check indexed
-    past the step times)."""
+    """Also with --torch-trace: its extra, untimed step writes one trace per rank (with Python frames) and
+    leaves the measured steps' host probes alone (it once added a probe without a step time, and the
+    steady-host check indexed past the step times)."""
     cmd = [sys.executable, "-m", "calibrate", "replay", str(SCEN / "dp2.yaml"), "--json", "--steps", "2", "--warmup", "1",
            "--set", "training.global_batch=4", "--torch-trace", str(tmp_path / "trace")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
