@@ -58,6 +58,11 @@ class ElementwiseSpec:
     """Innermost dimension (hidden for norms, ffn for SwiGLU, head dim for RoPE, vocab for cross-entropy)."""
     table_rows: int = 0
     """Embedding table rows (the scenario's vocab / tp); 0 = the probe's default."""
+    experts: int = 0
+    """MoE kinds: experts routed to (moe_permute), or sorted by (row_gather: the local experts); 0 = the
+    probe's default."""
+    top_k: int = 0
+    """MoE kinds: experts per token (elements = tokens x top_k x width); 0 = the probe's default."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,10 +99,12 @@ class Plan:
     """Largest rotating pool of random inputs (see timing.RandomPool)."""
 
 
-ELEMENTWISE_OPS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rope", "residual_add", "cross_entropy", "embedding", "copy")
+ELEMENTWISE_OPS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rope", "residual_add", "cross_entropy", "embedding", "copy",
+                   "moe_permute", "moe_unpermute", "row_gather")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 ELEMENTWISE_WIDTH = {"rmsnorm": 1024, "layernorm": 1024, "swiglu": 2048, "gelu": 4096, "rope": 64,
-                     "residual_add": 1024, "cross_entropy": 16384, "embedding": 1024, "copy": 1024}
+                     "residual_add": 1024, "cross_entropy": 16384, "embedding": 1024, "copy": 1024,
+                     "moe_permute": 1024, "moe_unpermute": 1024, "row_gather": 1024}
 """Innermost dimension of the default memory-bound sweep (a mid-size model's hidden / ffn / head dim / vocab)."""
 
 TRANSFORMERS_CPU = (("smollm-360m", 1, 256, 1),)
@@ -268,7 +275,15 @@ def elementwise_spec(sc: Scenario, op: Compute) -> ElementwiseSpec:
     if width <= 0 or elements % width:
         width = elements
     rows = -(-sc.model.vocab // sc.parallel.tp) if kind == "embedding" else 0
-    return ElementwiseSpec(op=kind, dtype=op.dtype, elements=elements, width=width, table_rows=rows)
+    experts = top_k = 0
+    if kind in ("moe_permute", "moe_unpermute", "row_gather") and sc.model.moe:
+        moe = sc.model.moe
+        experts = moe.experts // sc.parallel.ep if kind == "row_gather" else moe.experts
+        top_k = 1 if kind == "row_gather" else moe.top_k
+        width = z_h
+        elements = max(1, elements // (width * top_k)) * width * top_k
+    return ElementwiseSpec(op=kind, dtype=op.dtype, elements=elements, width=width, table_rows=rows,
+                           experts=experts, top_k=top_k)
 
 
 def scenario_plan(sc: Scenario, base: Plan) -> Plan:

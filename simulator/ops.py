@@ -326,9 +326,14 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> _Seq:
         local = e.experts // p.ep
         per_expert = max(1, int(round(rows / local)))
         fe = e.expert_ffn_hidden
+        local_sort = p.ep > 1 and local > 1
+        if local_sort:  # the received rows come grouped by source rank: regroup them by local expert
+            seq.compute(elementwise("ep_sort", round(rows) * z.h, 2, z))
         seq.compute(gemm("expert_fc1", per_expert, 2 * fe if m.gated_mlp else fe, z.h, z, repeat=local))
         seq.compute(elementwise("expert_act", rows * fe, (SWIGLU_PASSES if m.gated_mlp else GELU_PASSES)[0], z))
         seq.compute(gemm("expert_fc2", per_expert, z.h, fe, z, repeat=local))
+        if local_sort:
+            seq.compute(elementwise("ep_unsort", round(rows) * z.h, 2, z))
         if p.ep > 1:
             seq.comm(Comm("ep_combine", "ep", "all_to_all", a2a))
         seq.compute(elementwise("unpermute", routed * e.top_k * z.h, 2, z))

@@ -64,7 +64,7 @@ PHASES = ("fwd", "bwd")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 TIERS = ("intra_node", "inter_node")
 ELEMENTWISE_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rope", "residual_add", "cross_entropy",
-                     "embedding", "copy")
+                     "embedding", "copy", "moe_permute", "moe_unpermute", "row_gather")
 
 _KIND_OF_NAME = (
     ("final_norm", ("rmsnorm", "layernorm")),
@@ -76,10 +76,17 @@ _KIND_OF_NAME = (
     ("residual", ("residual_add",)),
     ("cross_entropy", ("cross_entropy",)),
     ("embedding", ("embedding",)),
+    ("permute", ("moe_permute",)),
+    ("unpermute", ("moe_unpermute",)),
+    ("ep_sort", ("row_gather",)),
+    ("ep_unsort", ("row_gather",)),
 )
-"""simulator.ops elementwise op names -> measured kernels, best match first. Anything else (MoE permute,
-unpermute) is priced as a device copy of the same bytes. Norms try RMSNorm first: the op does not say
-which norm the architecture uses (calibrate --scenario measures the right one)."""
+"""simulator.ops elementwise op names -> measured kernels, best match first; every name falls back to a
+device copy of the same bytes (profiles measured before a kind existed). Norms try RMSNorm first: the op
+does not say which norm the architecture uses (calibrate --scenario measures the right one). The MoE
+kinds are the routing's gathers as the replay runs them (calibrate/replay/experts.py): `moe_permute` top-k
+routing and the gather into expert order, `moe_unpermute` the inverse gather and the weighted sum over
+the k slots, `row_gather` a stable sort of rows by expert and its gather (EP's local sort, and unsort)."""
 
 
 def elementwise_kinds(name: str) -> tuple[str, ...]:

@@ -180,6 +180,36 @@ def test_a_scenario_calibration_prices_all_of_that_scenarios_compute_exactly(tmp
             assert t == gemm_times[op.shape]
 
 
+def test_an_moe_scenario_measures_its_routing_gathers_and_prices_them_from_those_points(tmp_path):
+    """The MoE routing (top-k + gather, the inverse gather + weighted sum, EP's sort by local expert) is
+    measured at the scenario's shapes with the replay's own functions, checked against a float64
+    reference, and prices the simulator's permute / unpermute / ep_sort ops, forward and backward."""
+    sc = load_scenario(ROOT / "scenarios" / "replay" / "moe-ep2.yaml")
+    plan = scenario_plan(sc, tiny_plan(optimizer_params=(1 << 10,)))
+    moe = {e.op: e for e in plan.elementwise if e.op in ("moe_permute", "moe_unpermute", "row_gather")}
+    rows = sc.training.seq_len * sc.training.micro_batch * sc.model.moe.top_k
+    assert set(moe) == {"moe_permute", "moe_unpermute", "row_gather"}
+    assert all(e.elements == rows * sc.model.hidden and e.width == sc.model.hidden for e in moe.values())
+    assert (moe["moe_permute"].experts, moe["moe_permute"].top_k) == (sc.model.moe.experts, sc.model.moe.top_k)
+    assert (moe["row_gather"].experts, moe["row_gather"].top_k) == (sc.model.moe.experts // sc.parallel.ep, 1)
+    plan = replace(plan, elementwise=tuple(moe.values()))
+    profile = calibrate(Context(device=CPU, plan=plan), RunOptions(probes=("memory",), threads=1, progress=False),
+                        PROV, None, Console(file=open(os.devnull, "w")))
+    path = tmp_path / "moe.json"
+    write_atomic(path, profile_text(profile))
+    prof = load_profile(path)
+    assert not prof.skipped and prof.checks and all(c.ok for c in prof.checks)
+    assert {c.what for c in prof.checks} >= {f"elementwise {k} fp32" for k in moe}
+    measured = {(p.op, p.phase): p.cost_s for p in prof.elementwise}
+    lp = layer_passes(sc, 0)
+    ops = {n.op.name: n.op for n in lp.F + lp.B if n.op.name in ("permute", "unpermute_bwd", "ep_sort", "ep_unsort_bwd")}
+    assert len(ops) == 4
+    assert prof.compute_time(ops["permute"]) == pytest.approx(measured["moe_permute", "fwd"])
+    assert prof.compute_time(ops["unpermute_bwd"]) == pytest.approx(measured["moe_unpermute", "bwd"])
+    assert prof.compute_time(ops["ep_sort"]) == pytest.approx(measured["row_gather", "fwd"])
+    assert prof.compute_time(ops["ep_unsort_bwd"]) == pytest.approx(measured["row_gather", "bwd"])
+
+
 # ----------------------------------------------------------------------------------- timing and collectives helpers
 
 def test_summary_is_median_and_mean_with_p10_and_p90():

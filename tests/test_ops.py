@@ -97,6 +97,30 @@ def test_ep_has_four_token_all_to_alls_per_moe_layer_and_a_count_exchange_before
     assert len(bwd) == 2 and all(c.bytes == fwd[1].bytes for c in bwd)
 
 
+def test_ep_regroups_received_rows_by_local_expert_only_when_a_rank_holds_several():
+    """After the dispatch a rank's rows come grouped by source rank; with more than one local expert they
+    are sorted by expert before the expert GEMMs and back after them (torchtitan generate_permute_indices,
+    Megatron sort_chunks_by_idxs), each a gather of the received rows, forward and backward."""
+    def names(sc, nodes):
+        return [n.op.name for n in nodes if isinstance(n.op, Compute) and "sort" in n.op.name]
+    several = load_scenario("scenarios/mixtral_ep.yaml", ["parallel.ep=4"])  # 8 experts: 2 per rank
+    lp = layer_passes(several, 0)
+    fwd = [n.op for n in lp.F]
+    order = [op.name for op in fwd if op.name in ("ep_dispatch", "ep_sort", "expert_fc1", "expert_fc2", "ep_unsort",
+                                                    "ep_combine")]
+    assert order == ["ep_dispatch", "ep_sort", "expert_fc1", "expert_fc2", "ep_unsort", "ep_combine"]
+    z = shard(several)
+    routed = z.T // z.t  # each TP rank routes its sequence-parallel shard
+    rows = round(routed * several.model.moe.top_k * several.parallel.ep_imbalance)
+    sort = next(op for op in fwd if op.name == "ep_sort")
+    assert sort.bytes == 2 * rows * several.model.hidden * z.ab
+    assert sorted(names(several, lp.B)) == ["ep_sort_bwd", "ep_unsort_bwd"]
+    one = load_scenario("scenarios/mixtral_ep.yaml")  # ep 8: one expert per rank
+    assert not names(one, layer_passes(one, 0).F) and not names(one, layer_passes(one, 0).B)
+    none = load_scenario("scenarios/mixtral_ep.yaml", ["parallel.ep=1"])
+    assert not names(none, layer_passes(none, 0).F)
+
+
 def test_full_recompute_repeats_the_forward_in_backward():
     sc = load_scenario("scenarios/70b_512gpu.yaml", ["training.recompute=full"])
     lp = layer_passes(sc, 0)

@@ -218,6 +218,26 @@ def test_elementwise_is_priced_by_bytes_through_the_measured_bandwidth(prof):
     assert prof.compute_time(ew("permute", big)) == pytest.approx(make_profile()["elementwise"][-1]["time_s"])
 
 
+def test_moe_routing_ops_are_priced_by_their_measured_gathers_when_the_profile_has_them():
+    """permute / unpermute / ep_sort / ep_unsort: their own kernels (moe_permute, moe_unpermute, row_gather),
+    forward and backward; a device copy of the same bytes in a profile measured before those kinds."""
+    d = make_profile()
+    big = 8.0 * (1 << 20)
+    kinds = {"moe_permute": 3.0, "moe_unpermute": 4.0, "row_gather": 5.0}  # x the copy's time
+    for kind, slow in kinds.items():
+        for phase in ("fwd", "bwd"):
+            d["elementwise"].append({"op": kind, "phase": phase, "dtype": "fp32", "elements": 1 << 20, "bytes": big,
+                                     **timed(slow * (2 if phase == "bwd" else 1) * (2e-6 + big / 8e9)), "gbs": 1.0})
+    prof = profile_from_mapping(d)
+    copy = prof.compute_time(ew("permute", big))
+    old = profile_from_mapping(make_profile())
+    for name, kind in (("permute", "moe_permute"), ("unpermute", "moe_unpermute"), ("ep_sort", "row_gather"),
+                       ("ep_unsort", "row_gather")):
+        assert old.compute_time(ew(name, big)) == pytest.approx(copy / kinds["moe_permute"])
+        assert prof.compute_time(ew(name, big)) == pytest.approx(copy / kinds["moe_permute"] * kinds[kind])
+        assert prof.compute_time(ew(name + "_bwd", big)) == pytest.approx(2 * prof.compute_time(ew(name, big)))
+
+
 def test_optimizer_exact_and_linear_above(prof):
     op = lambda p: Compute("optimizer_step", "optimizer", 0.0, 30.0 * p, "fp32", (p,))  # noqa: E731
     assert prof.compute_time(op(1 << 16)) == pytest.approx(1e-5 + (1 << 16) * 4e-9)

@@ -87,11 +87,11 @@ def test_stage_and_expert_slices_start_from_the_reference_weights():
     init_weights(full, 5)
     init_weights(stage, 5)
     ref = dict(full.named_parameters())
-    for name, p in stage.named_parameters():
-        if ".experts." in name:
-            assert torch.equal(p, ref[name][2:4])  # rank 1 of 2 owns experts 2 and 3 of 4
-        else:
-            assert torch.equal(p, ref[name])
+    names = dict(stage.named_parameters())
+    owned = {n.rsplit(".", 1)[1] for n in names if ".experts." in n}
+    assert owned == {"2", "3"}  # rank 1 of 2 owns experts 2 and 3 of 4
+    for name, p in names.items():
+        assert torch.equal(p, ref[name])
 
 
 def test_ring_attention_on_one_rank_is_causal_attention():
@@ -211,7 +211,7 @@ def test_report_prices_the_measured_routing_imbalance_beside_the_plain_predictio
                 "peak_memory_gib_per_rank": [None, None], "peak_rss_gib_per_rank": [0.4, 0.4], "ep_imbalance": 1.3}
     r = build_report(plan, measured, None)
     imb = r["ep_imbalance"]
-    assert imb["measured"] == 1.3 and imb["scenario"] == 1.0
+    assert imb["measured"] == 1.3 and imb["scenario"] == 1.23  # the scenario states its replay's routing
     assert imb["predicted_iteration_time_s"] > r["predicted"]["iteration_time_s"]
     assert imb["relative_error"] == pytest.approx(imb["predicted_iteration_time_s"] / 0.5 - 1)
     assert "expert routing: busiest EP rank 1.30x" in format_table(r)

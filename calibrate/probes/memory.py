@@ -1,5 +1,6 @@
 """Memory-bound probe: RMSNorm, LayerNorm, SwiGLU, GeLU, rotary, residual add, cross-entropy over the
-vocabulary, embedding lookup, device copy (forward and backward), and host-device copies (GPU only).
+vocabulary, embedding lookup, device copy, MoE routing gathers (forward and backward), and host-device
+copies (GPU only).
 
 Each kernel is written the way plain PyTorch model code calls it (the replay and most trainers); achieved
 GB/s counts bytes by simulator.ops's convention (elements x passes x element bytes, MODELING.md 7.3), so a
@@ -17,14 +18,17 @@ import torch.nn.functional as F
 from simulator.ops import GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES
 
 from ..plan import ElementwiseSpec
+from ..replay.experts import permute, sort_rows, unpermute
 from ..timing import Pools, RandomPool, measure
 from . import CHECK_TOLERANCE, DTYPES, CheckResult, Context, Task, relative_error, run_check, tensor
 
 PASSES = {"rmsnorm": NORM_PASSES, "layernorm": NORM_PASSES, "swiglu": SWIGLU_PASSES, "gelu": GELU_PASSES,
           "rope": ROPE_PASSES, "residual_add": RESIDUAL_PASSES, "cross_entropy": (3, 3), "embedding": (2, 3),
-          "copy": (2, None)}
+          "copy": (2, None), "moe_permute": (2, 2), "moe_unpermute": (2, 2), "row_gather": (2, 2)}
 """(forward, backward) passes over the tensor; cross_entropy and embedding as simulator.ops.head_forward /
-embedding_forward count them; a copy reads and writes once and has no backward."""
+embedding_forward count them; a copy reads and writes once and has no backward; the MoE gathers as
+simulator.ops counts `permute`, `unpermute`, `ep_sort` and `ep_unsort` (one read and one write of the
+tokens x top_k rows)."""
 EPS = 1e-5
 EMBEDDING_MIN_ROWS = 64
 """The default embedding table has as many rows as the lookup (at least this many), so that its dense
@@ -32,6 +36,8 @@ backward, which writes the whole table gradient, scales with the lookup the way 
 bytes; --scenario uses the scenario's own vocab/tp."""
 ROPE_HEADS = 8
 """Heads sharing one cos/sin row in the rotary probe (they broadcast over heads in real models)."""
+MOE_EXPERTS, MOE_TOP_K = 8, 2
+"""The MoE kinds' routing when the spec does not give one (Mixtral's 8 experts, top-2)."""
 BWD_GRAPHS = 4
 """Retained forward graphs a backward measurement rotates through."""
 
@@ -51,13 +57,21 @@ def _rows(spec: ElementwiseSpec) -> int:
     return spec.elements // spec.width
 
 
+def _routing(spec: ElementwiseSpec) -> tuple[int, int]:
+    """(experts, top_k) of the MoE kinds."""
+    return spec.experts or MOE_EXPERTS, spec.top_k or (1 if spec.op == "row_gather" else MOE_TOP_K)
+
+
 def layout(spec: ElementwiseSpec) -> list[tuple[int, ...]]:
-    """Shapes of the random operands one call reads (the embedding's table and indices are in `_extra`;
-    a copy writes its second operand)."""
+    """Shapes of the random operands one call reads (the embedding's table and indices, and the routing's
+    logits and orders, are in `_extra`; a copy writes its second operand). The MoE kinds' rows are
+    tokens x top_k."""
     r, w = _rows(spec), spec.width
+    k = _routing(spec)[1]
     return {"rmsnorm": [(r, w), (w,)], "layernorm": [(r, w), (w,), (w,)], "swiglu": [(r, 2 * w)], "gelu": [(r, w)],
             "rope": [(r, w)], "residual_add": [(r, w), (r, w)], "cross_entropy": [(r, w)], "embedding": [],
-            "copy": [(r, w), (r, w)]}[spec.op]
+            "copy": [(r, w), (r, w)], "moe_permute": [(r // k, w)], "moe_unpermute": [(r, w), (r // k, k)],
+            "row_gather": [(r, w)]}[spec.op]
 
 
 def forward(spec: ElementwiseSpec, ops: list[torch.Tensor], extra: dict) -> torch.Tensor:
@@ -83,13 +97,20 @@ def forward(spec: ElementwiseSpec, ops: list[torch.Tensor], extra: dict) -> torc
         return F.embedding(extra["index"], extra["table"])
     if spec.op == "copy":
         return ops[1].copy_(ops[0])
+    if spec.op == "moe_permute":
+        experts, k = _routing(spec)
+        return permute(ops[0], extra["logits"], k, experts)[0]
+    if spec.op == "moe_unpermute":
+        return unpermute(ops[0], extra["order"], ops[1])
+    if spec.op == "row_gather":
+        return sort_rows(ops[0], extra["row_expert"])[0]
     raise ValueError(spec.op)
 
 
 def grad_inputs(spec: ElementwiseSpec, ops: list[torch.Tensor], extra: dict) -> list[torch.Tensor]:
     if spec.op == "embedding":
         return [extra["table"]]
-    n = {"rmsnorm": 2, "layernorm": 3, "residual_add": 2}.get(spec.op, 1)
+    n = {"rmsnorm": 2, "layernorm": 3, "residual_add": 2, "moe_unpermute": 2}.get(spec.op, 1)
     return ops[:n]
 
 
@@ -108,6 +129,13 @@ def extra_inputs(spec: ElementwiseSpec, device: torch.device, seed: int, grad: b
         rows = spec.table_rows or max(r, EMBEDDING_MIN_ROWS)
         table = (torch.randn((rows, w), generator=gen) + 0.05).to(device, dtype).requires_grad_(grad)
         return {"index": torch.randint(0, rows, (r,), generator=gen).to(device), "table": table}
+    experts, k = _routing(spec)
+    if spec.op == "moe_permute":  # router logits: not a gradient input here (the router's backward is a GEMM)
+        return {"logits": torch.randn((r // k, experts), generator=gen).to(device, dtype)}
+    if spec.op == "moe_unpermute":  # the order moe_permute produced: rows sorted by expert
+        return {"order": torch.argsort(torch.randint(0, experts, (r,), generator=gen), stable=True).to(device)}
+    if spec.op == "row_gather":  # rows arrive grouped by source rank, each group sorted by local expert
+        return {"row_expert": torch.randint(0, experts, (r,), generator=gen).to(device)}
     return {}
 
 
@@ -139,6 +167,19 @@ def _reference(spec: ElementwiseSpec, ops: list[torch.Tensor], extra: dict) -> t
         return extra["table"].double()[extra["index"]]
     if spec.op == "copy":
         return d[0]
+    if spec.op == "moe_permute":  # token t's slot j goes to expert top[t][j]; rows by expert, then by (t, j)
+        experts, k = _routing(spec)
+        top = extra["logits"].topk(k, dim=-1).indices.tolist()  # the probe's own choice; the gather is checked
+        slots = sorted(((e, t, j) for t, row in enumerate(top) for j, e in enumerate(row)))
+        return d[0][[t for _, t, _ in slots]]
+    if spec.op == "moe_unpermute":
+        order, (tokens, k) = extra["order"].tolist(), ops[1].shape
+        back = torch.empty_like(d[0])
+        back[order] = d[0]  # row i came from slot order[i]
+        return (back.view(tokens, k, -1) * d[1].unsqueeze(-1)).sum(1)
+    if spec.op == "row_gather":
+        ids = extra["row_expert"].tolist()
+        return d[0][sorted(range(len(ids)), key=lambda i: (ids[i], i))]
     raise ValueError(spec.op)
 
 

@@ -30,28 +30,31 @@ class EPGroup:
 
 
 class GroupedExperts(nn.Module):
-    """The SwiGLU experts this rank owns, stacked: w1/w3 [E_local, hidden, ffn], w2 [E_local, ffn, hidden]."""
+    """The SwiGLU experts this rank owns, one weight set per expert keyed by its global index:
+    w1.<e>/w3.<e> [hidden, ffn], w2.<e> [ffn, hidden] (HF Mixtral and Megatron's SequentialMLP keep a
+    list of experts too). Per-expert parameters, not stacked [E_local, ...] tensors: each expert's weight
+    gradient is its GEMM's output and goes straight into its `.grad`. Stacked weights cost either a
+    stack-sized zero-filled gradient per expert (`self.w1[e]`: select_backward, E^2 work) or, unbound,
+    a stack of the E gradients per weight per micro-batch (UnbindBackward), ~1-2 ms per MoE layer and
+    micro-batch on this project's CPU host; neither is a cost of the model, and grouped-GEMM kernels that
+    avoid it (torch._grouped_mm) have no CPU backward in torch 2.13. Named by global index, every EP
+    rank's experts start from the reference's weights (llama.init_weights seeds a parameter by name)."""
 
-    def __init__(self, hidden: int, ffn: int, total_experts: int, first_expert: int, local_experts: int):
+    def __init__(self, hidden: int, ffn: int, first_expert: int, local_experts: int):
         super().__init__()
-        self.total_experts = total_experts
-        self.first_expert = first_expert
-        self.w1 = nn.Parameter(torch.empty(local_experts, hidden, ffn))
-        self.w2 = nn.Parameter(torch.empty(local_experts, ffn, hidden))
-        self.w3 = nn.Parameter(torch.empty(local_experts, hidden, ffn))
+        ids = [str(first_expert + i) for i in range(local_experts)]
+        self.w1 = nn.ParameterDict({e: nn.Parameter(torch.empty(hidden, ffn)) for e in ids})
+        self.w2 = nn.ParameterDict({e: nn.Parameter(torch.empty(ffn, hidden)) for e in ids})
+        self.w3 = nn.ParameterDict({e: nn.Parameter(torch.empty(hidden, ffn)) for e in ids})
 
     def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
         """x: tokens sorted by local expert, counts[e] rows each. Every expert runs (possibly on zero
-        rows) so every parameter gets a gradient and the DP/ZeRO buckets see the same tensors on all ranks.
-        The stacks are unbound once: indexing `self.w1[e]` per expert made each expert's backward allocate
-        and zero-fill a gradient the size of the whole stack (select_backward), E^2 work that took a
-        quarter of the tiny MoE's step on CPU; unbind's backward stacks the E gradients once."""
-        w1, w2, w3 = self.w1.unbind(0), self.w2.unbind(0), self.w3.unbind(0)
+        rows) so every parameter gets a gradient and the DP/ZeRO buckets see the same tensors on all ranks."""
         outs, start = [], 0
-        for e, n in enumerate(counts):
+        for e, n in zip(self.w1.keys(), counts):
             xe = x[start:start + n]
             start += n
-            outs.append((F.silu(xe @ w1[e]) * (xe @ w3[e])) @ w2[e])
+            outs.append((F.silu(xe @ self.w1[e]) * (xe @ self.w3[e])) @ self.w2[e])
         return torch.cat(outs)
 
 
@@ -73,7 +76,7 @@ class MoE(nn.Module):
         self.gate = nn.Linear(m.hidden, moe.experts, bias=False)
         self.received_rows: list[int] = []
         """Expert-token rows this rank received, one entry per dispatch (EP only; `ep_imbalance`)."""
-        self.experts = GroupedExperts(m.hidden, moe.expert_ffn_hidden, moe.experts, rank * local, local)
+        self.experts = GroupedExperts(m.hidden, moe.expert_ffn_hidden, rank * local, local)
         self.shared_expert = None
         if moe.shared_experts:
             from .llama import FeedForward
@@ -82,19 +85,12 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         xf = x.reshape(-1, shape[-1])
-        tokens, k = xf.shape[0], self.top_k
-        top_logits, top_idx = self.gate(xf).topk(k, dim=-1)
-        weights = torch.softmax(top_logits.float(), dim=-1).to(xf.dtype)  # Mixtral: softmax over the chosen k
-        flat = top_idx.reshape(-1)
-        order = torch.argsort(flat, stable=True)
-        routed = xf[order // k]
-        counts = torch.bincount(flat, minlength=self.num_experts)
+        routed, order, counts, weights = permute(xf, self.gate(xf), self.top_k, self.num_experts)
         if self.ep is None:
             y = self.experts(routed, counts.tolist())
         else:
             y = self._dispatch_compute_combine(routed, counts)
-        out = y[torch.argsort(order)]  # back to (token, slot) order
-        out = (out.view(tokens, k, -1) * weights.unsqueeze(-1)).sum(dim=1).view(shape)
+        out = unpermute(y, order, weights).view(shape)
         if self.shared_expert is not None:
             out = out + self.shared_expert(x)
         return out
@@ -108,12 +104,47 @@ class MoE(nn.Module):
         send_splits = counts.view(ep, local).sum(1).tolist()
         recv_splits = recv_counts.view(ep, local).sum(1).tolist()
         received = _a2a(routed, recv_splits, send_splits, group)  # dispatch
+        per_expert = recv_counts.view(ep, local).sum(0).tolist()
+        if local == 1:  # one expert here: the received rows are already its rows
+            return _a2a(self.experts(received, per_expert), send_splits, recv_splits, group)  # combine
         local_ids = torch.arange(local, device=routed.device).repeat(ep)
-        row_expert = torch.repeat_interleave(local_ids, recv_counts)
-        order = torch.argsort(row_expert, stable=True)
-        y = self.experts(received[order], recv_counts.view(ep, local).sum(0).tolist())
-        back = y[torch.argsort(order)]  # back to (source rank, expert) order
+        rows, order = sort_rows(received, torch.repeat_interleave(local_ids, recv_counts))
+        back = unsort_rows(self.experts(rows, per_expert), order)  # back to (source rank, expert) order
         return _a2a(back, send_splits, recv_splits, group)  # combine
+
+
+# The routing's data movement, shared with calibrate's memory probe (probes/memory.py), which times
+# exactly these as the simulator's `permute`, `unpermute`, `ep_sort` and `ep_unsort` ops.
+
+def permute(x: torch.Tensor, logits: torch.Tensor, top_k: int, experts: int):
+    """Top-k routing (Mixtral: softmax over the chosen k) and the gather of every token's k copies into
+    expert order. x [T, h], logits [T, E] -> (rows [T*k, h] sorted by expert, order [T*k] (row i is
+    token order[i] // k's slot), counts [E], weights [T, k])."""
+    top_logits, top_idx = logits.topk(top_k, dim=-1)
+    weights = torch.softmax(top_logits.float(), dim=-1).to(x.dtype)
+    flat = top_idx.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    return x[order // top_k], order, torch.bincount(flat, minlength=experts), weights
+
+
+def unpermute(y: torch.Tensor, order: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The expert outputs back in (token, slot) order, weighted and summed over the k slots: [T*k, h] ->
+    [T, h]."""
+    tokens, k = weights.shape
+    out = unsort_rows(y, order)
+    return (out.view(tokens, k, -1) * weights.unsqueeze(-1)).sum(dim=1)
+
+
+def sort_rows(x: torch.Tensor, row_expert: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows grouped by expert, stable (after an EP dispatch the rows arrive grouped by source rank):
+    (x[order], order)."""
+    order = torch.argsort(row_expert, stable=True)
+    return x[order], order
+
+
+def unsort_rows(y: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """The inverse of `sort_rows`' gather: row i of the result is the row that `order` moved from i."""
+    return y[torch.argsort(order)]
 
 
 def ep_imbalance(mods: list[nn.Module], ep: Optional[EPGroup], device: torch.device) -> Optional[float]:

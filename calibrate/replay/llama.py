@@ -23,7 +23,7 @@ from torch.utils.checkpoint import checkpoint
 
 from simulator.model import ModelSpec
 
-from .experts import MoE, GroupedExperts, EPGroup
+from .experts import MoE, EPGroup
 from .ring_attention import CPGroup, allgather_attention, ring_attention
 
 NORM_EPS = 1e-5
@@ -172,21 +172,13 @@ def _generator(seed: int, name: str) -> torch.Generator:
 
 @torch.no_grad()
 def init_weights(model: nn.Module, seed: int) -> None:
-    """Seed each parameter from its name: norms 1, matrices N(0, INIT_STD). Expert tensors are drawn
-    for all experts and sliced, so EP ranks hold slices of the reference's experts."""
-    experts = {id(p): mod for mod in model.modules() if isinstance(mod, GroupedExperts)
-               for p in (mod.w1, mod.w2, mod.w3)}
+    """Seed each parameter from its name: norms 1, matrices N(0, INIT_STD). Experts are named by their
+    global index (experts.GroupedExperts), so EP ranks hold exactly the reference's experts."""
     for name, p in model.named_parameters():
         if name.endswith("norm.weight"):
             p.fill_(1.0)
             continue
-        g = _generator(seed, name)
-        owner = experts.get(id(p))
-        if owner is None:
-            p.copy_(torch.randn(p.shape, generator=g) * INIT_STD)
-        else:
-            full = torch.randn((owner.total_experts, *p.shape[1:]), generator=g) * INIT_STD
-            p.copy_(full[owner.first_expert:owner.first_expert + p.shape[0]])
+        p.copy_(torch.randn(p.shape, generator=_generator(seed, name)) * INIT_STD)
 
 
 def token_loss(logits: torch.Tensor, labels: torch.Tensor, total_tokens: int) -> torch.Tensor:
