@@ -210,6 +210,17 @@ def test_an_moe_scenario_measures_its_routing_gathers_and_prices_them_from_those
     assert prof.compute_time(ops["ep_unsort_bwd"]) == pytest.approx(measured["row_gather", "bwd"])
 
 
+def test_a_two_rank_framework_measurement_that_hangs_is_stopped_retried_once_and_skipped(monkeypatch):
+    """Nothing hangs: past its deadline a two-rank probe's ranks are terminated, it runs once more in fresh
+    processes, and a second miss is a Skip naming both reasons (a calibration then goes on without it)."""
+    from calibrate.probes import framework
+    monkeypatch.setattr(framework, "TWO_RANK_DEADLINE_S", 0.5)
+    t0 = time.monotonic()
+    with pytest.raises(Skip, match=r"TP block on two gloo ranks: TimeoutError: no result within 0.5 s; then TimeoutError"):
+        framework.measure_tp_block("dtensor")
+    assert time.monotonic() - t0 < 30
+
+
 # ----------------------------------------------------------------------------------- timing and collectives helpers
 
 def test_summary_is_median_and_mean_with_p10_and_p90():

@@ -26,6 +26,7 @@ import os
 import socket
 import time
 import warnings
+from datetime import timedelta
 
 import torch
 
@@ -36,6 +37,14 @@ OPS_PER_SAMPLE = 16
 """Tiny ops chained per timed sample (one sample is their total / OPS_PER_SAMPLE)."""
 SAMPLES = 60
 WARMUP = 10
+GLOO_TIMEOUT_S = 60
+"""A collective of the two-rank probes that has not completed in this long raises (gloo's process-group
+timeout): every one of them takes milliseconds, and on this project's VM a gloo all-gather under DTensor
+once never completed, hanging a calibration for 10 minutes."""
+TWO_RANK_DEADLINE_S = 600
+"""Wall seconds one two-rank measurement may take (~20-60 s normally) before its ranks are stopped."""
+TWO_RANK_ATTEMPTS = 2
+"""A two-rank measurement that failed or hung is run once more, in fresh processes, before it is skipped."""
 WIDTH = 8
 """Operand width: 4 x 8 activations, 8 x 8 weights (the kernel is a few ns)."""
 
@@ -171,7 +180,7 @@ def _join_two_ranks(rank: int, port: int):
     warnings.filterwarnings("ignore", category=FutureWarning)  # all_gather_into_tensor's rename notice
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=GLOO_TIMEOUT_S))
     return init_device_mesh("cpu", (2,))
 
 
@@ -310,15 +319,31 @@ def _fsdp_worker(rank: int, port: int, q) -> None:
 
 
 def _two_ranks(worker, what: str) -> list[dict]:
+    """Rank 0's rows from `worker` on two spawned gloo ranks; a failure or a hang (past
+    TWO_RANK_DEADLINE_S, the ranks are then terminated) is tried once more, then becomes a Skip."""
     import torch.multiprocessing as mp  # noqa: PLC0415
     from ..collectives import free_port  # noqa: PLC0415
-    ctx = mp.get_context("spawn")
-    q = ctx.SimpleQueue()
-    mp.start_processes(worker, args=(free_port(), q), nprocs=2, start_method="spawn", join=True)
-    res = q.get() if not q.empty() else f"no result from the {what} workers"
-    if isinstance(res, str):
-        raise Skip(f"{what} on two gloo ranks: {res}")
-    return res
+    reasons = []
+    for _ in range(TWO_RANK_ATTEMPTS):
+        q = mp.get_context("spawn").SimpleQueue()
+        procs = mp.start_processes(worker, args=(free_port(), q), nprocs=2, start_method="spawn", join=False)
+        deadline = time.monotonic() + TWO_RANK_DEADLINE_S
+        try:
+            while not procs.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no result within {TWO_RANK_DEADLINE_S} s")
+            res = q.get() if not q.empty() else f"no result from the {what} workers"
+        except Exception as e:  # noqa: BLE001 (a rank that died or hung: reported, then tried again)
+            res = f"{type(e).__name__}: {e}"
+        finally:
+            for p in procs.processes:
+                if p.is_alive():
+                    p.terminate()
+                    p.join(timeout=5)
+        if not isinstance(res, str):
+            return res
+        reasons.append(res)
+    raise Skip(f"{what} on two gloo ranks: {'; then '.join(reasons)}")
 
 
 def measure_tp_block(mode: str) -> list[dict]:
