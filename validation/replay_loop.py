@@ -49,10 +49,12 @@ TIME_BAR = 0.15
 """Predicted step time within 15 % of measured (issue 6)."""
 
 
-def calibrate_for(scenario: Path, workdir: Path) -> Path:
-    """A fresh CPU profile with exactly the shapes `scenario` needs (`calibrate --scenario`)."""
+def calibrate_for(scenario: Path, workdir: Path, device: str = "cpu") -> Path:
+    """A fresh profile of this machine's `device` (cpu, or cuda: GPU 0) with exactly the shapes `scenario`
+    needs (`calibrate --scenario`)."""
     out = workdir / f"{scenario.stem}.profile.json"
-    cmd = [sys.executable, "-m", "calibrate", "--device", "cpu", "--scenario", str(scenario), "--no-progress",
+    where = ["--gpu", "0"] if device == "cuda" else ["--device", "cpu"]
+    cmd = [sys.executable, "-m", "calibrate", *where, "--scenario", str(scenario), "--no-progress",
            "--out", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -61,9 +63,11 @@ def calibrate_for(scenario: Path, workdir: Path) -> Path:
     return out
 
 
-def replay(scenario: Path, profile: Path, steps: int, warmup: int, timeout: float) -> dict:
+def replay(scenario: Path, profile: Path, steps: int, warmup: int, timeout: float, overrides: tuple = ()) -> dict:
+    """`calibrate replay SCENARIO --json` priced from `profile`, with `overrides` (KEY=VALUE) set."""
+    sets = [a for kv in (f"cluster.profile={profile}", *overrides) for a in ("--set", kv)]
     cmd = [sys.executable, "-m", "calibrate", "replay", str(scenario), "--json", "--steps", str(steps),
-           "--warmup", str(warmup), "--set", f"cluster.profile={profile}"]
+           "--warmup", str(warmup), *sets]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
