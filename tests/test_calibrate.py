@@ -189,7 +189,12 @@ def test_an_moe_scenario_measures_its_routing_gathers_and_prices_them_from_those
     moe = {e.op: e for e in plan.elementwise if e.op in ("moe_permute", "moe_unpermute", "row_gather")}
     rows = sc.training.seq_len * sc.training.micro_batch * sc.model.moe.top_k
     assert set(moe) == {"moe_permute", "moe_unpermute", "row_gather"}
-    assert all(e.elements == rows * sc.model.hidden and e.width == sc.model.hidden for e in moe.values())
+    received = round(rows * sc.parallel.ep_imbalance)  # EP's sort sees the busiest rank's rows
+    assert sc.parallel.ep_imbalance > 1 and received > rows
+    assert {k: e.elements for k, e in moe.items()} == {"moe_permute": rows * sc.model.hidden,
+                                                         "moe_unpermute": rows * sc.model.hidden,
+                                                         "row_gather": received * sc.model.hidden}
+    assert all(e.width == sc.model.hidden for e in moe.values())
     assert (moe["moe_permute"].experts, moe["moe_permute"].top_k) == (sc.model.moe.experts, sc.model.moe.top_k)
     assert (moe["row_gather"].experts, moe["row_gather"].top_k) == (sc.model.moe.experts // sc.parallel.ep, 1)
     plan = replace(plan, elementwise=tuple(moe.values()))
