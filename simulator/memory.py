@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
-from .ops import DROPOUT_MASK_BYTES, Shard, param_bytes, rank_params, shard
+from .ops import DROPOUT_MASK_BYTES, Shard, autocast_layer_params, param_bytes, rank_params, shard
 from .ops import layer_rank_params as ops_layer_rank_params
 from .params import final_norm_params
 from .scenario import Scenario
@@ -40,6 +40,10 @@ MASTER_BYTES = 4
 """fp32 master copy of each weight under bf16/fp8 training (ZeRO §3.1; MEG-DO)."""
 ADAM_STATE_BYTES = 8
 """Adam first and second moments, fp32 each (ZeRO §3.1: K = 12 with the master)."""
+AUTOCAST_CACHE_BYTES = 2
+"""`training.autocast`: the bf16 copy autocast caches of each fp32 weight it casts (leaf tensors that
+require grad), kept until the outermost autocast context exits (torch.autocast `_enter`/`_exit`,
+`clear_autocast_cache`); the replay wraps the whole step's forwards and backwards in one context."""
 FP8_WEIGHT_CACHE_BYTES = 2
 """FP8 training: Transformer Engine casts each weight to FP8 once per step and keeps the copy and its
 transpose across micro-batches (`is_first_microbatch`); Hopper FP8 GEMMs take only the TN layout,
@@ -86,7 +90,7 @@ LAYER_TRANSIENTS = ("sp_gather", "cp_kv", "ep_all_to_all", "attention_scores", "
 """Buffer kinds that live inside one layer's pass; they coexist with each other."""
 HEAD_TRANSIENTS = ("logits_grad", "head_sp_gather")
 """Buffer kinds that live inside the loss / LM-head backward (never during a layer's pass)."""
-HELD_BUFFERS = ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache", "cuda_context", "nccl")
+HELD_BUFFERS = ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache", "autocast_cache", "cuda_context", "nccl")
 """Buffer kinds held through the step."""
 SCORE_TERMS = ("softmax_output", "softmax_dropout_mask", "softmax_dropout_output")
 """The a*s^2 tensors of eager attention that selective recompute drops (KOR22 Table 2)."""
@@ -114,13 +118,15 @@ UNFUSED_BF16_GRAD_BYTES = 2
 gradient (nanotron: 1B dp8 ZeRO-0 measures 25.07 GiB = 20.07 B/param, playbook fit split)."""
 
 
-def state_bytes_per_param(precision: str, grad_bytes: int, optimizer: str, zero: int, group: int) -> StateBytes:
+def state_bytes_per_param(precision: str, grad_bytes: int, optimizer: str, zero: int, group: int,
+                          autocast: bool = False) -> StateBytes:
     """Bytes per parameter: weights W (4 fp32, 2 bf16/fp8), grads G, optimizer K (fp32 master 4 unless
     fp32 training, + Adam m, v 8; SGD without momentum keeps only the master). ZeRO over `group` ranks:
     stage >= 1 divides K, >= 2 also G, 3 also W (ZeRO §5.1-5.3: 16, 4 + 12/N, 2 + 14/N, 16/N with
-    W = G = 2, K = 12; MEG-DO: 18 and 6 + 12/d for bf16 weights and fp32 grads)."""
-    w = WEIGHT_BYTES[precision]
-    k = (0 if precision == "fp32" else MASTER_BYTES) + (ADAM_STATE_BYTES if optimizer == "adamw" else 0)
+    W = G = 2, K = 12; MEG-DO: 18 and 6 + 12/d for bf16 weights and fp32 grads). `autocast`: the fp32
+    parameter is its own master (W = 4, K = Adam's 8); its bf16 copy is a buffer (`autocast_cache`)."""
+    w = 4 if autocast else WEIGHT_BYTES[precision]
+    k = (0 if precision == "fp32" or autocast else MASTER_BYTES) + (ADAM_STATE_BYTES if optimizer == "adamw" else 0)
     n = max(1, group)
     return StateBytes(weights=w / n if zero >= 3 else w, grads=grad_bytes / n if zero >= 2 else grad_bytes,
                       optimizer=k / n if zero >= 1 else k)
@@ -141,10 +147,10 @@ def static_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     tr, z = sc.training, sc.parallel.zero
     rp = rank_params(sc, pp_rank)
     dense_group, expert_group = groups or zero_groups(sc)
-    d = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, dense_group)
-    e = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, expert_group)
+    d = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, dense_group, tr.autocast)
+    e = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, expert_group, tr.autocast)
     grads = rp.dense * d.grads + rp.expert * e.grads
-    if not tr.grad_accum_fused and tr.precision != "fp32" and tr.grad_bytes == 4:
+    if not tr.grad_accum_fused and tr.precision != "fp32" and tr.grad_bytes == 4 and not tr.autocast:
         grads += UNFUSED_BF16_GRAD_BYTES * rp.total  # the bf16 .grad kept beside the fp32 buffer
     return {"weights": rp.dense * d.weights + rp.expert * e.weights,
             "grads": grads,
@@ -402,12 +408,15 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
         out["zero3_grads"] = unit * tr.grad_bytes
     if tr.precision == "fp8":
         out["fp8_weight_cache"] = FP8_WEIGHT_CACHE_BYTES * (ZERO3_LIVE_UNITS * unit if p.zero == 3 else rp.total)
+    if tr.autocast:  # bf16 copies of the cast weights, from the first forward to the step's last backward
+        out["autocast_cache"] = AUTOCAST_CACHE_BYTES * (sum(autocast_layer_params(sc, i) for i in layers)
+                                                        + (-(-sc.model.vocab // z.t) * z.h if rp.head else 0))
     if sc.topology.node.interconnect not in NO_CUDA_INTERCONNECTS:
         out["cuda_context"] = CUDA_CONTEXT_BYTES
         per_communicator = NCCL_CHANNELS * NCCL_PEERS_PER_CHANNEL * NCCL_CONNECTION_BYTES
         out["nccl"] = _communicators(sc, (dense_group, expert_group)) * per_communicator
         dynamic = activation_bytes_in_flight(sc, pp_rank) + _transient_total(out) + sum(
-            out[k] for k in ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache"))
+            out[k] for k in ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache", "autocast_cache"))
         out["fragmentation"] = ALLOCATOR_FRAGMENTATION * dynamic
     return out
 

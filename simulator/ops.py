@@ -301,6 +301,9 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> _Seq:
     m, p = sc.model, sc.parallel
     seq = _Seq(tag)
     sp = p.sp and z.t > 1
+    cast = autocast_cast_op(sc, "autocast_cast", autocast_layer_params(sc, layer)) if not tag else None
+    if cast is not None:
+        seq.compute(cast)
     seq.compute(elementwise("norm1", z.T_sp * z.h, NORM_PASSES[0], z))
     if z.t > 1 and sp:
         seq.comm(_tp_comm(sc, z, "sp_allgather_attn", "all_gather"))
@@ -482,13 +485,40 @@ def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
     weight-gradient GEMM (nanotron's FP32GradientAccumulator, PyTorch autograd's `.grad` accumulation);
     None when it is fused (Megatron's gradient_accumulation_fusion). Memory-bound: read the new gradient
     (weight dtype), read and write the accumulator (grad dtype): 2 + 4 + 4 = 10 B/param for bf16 into
-    fp32, 12 for fp32 training."""
+    fp32, 12 for fp32 training. Under `training.autocast` every micro-batch casts its bf16 gradient to
+    fp32 (6 B/param) and all but the first add it into `.grad` (12): 6 + 12 (m-1)/m B/param on average."""
     tr = sc.training
+    if tr.autocast and params > 0:
+        m = sc.micro_batches
+        moved = params * (AUTOCAST_CAST_BYTES + AUTOCAST_GRAD_ADD_BYTES * (m - 1) / m)
+        return Compute("grad_accum_fp32", "elementwise", 0.0, moved, "fp32", (int(params),))
     if tr.grad_accum_fused or params <= 0:
         return None
     moved = params * (param_bytes(sc) + 2 * tr.grad_bytes)
     dtype = "bf16" if tr.grad_bytes == 2 else "fp32"
     return Compute(f"grad_accum_{dtype}", "elementwise", 0.0, moved, dtype, (int(params),))
+
+
+AUTOCAST_CAST_BYTES = 6
+"""A cast between a bf16 and an fp32 copy of one parameter: read 2 + write 4 (or read 4 + write 2)."""
+AUTOCAST_GRAD_ADD_BYTES = 12
+"""`.grad += g` in fp32: read both, write one (AccumulateGrad; the first micro-batch's gradient is kept as is)."""
+
+
+def autocast_layer_params(sc: Scenario, layer: int) -> float:
+    """Weights of one layer that autocast casts to bf16 on one rank: all but the norms' (whose ops run in
+    fp32 and take their weights as they are)."""
+    return sum(layer_rank_params(sc, layer)) - norm_params(sc.model)
+
+
+def autocast_cast_op(sc: Scenario, name: str, params: float) -> Compute | None:
+    """Under `training.autocast`, the fp32 -> bf16 cast of `params` weights that the step's first forward
+    makes and autocast's cache serves to the other micro-batches: 6 B/param once a step, emitted in every
+    micro-batch's forward as 6/m B/param (one op list serves all m micro-batches). None without autocast."""
+    if not sc.training.autocast or params <= 0:
+        return None
+    moved = params * AUTOCAST_CAST_BYTES / sc.micro_batches
+    return Compute(name, "elementwise", 0.0, moved, "fp32", (int(params),))
 
 
 def layer_rank_params(sc: Scenario, layer: int) -> tuple[float, float]:
@@ -535,6 +565,9 @@ def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
     if z.t > 1 and sc.parallel.sp:
         seq.comm(_tp_comm(sc, z, "sp_allgather_head", "all_gather"))
     v = -(-m.vocab // z.t)
+    cast = autocast_cast_op(sc, "autocast_cast_head", v * z.h)
+    if cast is not None:
+        seq.compute(cast)
     seq.compute(gemm("lm_head", z.T, v, z.h, z))
     seq.compute(elementwise("cross_entropy", z.T * v, 3, z, elt_bytes=4))
     if z.t > 1:
@@ -633,7 +666,7 @@ def optimizer_bytes_per_param(sc: Scenario) -> float:
     """HBM traffic of one optimizer step per (sharded) parameter: AdamW reads grad, master, m, v and writes
     master, m, v and the 16-bit weight (~30 B, MODELING.md 7.4) plus ~4 B for the global grad norm;
     SGD reads grad and master and writes master and weight."""
-    low = sc.training.precision != "fp32"
+    low = sc.training.precision != "fp32" and not sc.training.autocast  # autocast keeps no 16-bit copy to write
     if sc.training.optimizer == "adamw":
         return 4 * 4 + 3 * 4 + (2 if low else 0) + 4
     return 2 * 4 + 4 + (2 if low else 0) + 4

@@ -40,6 +40,13 @@ class Training:
     accumulator after every micro-batch (nanotron's FP32GradientAccumulator: +10 B/param of traffic, +2
     B/param held for the bf16 gradient; PyTorch autograd's `.grad` accumulation in fp32: +12 B/param)."""
 
+    autocast: bool = False
+    """bf16 through `torch.autocast` around the whole step instead of bf16 module weights (PyTorch AMP):
+    fp32 parameters (the optimizer's master is the parameter itself), fp32 `.grad`, Adam's m and v, and
+    autocast's bf16 copy of each weight, cast on the first forward and cached until the step's backward
+    ends (freed before the optimizer step); with gradient accumulation autograd casts each micro-batch's
+    bf16 weight gradient to fp32 and adds it into `.grad`. The replay's layout on a GPU without ZeRO."""
+
     @property
     def grad_bytes(self) -> int:
         return 2 if self.grad_dtype == "bf16" else 4
@@ -281,6 +288,14 @@ def validate_layout(sc: Scenario) -> Scenario:
     if t.global_batch % (p.dp * t.micro_batch):
         raise ScenarioError("training.global_batch", f"{t.global_batch} is not divisible by dp*micro_batch = {p.dp}*{t.micro_batch}",
                             "a multiple of dp*micro_batch")
+    if t.autocast and t.precision != "bf16":
+        raise ScenarioError("training.autocast", f"true with precision {t.precision}", "precision bf16 (autocast casts fp32 weights to bf16)")
+    if t.autocast and t.grad_dtype == "bf16":
+        raise ScenarioError("training.autocast", "true with grad_dtype bf16 (autocast's .grad has the fp32 parameters' dtype)",
+                            "grad_dtype fp32 or null")
+    if t.autocast and p.zero:
+        raise ScenarioError("training.autocast", f"true with parallel.zero {p.zero} (sharded states cast through FSDP2's mixed-precision policy)",
+                            "parallel.zero 0")
     if p.sp and t.seq_len % (p.tp * p.cp):
         raise ScenarioError("training.seq_len", f"{t.seq_len} is not divisible by tp*cp = {p.tp * p.cp} (sequence parallel)")
     if p.cp > 1 and t.seq_len % (2 * p.cp):

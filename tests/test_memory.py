@@ -6,6 +6,7 @@ import pytest
 from simulator import memory as mem
 from simulator.layout import rank_chunks
 from simulator.ops import rank_params
+from simulator.errors import ScenarioError
 from simulator.scenario import load_scenario, scenario_from_mapping
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,3 +264,36 @@ def test_out_of_place_zero_gather_holds_a_full_weight_buffer_in_the_optimizer_st
     assert buffer.optimizer_step - inplace.optimizer_step == pytest.approx(2 * params * (1 + 1 / dp), rel=1e-9)
     assert inplace.optimizer_step == pytest.approx(inplace.weights + inplace.grads + inplace.optimizer)
     assert buffer.peak >= buffer.optimizer_step
+
+
+# --------------------------------------------------------------------------- torch.autocast (PyTorch AMP)
+
+GPU_1B = ROOT / "scenarios" / "replay" / "gpu" / "1b-accum.yaml"
+
+
+def test_autocast_holds_18_bytes_per_cast_weight_in_backward_and_16_at_the_optimizer_step():
+    """fp32 parameter (its own master) 4 + fp32 .grad 4 + Adam m, v 8, plus autocast's cached bf16 copy (2)
+    until the step's backward ends: the same 18 B/param as Megatron's bf16 layout with fused fp32
+    accumulation, but 2 fewer than the unfused one, and the copy is gone at the optimizer step."""
+    sc = load_scenario(GPU_1B)
+    assert sc.training.autocast
+    params = rank_params(sc, 0).total
+    st = mem.static_bytes(sc, 0)
+    assert (st["weights"], st["grads"], st["optimizer"]) == pytest.approx((4 * params, 4 * params, 8 * params))
+    cache = mem.buffer_bytes(sc, 0)["autocast_cache"]
+    norms = sc.model.layers * 2 * sc.model.hidden + sc.model.hidden
+    assert cache == pytest.approx(2 * (params - norms))  # tied: the table is cast once, for the LM head
+    s = mem.stage_memory(sc, 0)
+    assert s.optimizer_step == pytest.approx(16 * params + sum(s.buffer_kinds[k] for k in mem.OPTIMIZER_TRANSIENTS))
+    megatron = load_scenario(GPU_1B, ["training.autocast=false", "training.grad_accum_fused=false"])
+    saved = 20 * params - (16 * params + cache * (1 + mem.ALLOCATOR_FRAGMENTATION))  # the cache is allocated each step
+    assert mem.stage_memory(megatron, 0).peak - s.peak == pytest.approx(saved, rel=1e-6)
+    assert saved > 1.8 * params
+
+
+def test_autocast_is_refused_where_it_cannot_be_the_layout():
+    for override, allowed in (("training.precision=fp32", "precision bf16"), ("training.grad_dtype=bf16", "grad_dtype fp32"),
+                              ("parallel.zero=1", "parallel.zero 0")):
+        with pytest.raises(ScenarioError, match="training.autocast") as e:
+            load_scenario(GPU_1B, [override])
+        assert allowed in str(e.value)

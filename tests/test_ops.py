@@ -2,7 +2,7 @@
 import pytest
 
 from simulator.flops import model_flops_per_step
-from simulator.ops import Comm, Compute, head_backward, head_forward, layer_passes, rank_params, shard
+from simulator.ops import Comm, Compute, head_backward, head_forward, layer_passes, layer_rank_params, rank_params, shard
 from simulator.scenario import load_scenario
 
 FLASH_MODEL_SHARE = 3 / 3.5  # FA runs fwd + 2.5x bwd; the model convention counts 3x fwd (MODELING.md 2.4)
@@ -196,3 +196,22 @@ def test_gpt_layers_add_learned_positions_not_rope_and_drop_out_before_each_resi
         assert ("rope" in forward) == rope
         elements = z.T_sp * z.h
         assert forward["residual1"].bytes == elements * (RESIDUAL_PASSES[0] * z.ab + mask_bytes)
+
+
+def test_autocast_casts_each_weight_once_a_step_and_each_gradient_every_micro_batch():
+    """Over a step of m micro-batches: one fp32 -> bf16 cast of the layer's weights (6 B/param, served from
+    autocast's cache afterwards), m casts of the bf16 gradient to fp32 (6 each) and m - 1 adds into .grad
+    (12 each; the first gradient is kept as it is)."""
+    from simulator.ops import autocast_layer_params
+    sc = load_scenario("scenarios/replay/gpu/1b-accum.yaml")
+    m = sc.micro_batches
+    assert m == 4
+    lp = layer_passes(sc, 0)
+    params = autocast_layer_params(sc, 0)
+    cast = [n.op for n in lp.F if n.op.name == "autocast_cast"]
+    acc = [n.op for n in lp.W if n.op.name == "grad_accum_fp32"]
+    assert len(cast) == 1 and m * cast[0].bytes == pytest.approx(6 * params)
+    grads = sum(layer_rank_params(sc, 0))
+    assert len(acc) == 1 and m * acc[0].bytes == pytest.approx(grads * (6 * m + 12 * (m - 1)))
+    rc = layer_passes(load_scenario("scenarios/replay/gpu/1b-accum.yaml", ["training.recompute=full"]), 0)
+    assert [n.op.name for n in rc.B].count("autocast_cast") == 0  # recompute reads the cached copy

@@ -217,3 +217,15 @@ def test_report_prices_the_measured_routing_imbalance_beside_the_plain_predictio
     assert "expert routing: busiest EP rank 1.30x" in format_table(r)
     dense = plan_replay(load_scenario(f"{SCEN}/dp2.yaml"), ReplayOptions(steps=2, warmup=1))
     assert build_report(dense, measured, None)["ep_imbalance"] is None
+
+
+def test_a_gpu_plan_without_autocast_is_told_that_the_executor_trains_through_autocast(monkeypatch):
+    """bf16 without ZeRO runs under torch.autocast on a GPU; a scenario that predicts Megatron's layout
+    (bf16 weights + fp32 master) instead gets a note, and the GPU bar's own scenario does not."""
+    from calibrate.replay import plan as replay_plan
+    monkeypatch.setattr(replay_plan, "_available_gpus", lambda: 1)
+    options = replay_plan.ReplayOptions(device="cuda")
+    gpu = load_scenario("scenarios/replay/gpu/1b-accum.yaml")
+    assert not [n for n in replay_plan.plan_replay(gpu, options).notes if "autocast" in n]
+    megatron = load_scenario("scenarios/replay/gpu/1b-accum.yaml", ["training.autocast=false"])
+    assert [n for n in replay_plan.plan_replay(megatron, options).notes if "training.autocast: true" in n]

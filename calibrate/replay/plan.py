@@ -172,6 +172,9 @@ def plan_replay(sc: Scenario, options: ReplayOptions) -> ReplayPlan:
     dtype = precision if device == "cuda" else "fp32"
     if device == "cpu" and precision != "fp32":
         notes.append(f"training.precision {precision}: CPU runs compute in fp32 (the prediction still assumes {precision})")
+    if dtype == "bf16" and sc.parallel.zero == 0 and not sc.training.autocast:
+        notes.append("training.autocast is false but the executor trains bf16 without ZeRO through torch.autocast "
+                     "(fp32 weights, cached bf16 copies): set training.autocast: true for the prediction to describe it")
     if sc.cluster.nodes > 1 and "WORLD_SIZE" not in os.environ:
         _fail("cluster.nodes", f"{sc.cluster.nodes} nodes: one command starts one node", "nodes: 1, or launch every node with torchrun")
     threads = o.threads or max(1, (os.cpu_count() or 1) // world)
