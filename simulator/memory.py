@@ -460,6 +460,10 @@ class StageMemory:
     optimizer step's (`optimizer_step` + CUDA context and NCCL)."""
     optimizer_step: float = 0.0
     """Allocated during the optimizer step: weights + grads + optimizer + its transients (`OPTIMIZER_TRANSIENTS`)."""
+    allocated_peak: float = 0.0
+    """What PyTorch's caching allocator holds in tensors at the peak (`torch.cuda.max_memory_allocated`):
+    `peak` less the CUDA context, NCCL's buffers (allocated outside it) and the fragmentation slack
+    (reserved, not allocated)."""
     buffer_kinds: dict[str, float] = field(default_factory=dict)
     """`buffer_bytes` by kind, for reports and tests."""
 
@@ -467,7 +471,7 @@ class StageMemory:
         return {"stage": self.stage, "weights_gib": self.weights / GIB, "grads_gib": self.grads / GIB,
                 "optimizer_gib": self.optimizer / GIB, "activations_gib": self.activations / GIB,
                 "buffers_gib": self.buffers / GIB, "peak_gib": self.peak / GIB,
-                "optimizer_step_gib": self.optimizer_step / GIB}
+                "optimizer_step_gib": self.optimizer_step / GIB, "allocated_peak_gib": self.allocated_peak / GIB}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -494,9 +498,12 @@ def stage_memory(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     buf = buffers_total(kinds)
     states = st["weights"] + st["grads"] + st["optimizer"]
     step = states + sum(kinds[k] for k in OPTIMIZER_TRANSIENTS)
-    peak = max(states + act + buf, step + kinds["cuda_context"] + kinds["nccl"])
+    outside = kinds["cuda_context"] + kinds["nccl"]
+    peak = max(states + act + buf, step + outside)
+    allocated = max(states + act + buf - outside - kinds["fragmentation"], step)
     return StageMemory(stage=pp_rank, weights=st["weights"], grads=st["grads"], optimizer=st["optimizer"],
-                       activations=act, buffers=buf, peak=peak, optimizer_step=step, buffer_kinds=kinds)
+                       activations=act, buffers=buf, peak=peak, optimizer_step=step, allocated_peak=allocated,
+                       buffer_kinds=kinds)
 
 
 def memory_report(sc: Scenario) -> MemoryReport:

@@ -251,7 +251,7 @@ def test_report_json_has_the_contract_keys():
     out = mem.memory_report(llama70b()).to_json()
     assert set(out) == {"capacity_gib", "peak_gib", "fits", "per_stage"}
     assert set(out["per_stage"][0]) == {"stage", "weights_gib", "grads_gib", "optimizer_gib", "activations_gib",
-                                        "buffers_gib", "peak_gib", "optimizer_step_gib"}
+                                        "buffers_gib", "peak_gib", "optimizer_step_gib", "allocated_peak_gib"}
     assert out["capacity_gib"] == 79.65
 
 
@@ -297,3 +297,26 @@ def test_autocast_is_refused_where_it_cannot_be_the_layout():
         with pytest.raises(ScenarioError, match="training.autocast") as e:
             load_scenario(GPU_1B, [override])
         assert allowed in str(e.value)
+
+
+def test_allocated_peak_is_what_the_caching_allocator_holds():
+    """`torch.cuda.max_memory_allocated` sees tensors only: the peak less the CUDA context, NCCL's
+    buffers and the fragmentation slack, and never less than the optimizer step's allocation."""
+    for sc in (load_scenario(GPU_1B), llama70b()):
+        for r in range(sc.parallel.pp):
+            s = mem.stage_memory(sc, r)
+            k = s.buffer_kinds
+            assert k["cuda_context"] > 0 and k["fragmentation"] > 0
+            backward = s.weights + s.grads + s.optimizer + s.activations + s.buffers
+            expected = max(backward - k["cuda_context"] - k["nccl"] - k["fragmentation"], s.optimizer_step)
+            assert s.allocated_peak == pytest.approx(expected) and s.allocated_peak < s.peak
+            assert s.as_gib()["allocated_peak_gib"] == pytest.approx(s.allocated_peak / mem.GIB)
+
+
+def test_the_replay_predicts_the_allocated_peak_it_measures():
+    pytest.importorskip("torch")
+    from calibrate.replay.report import predict
+    sc = load_scenario(GPU_1B)
+    predicted, why = predict(sc)
+    assert why is None
+    assert predicted["peak_memory_gib"] == pytest.approx(mem.stage_memory(sc, 0).allocated_peak / mem.GIB)

@@ -18,7 +18,9 @@ from .plan import ReplayPlan
 
 
 def predict(sc: Scenario) -> tuple[dict, Optional[str]]:
-    """({"iteration_time_s", "peak_memory_gib"}, why they are missing or None)."""
+    """({"iteration_time_s", "peak_memory_gib"}, why they are missing or None). The memory is the worst
+    stage's `allocated_peak_gib`, the figure `torch.cuda.max_memory_allocated` measures (no CUDA context,
+    NCCL buffers or allocator slack); `peak_gib` where a report lacks it."""
     empty = {"iteration_time_s": None, "peak_memory_gib": None}
     try:
         from simulator.run import simulate
@@ -26,8 +28,10 @@ def predict(sc: Scenario) -> tuple[dict, Optional[str]]:
         return empty, f"no prediction: simulator.run.simulate is not available ({e})"
     try:
         rep = simulate(sc)
-        return {"iteration_time_s": rep.get("iteration_time_s"),
-                "peak_memory_gib": (rep.get("memory") or {}).get("peak_gib")}, None
+        mem = rep.get("memory") or {}
+        allocated = [st.get("allocated_peak_gib") for st in mem.get("per_stage") or []]
+        peak = max(allocated) if allocated and None not in allocated else mem.get("peak_gib")
+        return {"iteration_time_s": rep.get("iteration_time_s"), "peak_memory_gib": peak}, None
     except Exception as e:  # a simulator bug must not hide the measurement
         return empty, f"no prediction: simulate() failed: {type(e).__name__}: {e}"
 
