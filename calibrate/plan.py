@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from simulator.ops import (Compute, embedding_backward, embedding_forward, head_backward, head_forward, layer_passes,
                            optimizer_op, rank_params)
-from simulator.profile import elementwise_kinds
+from simulator.profile import ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
 from simulator.scenario import Scenario, scenario_from_mapping
 
 
@@ -99,8 +99,7 @@ class Plan:
     """Largest rotating pool of random inputs (see timing.RandomPool)."""
 
 
-ELEMENTWISE_OPS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rope", "residual_add", "cross_entropy", "embedding", "copy",
-                   "moe_permute", "moe_unpermute", "row_gather")
+ELEMENTWISE_OPS = ELEMENTWISE_KINDS
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 ELEMENTWISE_WIDTH = {"rmsnorm": 1024, "layernorm": 1024, "swiglu": 2048, "gelu": 4096, "rope": 64,
                      "residual_add": 1024, "cross_entropy": 16384, "embedding": 1024, "copy": 1024,
@@ -276,7 +275,7 @@ def elementwise_spec(sc: Scenario, op: Compute) -> ElementwiseSpec:
         width = elements
     rows = -(-sc.model.vocab // sc.parallel.tp) if kind == "embedding" else 0
     experts = top_k = 0
-    if kind in ("moe_permute", "moe_unpermute", "row_gather") and sc.model.moe:
+    if kind in MOE_KINDS and sc.model.moe:
         moe = sc.model.moe
         experts = moe.experts // sc.parallel.ep if kind == "row_gather" else moe.experts
         top_k = 1 if kind == "row_gather" else moe.top_k

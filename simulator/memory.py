@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
-from .ops import DROPOUT_MASK_BYTES, Shard, autocast_layer_params, param_bytes, rank_params, shard
+from .ops import DROPOUT_MASK_BYTES, Shard, autocast_head_params, autocast_layer_params, param_bytes, rank_params, shard
 from .ops import layer_rank_params as ops_layer_rank_params
 from .params import final_norm_params
 from .scenario import Scenario
@@ -90,7 +90,10 @@ LAYER_TRANSIENTS = ("sp_gather", "cp_kv", "ep_all_to_all", "attention_scores", "
 """Buffer kinds that live inside one layer's pass; they coexist with each other."""
 HEAD_TRANSIENTS = ("logits_grad", "head_sp_gather")
 """Buffer kinds that live inside the loss / LM-head backward (never during a layer's pass)."""
-HELD_BUFFERS = ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache", "autocast_cache", "cuda_context", "nccl")
+OUTSIDE_ALLOCATOR = ("cuda_context", "nccl")
+"""Held buffer kinds that PyTorch's caching allocator does not hold (no fragmentation, not in
+`torch.cuda.max_memory_allocated`)."""
+HELD_BUFFERS = ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache", "autocast_cache") + OUTSIDE_ALLOCATOR
 """Buffer kinds held through the step."""
 SCORE_TERMS = ("softmax_output", "softmax_dropout_mask", "softmax_dropout_output")
 """The a*s^2 tensors of eager attention that selective recompute drops (KOR22 Table 2)."""
@@ -410,13 +413,13 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
         out["fp8_weight_cache"] = FP8_WEIGHT_CACHE_BYTES * (ZERO3_LIVE_UNITS * unit if p.zero == 3 else rp.total)
     if tr.autocast:  # bf16 copies of the cast weights, from the first forward to the step's last backward
         out["autocast_cache"] = AUTOCAST_CACHE_BYTES * (sum(autocast_layer_params(sc, i) for i in layers)
-                                                        + (-(-sc.model.vocab // z.t) * z.h if rp.head else 0))
+                                                        + (autocast_head_params(sc, z) if rp.head else 0))
     if sc.topology.node.interconnect not in NO_CUDA_INTERCONNECTS:
         out["cuda_context"] = CUDA_CONTEXT_BYTES
         per_communicator = NCCL_CHANNELS * NCCL_PEERS_PER_CHANNEL * NCCL_CONNECTION_BYTES
         out["nccl"] = _communicators(sc, (dense_group, expert_group)) * per_communicator
         dynamic = activation_bytes_in_flight(sc, pp_rank) + _transient_total(out) + sum(
-            out[k] for k in ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache", "autocast_cache"))
+            out[k] for k in HELD_BUFFERS if k not in OUTSIDE_ALLOCATOR)
         out["fragmentation"] = ALLOCATOR_FRAGMENTATION * dynamic
     return out
 
@@ -498,7 +501,7 @@ def stage_memory(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     buf = buffers_total(kinds)
     states = st["weights"] + st["grads"] + st["optimizer"]
     step = states + sum(kinds[k] for k in OPTIMIZER_TRANSIENTS)
-    outside = kinds["cuda_context"] + kinds["nccl"]
+    outside = sum(kinds[k] for k in OUTSIDE_ALLOCATOR)
     peak = max(states + act + buf, step + outside)
     allocated = max(states + act + buf - outside - kinds["fragmentation"], step)
     return StageMemory(stage=pp_rank, weights=st["weights"], grads=st["grads"], optimizer=st["optimizer"],

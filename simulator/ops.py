@@ -511,6 +511,12 @@ def autocast_layer_params(sc: Scenario, layer: int) -> float:
     return sum(layer_rank_params(sc, layer)) - norm_params(sc.model)
 
 
+def autocast_head_params(sc: Scenario, z: Shard) -> float:
+    """The LM head's weight on one rank, which autocast casts for the head GEMM (tied or not: with tied
+    embeddings the lookup reads the fp32 table and only the head casts it)."""
+    return -(-sc.model.vocab // z.t) * z.h
+
+
 def autocast_cast_op(sc: Scenario, name: str, params: float) -> Compute | None:
     """Under `training.autocast`, the fp32 -> bf16 cast of `params` weights that the step's first forward
     makes and autocast's cache serves to the other micro-batches: 6 B/param once a step, emitted in every
@@ -565,7 +571,7 @@ def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
     if z.t > 1 and sc.parallel.sp:
         seq.comm(_tp_comm(sc, z, "sp_allgather_head", "all_gather"))
     v = -(-m.vocab // z.t)
-    cast = autocast_cast_op(sc, "autocast_cast_head", v * z.h)
+    cast = autocast_cast_op(sc, "autocast_cast_head", autocast_head_params(sc, z))
     if cast is not None:
         seq.compute(cast)
     seq.compute(gemm("lm_head", z.T, v, z.h, z))

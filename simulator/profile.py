@@ -63,8 +63,10 @@ GEMM_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 PHASES = ("fwd", "bwd")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 TIERS = ("intra_node", "inter_node")
+MOE_KINDS = ("moe_permute", "moe_unpermute", "row_gather")
+"""The MoE routing's gathers (`_KIND_OF_NAME` says what each is)."""
 ELEMENTWISE_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rope", "residual_add", "cross_entropy",
-                     "embedding", "copy", "moe_permute", "moe_unpermute", "row_gather")
+                     "embedding", "copy") + MOE_KINDS
 
 _KIND_OF_NAME = (
     ("final_norm", ("rmsnorm", "layernorm")),
