@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import collectives
-from .layout import GroupShape, group_shape
+from .layout import GroupShape
 from .ops import Comm, Compute
 from .topology import Topology
 
@@ -24,7 +24,7 @@ GEMM_HALF_EFFICIENCY_S = 2.0e-6
 fill the device (wave quantisation, launch and tail). 2 us = 2e9 FLOPs on an H100; as a time it carries
 over to other devices (on the CPU profile the fitted knee is ~1e6 FLOPs at ~0.12 TFLOP/s, ~8 us)."""
 EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
-                   "pp_internode_tp_host_s", "pp_internode_tp_host_per_rank_s")
+                   "tp_host_s", "tp_host_per_rank_s")
 """`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
 FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py)."""
 ATTENTION_EFFICIENCY = {"fwd": 0.55, "bwd": 0.45}
@@ -53,8 +53,6 @@ class CostModel:
     framework: dict = field(default_factory=dict)
     """How the step runs on the host, for the profile's `framework` table (Profile.framework_overhead):
     mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""
-    pp_internode: bool = False
-    """The pipeline's sends cross nodes (pp > 1 on more than one node): switches on the host cost below."""
     stats: dict = field(default_factory=lambda: {"compute_s": 0.0, "measured_s": 0.0, "framework_s": 0.0})
     """Seconds of compute priced from measurements vs in total (the report's coverage figure); framework_s:
     the part of the measured seconds that is the profile's framework (host) overhead."""
@@ -134,15 +132,14 @@ class CostModel:
         """Seconds the host spends issuing `op` (the GPU cannot start it, nor anything after it, earlier):
         the schedulers keep a host clock per pass, so a pass takes max(its GPU time, its host time).
 
-        Only one stack effect is priced so far (`cluster.efficiency`, 0 by default): a TP collective costs
-        pp_internode_tp_host_s + tp x pp_internode_tp_host_per_rank_s of host time when the pipeline's
-        sends cross nodes. Seen in the playbook's nanotron runs (`playbook.NANOTRON_EFFICIENCY`): with pp > 1
-        on several nodes a layer never runs faster than a floor that grows with tp and not with the
-        micro-batch; on one node, or with pp = 1, there is no such floor."""
-        if not (self.pp_internode and isinstance(op, Comm) and op.dim == "tp" and group.size > 1):
+        One stack effect is priced (`cluster.efficiency`, 0 by default): each TP collective costs
+        tp_host_s + tp x tp_host_per_rank_s of host time. Seen in the playbook's nanotron runs in the
+        cluster's slow network state (`playbook.SLOW_STATE_TP_HOST`): a layer never runs faster than a
+        floor that grows with tp and not with the micro-batch, whatever pp."""
+        if not (isinstance(op, Comm) and op.dim == "tp" and group.size > 1):
             return 0.0
         e = self.efficiency
-        return e.get("pp_internode_tp_host_s", 0.0) + group.size * e.get("pp_internode_tp_host_per_rank_s", 0.0)
+        return e.get("tp_host_s", 0.0) + group.size * e.get("tp_host_per_rank_s", 0.0)
 
     def p2p_time(self, nbytes: float, same_node: bool) -> float:
         return collectives.p2p_time(self.topology, nbytes, same_node)
@@ -156,7 +153,6 @@ def build_cost_model(sc) -> CostModel:
         profile = load_profile(sc.cluster.profile)
     return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
                      efficiency=dict(sc.cluster.efficiency),
-                     pp_internode=sc.parallel.pp > 1 and not group_shape(sc, "pp").intra_node,
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
 
 

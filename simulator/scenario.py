@@ -63,9 +63,8 @@ class Cluster:
     efficiency: dict[str, float] = field(default_factory=dict)
     """Per-software-stack overrides of the spec roofline (costs.py): gemm, attention_fwd, attention_bwd,
     hbm (fractions of peak), tp_comm_overhead_s (seconds added to every TP collective) and
-    tp_internode_overhead_s (added again per node beyond the first that the TP group spans); pp_internode_tp_host_s and
-    pp_internode_tp_host_per_rank_s (host seconds per TP collective, + per TP rank, when the pipeline
-    crosses nodes: `CostModel.host_time`)."""
+    tp_internode_overhead_s (added again per node beyond the first that the TP group spans); tp_host_s and
+    tp_host_per_rank_s (host seconds to issue each TP collective, + per TP rank: `CostModel.host_time`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,7 +26,7 @@ from typing import Optional
 import yaml
 
 from .errors import ScenarioError
-from .playbook import DEGRADED_P2P_LATENCY_US, NETWORK, PlaybookRun, build_scenario, read_runs
+from .playbook import DEGRADED_P2P_LATENCY_US, NETWORK, PlaybookRun, build_scenario, network_state, read_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_DIR = ROOT / "validation" / "references"
@@ -372,19 +372,6 @@ def slow_sends(outcomes: list[Outcome]) -> dict:
         out[split] = {"runs": len(slow), "of": len(scored), "ids": sorted(o.case.id for o, _ in slow),
                       "mape_points": 100 * sum(abs(e) for _, e in slow) / len(scored), "rest_mape_pct": _mape(rest)}
     return out
-
-
-HEALTHY_NODE_BUSBW = 440.0
-"""GB/s: a job whose one-node 1 GiB all-reduce measured at least this ran in the playbook cluster's healthy
-network state (~458 GB/s, all-job busbw ~175-190 GB/s on 8-64 nodes); below, the slow state (~425 GB/s,
-all-job busbw ~850/nodes GB/s) or a degraded node (~45 GB/s). Used only to group the busbw table."""
-
-
-def network_state(run: PlaybookRun) -> str:
-    intra = run.busbw.get("all_reduce_intranode8")
-    if intra is None:
-        return "unknown"
-    return "healthy" if intra >= HEALTHY_NODE_BUSBW else ("slow" if intra >= 200 else "degraded node")
 
 
 def busbw_check(cases: list[Case]) -> list[dict]:

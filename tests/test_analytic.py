@@ -67,13 +67,13 @@ def host_scenario(nodes, host_s=0.0, pp=2, mbs=1):
                                      "heads": 8, "vocab": 1000},
            "training": {"seq_len": 512, "global_batch": 8, "micro_batch": mbs},
            "cluster": {"topology": "dgx-h100", "nodes": nodes, "gpus_per_node": 8 // nodes,
-                       "efficiency": {"pp_internode_tp_host_s": host_s}},
+                       "efficiency": {"tp_host_s": host_s}},
            "parallel": {"tp": 4, "pp": pp, "sp": True}}
     return scenario_from_mapping(raw)
 
 
-def test_host_floor_when_the_pipeline_crosses_nodes():
-    """A pass takes max(GPU time, host time); the host cost only exists with pp > 1 across nodes."""
+def test_host_floor_bounds_every_pass_from_below():
+    """A pass takes max(GPU time, host time): each TP collective's host cost, at any pp and node count."""
     from simulator.analytic import stage_times
     from simulator.costs import build_cost_model
     host = 0.05  # per TP collective: far above any GPU time here
@@ -83,10 +83,12 @@ def test_host_floor_when_the_pipeline_crosses_nodes():
     for kind, n in tp_collectives.items():
         assert getattr(st, kind).duration >= 4 * n * host
     assert st.F.duration == pytest.approx(sum(st.F.host.values()))  # host-bound: the GPU waits for it
-    one_node = host_scenario(nodes=1, host_s=host)
-    plain = host_scenario(nodes=1)
-    assert estimate(one_node, build_cost_model(one_node)).iteration_time_s == pytest.approx(
-        estimate(plain, build_cost_model(plain)).iteration_time_s)
+    for nodes, pp in ((1, 2), (2, 1), (1, 1)):  # the stack's cost does not depend on where the stages sit
+        sc = host_scenario(nodes=nodes, host_s=host, pp=pp)
+        floor = (8 // sc.parallel.dp) * (8 // pp) * 10 * host  # micro-batches x layers per stage x collectives
+        assert estimate(sc, build_cost_model(sc)).iteration_time_s >= floor
+        plain = host_scenario(nodes=nodes, pp=pp)
+        assert estimate(plain, build_cost_model(plain)).iteration_time_s < floor / 10
 
 
 def test_host_floor_is_a_max_not_a_sum():
