@@ -9,10 +9,10 @@ regret = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(regret)
 
 
-def run(dp, tp, measured, label="8B", nodes=2, vocab=131072, kv_heads=32):
+def run(dp, tp, measured, label="8B", nodes=2, vocab=131072, kv_heads=32, node_busbw=458.0):
     return SimpleNamespace(label=label, kv_heads=kv_heads, heads=32, vocab=vocab, nodes=nodes, global_batch=256, dp=dp, tp=tp,
                            pp=1, zero=1, micro_batch=1, grad_accum=256 // dp, tokens_per_s_per_gpu=measured,
-                           layout_key=(label, kv_heads, vocab, nodes, dp, tp))
+                           busbw={"all_reduce_intranode8": node_busbw}, layout_key=(label, kv_heads, vocab, nodes, dp, tp))
 
 
 def test_regret_is_the_shortfall_of_the_pick():
@@ -54,3 +54,16 @@ def test_model_variants_are_separate_groups():
     assert set(groups) == {"8B", "8B (vocab49k)", "8B (gqa8)"}
     assert groups["8B"]["regret"] == 0.0 and groups["8B (gqa8)"]["regret"] == 0.0
     assert groups["8B (vocab49k)"]["best_measured"] == 70.0 and abs(groups["8B (vocab49k)"]["regret"] - 1 / 7) < 1e-12
+
+
+def test_picks_from_another_network_state_are_counted():
+    """The pick ran in the slow state (one-node probe ~425 GB/s), the best in the healthy one: the group's
+    regret is reported as one whose measured order mixes layout and network state."""
+    runs = [run(16, 1, 100.0), run(8, 2, 90.0, node_busbw=425.0), run(4, 4, 95.0, label="3B"), run(2, 8, 80.0, label="3B")]
+    preds = [{"ok": True, "tokens_per_s_per_gpu": p, "fits": True} for p in (5.0, 9.0, 5.0, 9.0)]
+    groups = {g["model"]: g for g in regret.regret_groups(regret.group_members(runs, preds))}
+    assert (groups["8B"]["pick_state"], groups["8B"]["best_state"]) == ("slow", "healthy")
+    assert groups["3B"]["pick_state"] == groups["3B"]["best_state"] == "healthy"
+    mix = regret.state_mix([dict(g, split="fit") for g in groups.values()])["fit"]
+    assert mix["groups_with_regret"] == 2 and mix["mixed_states"] == 1
+    assert abs(mix["regret_points_mixed"] - 0.10 / 2) < 1e-12

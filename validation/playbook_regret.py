@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simulator.errors import ScenarioError  # noqa: E402
-from simulator.playbook import FIT_LABELS, NETWORK, NETWORK_CHOICES, read_runs  # noqa: E402
+from simulator.playbook import FIT_LABELS, NETWORK, NETWORK_CHOICES, network_state, read_runs  # noqa: E402
 from simulator.sweep import make_runner  # noqa: E402
 
 BAR = 0.02
@@ -97,8 +97,8 @@ def regret_groups(groups: dict[tuple, list]) -> list[dict]:
         out.append({
             "model": model_name(label, kv, vocab, members[0][0].heads), "split": "fit" if label in FIT_LABELS else "validation",
             "nodes": nodes, "global_batch": gb, "layouts": len(members), "predicted_fit": sum(1 for m in members if m[1]["fits"]),
-            "best": layout_name(best[0]), "best_measured": best[0].tokens_per_s_per_gpu,
-            "pick": layout_name(pick[0]), "pick_measured": pick[0].tokens_per_s_per_gpu,
+            "best": layout_name(best[0]), "best_measured": best[0].tokens_per_s_per_gpu, "best_state": network_state(best[0]),
+            "pick": layout_name(pick[0]), "pick_measured": pick[0].tokens_per_s_per_gpu, "pick_state": network_state(pick[0]),
             "pick_predicted": pick[1].get("engine", pick[1]["tokens_per_s_per_gpu"]), "pick_by": "engine" if "engine" in pick[1] else "analytic",
             "pick_rank_measured": 1 + sum(1 for m in members if m[0].tokens_per_s_per_gpu > pick[0].tokens_per_s_per_gpu),
             "regret": 1 - pick[0].tokens_per_s_per_gpu / best[0].tokens_per_s_per_gpu,
@@ -116,17 +116,39 @@ def summary(groups: list[dict]) -> dict:
     return out
 
 
+def state_mix(groups: list[dict]) -> dict:
+    """Groups whose pick ran in another network state than their best (`playbook.network_state`): the
+    measured order of those two layouts mixes the layout with the cluster's state at the time, which the
+    prediction prices per job from its probes."""
+    out = {}
+    for split in ("fit", "validation"):
+        gs = [g for g in groups if g["split"] == split and g["regret"] > 0]
+        mixed = [g for g in gs if g["pick_state"] != g["best_state"]]
+        if gs:
+            out[split] = {"groups_with_regret": len(gs), "mixed_states": len(mixed),
+                          "regret_points_mixed": sum(g["regret"] for g in mixed) / sum(1 for g in groups if g["split"] == split)}
+    return out
+
+
 def format_text(groups: list[dict], summ: dict, topology: str, estimator: str) -> str:
     lines = [f"Regret of clustersim's pick on the Playbook runs ({estimator} estimator, topology {topology}; bar {BAR:.0%})", ""]
-    head = ["model", "nodes", "gbs", "layouts", "best measured", "tok/s/GPU", "clustersim's pick", "tok/s/GPU", "rank", "regret"]
+    head = ["model", "nodes", "gbs", "layouts", "best measured", "tok/s/GPU", "state", "clustersim's pick", "tok/s/GPU",
+            "state", "pred/meas", "rank", "regret"]
     rows = [[g["model"], str(g["nodes"]), str(g["global_batch"]), str(g["layouts"]), g["best"], f"{g['best_measured']:,.0f}",
-             g["pick"], f"{g['pick_measured']:,.0f}", str(g["pick_rank_measured"]), f"{g['regret']:.1%}"] for g in groups]
+             g["best_state"], g["pick"], f"{g['pick_measured']:,.0f}", g["pick_state"],
+             f"{g['pick_predicted'] / g['pick_measured']:.2f}", str(g["pick_rank_measured"]), f"{g['regret']:.1%}"]
+            for g in groups]
     widths = [max(len(r[i]) for r in [head] + rows) for i in range(len(head))]
-    lines += ["  ".join(c.ljust(w) if i in (0, 4, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in [head] + rows]
+    lines += ["  ".join(c.ljust(w) if i in (0, 4, 6, 7, 9) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+              for r in [head] + rows]
     lines.append("")
     for split, s in summ.items():
         lines.append(f"{split:10s} split: {s['groups']} groups, regret mean {s['mean_regret']:.1%}, median {s['median_regret']:.1%}, "
                      f"max {s['max_regret']:.1%}; within {BAR:.0%} in {s['within_bar']:.0%} of groups")
+    for split, m in state_mix(groups).items():
+        lines.append(f"{split:10s} split: {m['mixed_states']} of the {m['groups_with_regret']} groups with regret picked a layout that "
+                     f"ran in another network state than the best (state: the job's one-node probe); they carry "
+                     f"{m['regret_points_mixed']:.1%} of the mean regret")
     return "\n".join(lines) + "\n"
 
 
@@ -157,7 +179,8 @@ def main(argv=None) -> int:
     summ = summary(groups)
     estimator = args.estimator + (f", engine on each group's top {args.engine_top}" if args.engine_top else "")
     if args.json:
-        print(json.dumps({"topology": args.topology, "network": args.network, "estimator": estimator, "bar": BAR, "summary": summ, "groups": groups}, indent=2))
+        print(json.dumps({"topology": args.topology, "network": args.network, "estimator": estimator, "bar": BAR, "summary": summ,
+                          "state_mix": state_mix(groups), "groups": groups}, indent=2))
     else:
         print(format_text(groups, summ, f"{args.topology} (network: {args.network})", estimator), end="")
     return 0
