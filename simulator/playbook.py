@@ -100,7 +100,7 @@ SLOW_NODE_BUSBW = 200.0
 """GB/s: a one-node probe between this and `HEALTHY_NODE_BUSBW` is the slow state; below, a degraded node."""
 
 
-def network_state(run: "PlaybookRun") -> str:
+def network_state(run: PlaybookRun) -> str:
     """healthy | slow | degraded node | unknown (no probe), from the job's one-node all-reduce busbw."""
     intra = run.busbw.get("all_reduce_intranode8")
     if intra is None:

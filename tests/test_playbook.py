@@ -4,7 +4,7 @@ import csv
 import pytest
 
 from simulator.errors import ScenarioError
-from simulator.playbook import (DEFAULT_CSV, FIT_LABELS, build_scenario, nanotron_pp_layers, read_runs,
+from simulator.playbook import (DEFAULT_CSV, FIT_LABELS, build_scenario, nanotron_pp_layers, network_state, read_runs,
                                 run_from_row, scenario_mapping)
 
 MODELS = {  # label: (layers, hidden, ffn, heads, tied)   ../shared/data/playbook/README.md
@@ -154,7 +154,6 @@ def test_slow_state_jobs_at_pp1_with_small_micro_batches_run_at_the_floor():
     micro-batch, 2-8x their compute, like the deep pipelines of the same state: with the floor each is
     within 15 % (7-11 % too fast), with either estimator; without it they came out 2-8x too fast."""
     from simulator.run import simulate
-    from simulator.playbook import network_state
     runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.pp == 1
             and r.nodes == 32 and r.micro_batch == 1 and r.tp >= 4 and network_state(r) == "slow"]
     assert len(runs) == 6
