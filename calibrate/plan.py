@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from simulator.ops import (Compute, embedding_backward, embedding_forward, head_backward, head_forward, layer_passes,
                            optimizer_op, rank_params)
-from simulator.profile import ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
+from simulator.profile import COLLECTIVES, ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
 from simulator.scenario import Scenario, scenario_from_mapping
 
 
@@ -99,8 +99,6 @@ class Plan:
     """Largest rotating pool of random inputs (see timing.RandomPool)."""
 
 
-ELEMENTWISE_OPS = ELEMENTWISE_KINDS
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 ELEMENTWISE_WIDTH = {"rmsnorm": 1024, "layernorm": 1024, "swiglu": 2048, "gelu": 4096, "rope": 64,
                      "residual_add": 1024, "cross_entropy": 16384, "embedding": 1024, "copy": 1024,
                      "moe_permute": 1024, "moe_unpermute": 1024, "row_gather": 1024}
@@ -134,7 +132,7 @@ def _grid(dtype: str, ms, ns, ks) -> list[GemmSpec]:
 
 def _elementwise(dtypes, sizes) -> list[ElementwiseSpec]:
     return [ElementwiseSpec(op=op, dtype=dt, elements=e, width=min(e, ELEMENTWISE_WIDTH[op]))
-            for dt in dtypes for op in ELEMENTWISE_OPS for e in sizes]
+            for dt in dtypes for op in ELEMENTWISE_KINDS for e in sizes]
 
 
 def _attention(dtype, pairs, d_heads, causal=(True,)) -> list[AttentionSpec]:

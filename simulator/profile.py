@@ -35,6 +35,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
+from .collectives import COLLECTIVES
 from .costs import log_interp
 from .errors import ScenarioError
 from .layout import GroupShape
@@ -61,7 +62,6 @@ COMM_ABOVE = 16.0
 
 GEMM_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 PHASES = ("fwd", "bwd")
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 TIERS = ("intra_node", "inter_node")
 MOE_KINDS = ("moe_permute", "moe_unpermute", "row_gather")
 """The MoE routing's gathers (`_KIND_OF_NAME` says what each is)."""
