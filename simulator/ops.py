@@ -177,6 +177,12 @@ SWIGLU_PASSES = (3, 5)
 GELU_PASSES = (2, 3)
 ROPE_PASSES = (2, 2)
 RESIDUAL_PASSES = (3, 3)
+CROSS_ENTROPY_BYTES = (38, 14)
+"""Bytes per logit of the vocab-parallel cross-entropy as Megatron (`VocabParallelCrossEntropy`) and nanotron
+(`_ShardedCrossEntropy`) run it, unfused, in fp32. Forward: cast the bf16 logits to fp32 (read 2, write 4),
+max (read 4), subtract the max (4 + 4), exp (4 + 4), sum (read 4), normalise to the softmax kept for the
+backward (4 + 4) = 38. Backward: scale the softmax in place by the loss gradient (4 + 4), cast the gradient
+back to bf16 (read 4, write 2) = 14. The target-logit gather and its correction touch one logit per token."""
 DROPOUT_MASK_BYTES = 1
 """Dropout masks are bytes (KOR22 §4.1): Megatron's bias-dropout-add writes one in forward, the backward
 reads it, and the memory model keeps it (`memory.layer_activation_terms`)."""
@@ -575,7 +581,7 @@ def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
     if cast is not None:
         seq.compute(cast)
     seq.compute(gemm("lm_head", z.T, v, z.h, z))
-    seq.compute(elementwise("cross_entropy", z.T * v, 3, z, elt_bytes=4))
+    seq.compute(elementwise("cross_entropy", z.T * v, CROSS_ENTROPY_BYTES[0], z, elt_bytes=1))
     if z.t > 1:
         seq.comm(Comm("ce_allreduce", "tp", "all_reduce", float(3 * z.T * 4)))
     return tuple(seq.nodes)
@@ -587,7 +593,7 @@ def head_backward(sc: Scenario, z: Shard | None = None) -> tuple[tuple[Node, ...
     m = sc.model
     v = -(-m.vocab // z.t)
     b = _Seq()
-    b.compute(elementwise("cross_entropy_bwd", z.T * v, 3, z, elt_bytes=4))
+    b.compute(elementwise("cross_entropy_bwd", z.T * v, CROSS_ENTROPY_BYTES[1], z, elt_bytes=1))
     head = gemm("lm_head", z.T, v, z.h, z)
     dgrad, wgrad = _backward_of(head, z)
     b.compute(dgrad)

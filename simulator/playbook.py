@@ -63,26 +63,35 @@ VALIDATION_LABELS = ("80B", "469G")
 """The README's split: fit and tune only on 1B/3B/8B; 80B and 469G are reported, never tuned to."""
 TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
-NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.5e-4}
+NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.0e-4,
+                       "tp_host_s": 4.5e-4}
 """nanotron's software stack on these H100s (`cluster.efficiency`), fitted on the fit split only:
 GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of micro-batch size, so
 compute-bound); attention 0.35/0.30: FlashAttention-2 reaches ~35 % of H100 peak (FA3 paper) and nanotron
-ran FA2; 150 us per TP collective: the per-layer cost grows with tp (1B tp8: 18.98 s at mbs 1 vs 4.66 s
-at mbs 16 for the same tokens); with these one-node MAPE is 12.6 %. A TP collective across nodes costs
-more through the network alone: every step of its ring waits ~40 us on EFA (`fabric.ring_step_latency_us`,
-solved per job from its all-gather probe; 15 steps over 2 nodes, 31 over 4), which is what the fit split
-shows: ~0.8 ms per collective over 2 nodes (tp16) and ~1.7-2.2 ms over 4 (tp32) at 16-64 MiB, growing only
-~3.7 us per MiB. (A fitted 0.45 ms per extra node did this before; with the ring latency its best value is 0:
-fit split TP-across-nodes median APE 12.7 %, 14.1 % with it.) The slow network state adds a host floor
-per TP collective (`SLOW_STATE_TP_HOST`)."""
+ran FA2. TP: 100 us of GPU time per TP collective on top of NCCL's, and 450 us of host time per TP
+collective (`CostModel.host_time`: a pass takes max(GPU, host)). The host floor is what the healthy-state
+jobs at mbs 1 show: a layer's forward + backward takes 4.3-4.6 ms on one node whatever the model and tp
+(1B at tp 2 / 4 / 8: 4.37 / 4.45 / 4.63 ms; 3B tp4 4.31, tp8 4.41; 8B tp8 4.42), 2-8x their compute, while
+8B at tp2 (compute ~7 ms) runs above it at 8.96 ms; 10 TP collectives a layer -> ~0.45 ms each. The two
+were fitted together on the fit split (grid 0.4-0.5 ms x 75-150 us x GEMM 0.55-0.6, with the
+cross-entropy's byte count of `ops.CROSS_ENTROPY_BYTES`): fit throughput MAPE 38.6 -> 37.5 %, median APE
+9.8 -> 8.5 %, one-node runs 8.5 / 9.0 / 11.0 -> 5.4 / 6.4 / 6.9 % for 1B / 3B / 8B; before, a flat 150 us
+GPU adder priced 1B tp8 mbs1 47 % too fast and 8B tp2-4 10-20 % too slow. A TP collective across nodes
+costs more through the network alone: every step of its ring waits ~40 us on EFA
+(`fabric.ring_step_latency_us`, solved per job from its all-gather probe; 15 steps over 2 nodes, 31 over
+4), which is what the fit split shows: ~0.8 ms per collective over 2 nodes (tp16) and ~1.7-2.2 ms over 4
+(tp32) at 16-64 MiB, growing only ~3.7 us per MiB. (A fitted 0.45 ms per extra node did this before; with
+the ring latency its best value is 0: fit split TP-across-nodes median APE 12.7 %, 14.1 % with it.) The
+slow network state raises the host floor and makes it grow with tp (`SLOW_STATE_TP_HOST`)."""
 SLOW_STATE_TP_HOST = {"tp_host_s": 3.0e-4, "tp_host_per_rank_s": 2.5e-4}
 """Host seconds per TP collective (`CostModel.host_time`) for jobs that ran in the cluster's slow network state
 (`network_state`; `network: measured` only). In that state a layer's forward + backward never takes less than
 ~11 / 16 / 25 / 55 ms at tp = 2 / 4 / 8 / 16, whatever the model or micro-batch: 3B tp8 pp2 took 337 ms per
 14-layer stage and micro-batch at mbs 1, 2, 4 and 8 alike, and at pp = 1, mbs 1, tp4 jobs on 32 nodes took
 15.2 / 15.4 / 16.2 ms per layer and micro-batch for 1B / 3B / 8B and tp8 jobs 26.4 / 25.3 / 26.0 ms, 2-8x
-their compute. Healthy-state jobs show no floor (1B tp8 pp1 mbs1 on 32 nodes: 5.2 ms per layer; the deep
-healthy pipelines, 1B tp8 pp16 and 3B/8B tp4 pp32, ran 2.7-5x faster than the floor prices them). It acts
+their compute. Healthy-state jobs sit at a lower floor that does not grow with tp (`NANOTRON_EFFICIENCY`:
+1B tp8 pp1 mbs1 on 32 nodes, 5.2 ms per layer; the deep healthy pipelines, 1B tp8 pp16 and 3B/8B tp4 pp32,
+4.9-5.9 ms, 2.7-5x faster than this floor prices them). It acts
 as max(GPU, floor), not a sum (3B tp8 pp2 mbs16 runs at its compute time), as a host that cannot keep
 ahead would: priced as 0.3 ms + tp x 0.25 ms of host time per TP collective (10 per layer), fitted on the
 fit split (on its multi-node pp > 1 runs, grid over 0-0.8 ms x 0.15-0.3 ms; applied by state, a 2 x 3
