@@ -23,7 +23,7 @@ GEMM_HALF_EFFICIENCY_S = 2.0e-6
 """A GEMM whose ideal time at peak is this short reaches half its peak efficiency: small GEMMs do not
 fill the device (wave quantisation, launch and tail). 2 us = 2e9 FLOPs on an H100; as a time it carries
 over to other devices (on the CPU profile the fitted knee is ~1e6 FLOPs at ~0.12 TFLOP/s, ~8 us)."""
-EFFICIENCY_KEYS = ("gemm", "gemm_half_s", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
+EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
                    "tp_host_s", "tp_host_per_rank_s")
 """`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
 FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py)."""
@@ -62,8 +62,8 @@ class CostModel:
         return self.topology.peak_flops(dtype)
 
     def gemm_efficiency(self, flops: float, dtype: str = "bf16") -> float:
-        """eta_max * F / (F + F_half), F_half = peak * GEMM_HALF_EFFICIENCY_S (or `efficiency.gemm_half_s`)."""
-        half = self.peak_flops(dtype) * self.efficiency.get("gemm_half_s", GEMM_HALF_EFFICIENCY_S)
+        """eta_max * F / (F + F_half), F_half = peak * GEMM_HALF_EFFICIENCY_S."""
+        half = self.peak_flops(dtype) * GEMM_HALF_EFFICIENCY_S
         return self.efficiency.get("gemm", GEMM_PEAK_EFFICIENCY) * flops / (flops + half)
 
     def spec_compute_time(self, op: Compute) -> float:
@@ -133,9 +133,10 @@ class CostModel:
         the schedulers keep a host clock per pass, so a pass takes max(its GPU time, its host time).
 
         One stack effect is priced (`cluster.efficiency`, 0 by default): each TP collective costs
-        tp_host_s + tp x tp_host_per_rank_s of host time. Seen in the playbook's nanotron runs in the
-        cluster's slow network state (`playbook.SLOW_STATE_TP_HOST`): a layer never runs faster than a
-        floor that grows with tp and not with the micro-batch, whatever pp."""
+        tp_host_s + tp x tp_host_per_rank_s of host time. Seen in the playbook's nanotron runs: a layer
+        never runs faster than a floor that does not grow with the micro-batch, whatever pp; flat in tp in
+        the cluster's healthy network state (`playbook.NANOTRON_EFFICIENCY`), growing with tp in its slow
+        one (`playbook.SLOW_STATE_TP_HOST`)."""
         if not (isinstance(op, Comm) and op.dim == "tp" and group.size > 1):
             return 0.0
         e = self.efficiency

@@ -122,19 +122,24 @@ def test_the_shared_csv_has_4104_runs_and_all_but_eight_build():
     assert bad and all(r.tp == 256 and r.status == "Other" for r in bad)
 
 
+def predicted_over_measured(runs, estimator: str) -> list[float]:
+    """Predicted / measured tokens/s/GPU of each playbook run."""
+    from simulator.run import simulate
+    return [simulate(build_scenario(r), estimator=estimator)["tokens_per_s_per_gpu"] / r.tokens_per_s_per_gpu
+            for r in runs]
+
+
 @pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
 def test_degraded_node_jobs_pay_their_pipeline_sends():
     """The fit split's 20 timed jobs whose one-node probe read ~45 GB/s ran 1.2-54x slower than their
     compute and collectives explain, ~1 s per micro-batch at pp >= 4 and half that at pp = 2 (4 and 2
     sends per stage): with the degraded send latency and nanotron's blocking sends each is within 10 %
     (without it, 1.2-54x too fast), with either estimator."""
-    from simulator.run import simulate
     runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.after_pp_fix
             and r.tokens_per_s_per_gpu and 0 < r.busbw.get("all_reduce_intranode8", 0) < 100]
     assert len(runs) == 20 and all(r.pp > 1 for r in runs)
     for estimator in ("analytic", "engine"):
-        ratios = [simulate(build_scenario(r), estimator=estimator)["tokens_per_s_per_gpu"] / r.tokens_per_s_per_gpu
-                  for r in runs]
+        ratios = predicted_over_measured(runs, estimator)
         assert max(abs(x - 1) for x in ratios) < 0.10, estimator
 
 
@@ -155,13 +160,11 @@ def test_slow_state_jobs_at_pp1_with_small_micro_batches_run_at_the_floor():
     """The fit split's slow-state pp = 1, mbs 1 jobs with tp 4-8 on 32 nodes took 15-26 ms per layer and
     micro-batch, 2-8x their compute, like the deep pipelines of the same state: with the floor each is
     within 15 % (7-11 % too fast), with either estimator; without it they came out 2-8x too fast."""
-    from simulator.run import simulate
     runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.pp == 1
             and r.nodes == 32 and r.micro_batch == 1 and r.tp >= 4 and network_state(r) == "slow"]
     assert len(runs) == 6
     for estimator in ("analytic", "engine"):
-        ratios = [simulate(build_scenario(r), estimator=estimator)["tokens_per_s_per_gpu"] / r.tokens_per_s_per_gpu
-                  for r in runs]
+        ratios = predicted_over_measured(runs, estimator)
         assert max(abs(x - 1) for x in ratios) < 0.15, (estimator, ratios)
 
 
@@ -171,11 +174,9 @@ def test_healthy_one_node_tp_jobs_at_mbs1_run_at_the_healthy_floor():
     micro-batch whatever the model (1B to 8B) and tp, unless their compute is longer (8B tp2): with the
     healthy host floor each is within 15 % with either estimator; with the flat 150 us GPU adder it
     replaced, 1B tp8 came out 47 % too fast and 8B tp4 20 % too slow."""
-    from simulator.run import simulate
     runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.pp == 1
             and r.nodes == 1 and r.micro_batch == 1 and r.tp >= 2 and network_state(r) == "healthy"]
     assert len(runs) == 14
     for estimator in ("analytic", "engine"):
-        ratios = [simulate(build_scenario(r), estimator=estimator)["tokens_per_s_per_gpu"] / r.tokens_per_s_per_gpu
-                  for r in runs]
+        ratios = predicted_over_measured(runs, estimator)
         assert max(abs(x - 1) for x in ratios) < 0.15, (estimator, ratios)
