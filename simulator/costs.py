@@ -7,6 +7,7 @@ behind the same two methods, so the analytic estimate and the engine never chang
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -24,9 +25,11 @@ GEMM_HALF_EFFICIENCY_S = 2.0e-6
 fill the device (wave quantisation, launch and tail). 2 us = 2e9 FLOPs on an H100; as a time it carries
 over to other devices (on the CPU profile the fitted knee is ~1e6 FLOPs at ~0.12 TFLOP/s, ~8 us)."""
 EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
-                   "tp_host_s", "tp_host_per_rank_s")
+                   "tp_host_s", "tp_host_per_rank_s", "dp_comm_overhead_s", "dp_ring_step_latency_us")
 """`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
-FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py)."""
+FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py). dp_comm_overhead_s: seconds
+added to every DP collective; dp_ring_step_latency_us: the per-step floor of DP rings across nodes
+(reduce-scatter, all-gather) in place of the topology's `fabric.ring_step_latency_us`."""
 ATTENTION_EFFICIENCY = {"fwd": 0.55, "bwd": 0.45}
 """FlashAttention-2/3 on H100: FA2 ~35 % of peak, FA3 fwd up to 75 % (FA3 abstract); a middle value."""
 HBM_EFFICIENCY = 0.80
@@ -56,6 +59,7 @@ class CostModel:
     stats: dict = field(default_factory=lambda: {"compute_s": 0.0, "measured_s": 0.0, "framework_s": 0.0})
     """Seconds of compute priced from measurements vs in total (the report's coverage figure); framework_s:
     the part of the measured seconds that is the profile's framework (host) overhead."""
+    _dp_topologies: dict = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ compute
     def peak_flops(self, dtype: str) -> float:
@@ -108,6 +112,8 @@ class CostModel:
         return CommSpec(alpha, busbw)
 
     def comm_time(self, op: Comm, group: GroupShape) -> float:
+        """Seconds for `op` on `group`: the profile's measurement or the collectives model, plus the stack's
+        per-collective adders (`tp_comm_overhead_s`, `tp_internode_overhead_s`, `dp_comm_overhead_s`)."""
         n = group.size
         if n <= 1 or op.bytes <= 0:
             return 0.0
@@ -116,6 +122,8 @@ class CostModel:
             overhead = self.efficiency.get("tp_comm_overhead_s", 0.0)
             if not group.intra_node:  # per extra node the group's ring crosses
                 overhead += (group.nodes - 1) * self.efficiency.get("tp_internode_overhead_s", 0.0)
+        elif op.dim == "dp":
+            overhead = self.efficiency.get("dp_comm_overhead_s", 0.0)
         if self.profile is not None:
             t = self.profile.comm_time(op, group)
             if t is not None:
@@ -126,7 +134,20 @@ class CostModel:
                     # ZeRO collectives go through FSDP2 (copy-in/out, hooks), per unit of op.bytes
                     t += self.profile.zero_comm_overhead(op.bytes)
                 return t + overhead
-        return collectives.collective_time(self.topology, op.collective, op.bytes, group) + overhead
+        topology = self.topology
+        step = self.efficiency.get("dp_ring_step_latency_us") if op.dim == "dp" else None
+        if step is not None and not group.intra_node and op.collective != "all_reduce":
+            topology = self._dp_topology(step)
+        return collectives.collective_time(topology, op.collective, op.bytes, group) + overhead
+
+    def _dp_topology(self, step_us: float) -> Topology:
+        """The topology with DP rings' step latency (`dp_ring_step_latency_us`); one object per value, so
+        the collectives' caches keep hitting."""
+        t = self._dp_topologies.get(step_us)
+        if t is None:
+            t = dataclasses.replace(self.topology, fabric=dataclasses.replace(self.topology.fabric, ring_step_latency_us=step_us))
+            self._dp_topologies[step_us] = t
+        return t
 
     def host_time(self, op, group: GroupShape) -> float:
         """Seconds the host spends issuing `op` (the GPU cannot start it, nor anything after it, earlier):

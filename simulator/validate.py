@@ -377,10 +377,10 @@ def slow_sends(outcomes: list[Outcome]) -> dict:
 def busbw_check(cases: list[Case]) -> list[dict]:
     """The playbook's measured busbw (1 GiB fp32 all-reduce / all-gather / reduce-scatter over all GPUs of
     the job and over the 8 GPUs of one node, nanotron `measure_bandwidth`), medians per node count and
-    network state, against the cost model's time for the same collective on the topology YAML."""
-    from .costs import build_cost_model  # noqa: PLC0415
+    network state, against the collectives model's time for the same collective on the topology YAML (the
+    raw collective: none of the software stack's per-collective adders)."""
+    from .collectives import collective_time  # noqa: PLC0415
     from .layout import GroupShape  # noqa: PLC0415
-    from .ops import Comm  # noqa: PLC0415
 
     by_nodes = defaultdict(list)
     for c in cases:
@@ -396,7 +396,6 @@ def busbw_check(cases: list[Case]) -> list[dict]:
             sc = build_scenario(runs[0], network="spec")
         except ScenarioError:
             continue
-        cost = build_cost_model(sc)
         g = sc.gpus_per_node
         for scope, n_nodes in (("intranode8", 1), ("alljob", nodes)):
             n = g * n_nodes
@@ -406,7 +405,7 @@ def busbw_check(cases: list[Case]) -> list[dict]:
                 if not vals:
                     continue
                 try:
-                    t = cost.comm_time(Comm("busbw_probe", "dp", coll, float(PROBE_BYTES)), group)
+                    t = collective_time(sc.topology, coll, float(PROBE_BYTES), group)
                 except Exception:  # noqa: BLE001 (a diagnostic table must not stop the validation)
                     t = 0.0
                 rows.append({"nodes": nodes, "state": state, "scope": scope, "gpus": n, "collective": coll,
