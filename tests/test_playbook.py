@@ -129,6 +129,13 @@ def predicted_over_measured(runs, estimator: str) -> list[float]:
             for r in runs]
 
 
+def assert_within(runs, bound: float) -> None:
+    """Every run's predicted throughput within `bound` of measured, with either estimator."""
+    for estimator in ("analytic", "engine"):
+        ratios = predicted_over_measured(runs, estimator)
+        assert max(abs(x - 1) for x in ratios) < bound, (estimator, ratios)
+
+
 @pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
 def test_degraded_node_jobs_pay_their_pipeline_sends():
     """The fit split's 20 timed jobs whose one-node probe read ~45 GB/s ran 1.2-54x slower than their
@@ -138,9 +145,7 @@ def test_degraded_node_jobs_pay_their_pipeline_sends():
     runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.after_pp_fix
             and r.tokens_per_s_per_gpu and 0 < r.busbw.get("all_reduce_intranode8", 0) < 100]
     assert len(runs) == 20 and all(r.pp > 1 for r in runs)
-    for estimator in ("analytic", "engine"):
-        ratios = predicted_over_measured(runs, estimator)
-        assert max(abs(x - 1) for x in ratios) < 0.10, estimator
+    assert_within(runs, 0.10)
 
 
 def test_the_slow_network_state_raises_the_host_floor_at_any_pp():
@@ -163,9 +168,7 @@ def test_slow_state_jobs_at_pp1_with_small_micro_batches_run_at_the_floor():
     runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.pp == 1
             and r.nodes == 32 and r.micro_batch == 1 and r.tp >= 4 and network_state(r) == "slow"]
     assert len(runs) == 6
-    for estimator in ("analytic", "engine"):
-        ratios = predicted_over_measured(runs, estimator)
-        assert max(abs(x - 1) for x in ratios) < 0.15, (estimator, ratios)
+    assert_within(runs, 0.15)
 
 
 @pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
@@ -177,9 +180,7 @@ def test_healthy_one_node_tp_jobs_at_mbs1_run_at_the_healthy_floor():
     runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.pp == 1
             and r.nodes == 1 and r.micro_batch == 1 and r.tp >= 2 and network_state(r) == "healthy"]
     assert len(runs) == 14
-    for estimator in ("analytic", "engine"):
-        ratios = predicted_over_measured(runs, estimator)
-        assert max(abs(x - 1) for x in ratios) < 0.15, (estimator, ratios)
+    assert_within(runs, 0.15)
 
 
 @pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
