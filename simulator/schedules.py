@@ -2,9 +2,9 @@
 
 `pipeline_schedule(name, pp, vpp, m)` says, for every pipeline rank, in which order it runs the
 forward (F), input-grad backward (B) and weight-grad backward (W) of each (chunk, micro-batch). The
-SimPy engine executes these lists and enforces the data dependencies; `unit_time_makespan` here is a
-small list-scheduling oracle for tests, not the engine. Chunk placement agrees with
-`layout.chunk_owner` (see `chunk_rank`). Schedules that do not split the backward emit B immediately
+SimPy engine executes these lists and enforces the data dependencies; `makespan` here is a small
+list-scheduling oracle (the engine tests', and the analytic estimate's exact 1F1B / AFAB span), not the
+engine. Chunk placement agrees with `layout.chunk_owner` (see `chunk_rank`). Schedules that do not split the backward emit B immediately
 followed by W of the same (chunk, micro-batch). MODELING.md section 6 has the bubble formulas.
 
 For the engine: in schedules that do not split the backward (`not splits_backward(name)`: afab, 1f1b,
@@ -17,6 +17,7 @@ stage index is our chunk index.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 SCHEDULES = ("afab", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
@@ -308,15 +309,20 @@ def dependencies(action: Action, n_chunks: int) -> tuple[Action, ...]:
     return (Action("B", c, mb),)
 
 
-def unit_time_makespan(schedule: list[list[Action]], pp: int, vpp: int,
-                       t_f: float = 1, t_b: float = 1, t_w: float = 1) -> tuple[float, list[float]]:
-    """Execute the lists with uniform stages and free communication: each rank runs its list in
-    order, one pass at a time, each pass starting when the rank is free and its dependencies are
-    done. Returns (makespan, busy time per rank). Test oracle, not the engine; raises ValueError on
-    a deadlock (some rank's next pass waits for a pass that can never run)."""
-    cost = {"F": t_f, "B": t_b, "W": t_w}
+def makespan(schedule: list[list[Action]], pp: int, vpp: int,
+             t_f: float | Sequence[float] = 1, t_b: float | Sequence[float] = 1,
+             t_w: float | Sequence[float] = 1) -> tuple[float, list[float]]:
+    """Execute the lists with free communication: each rank runs its list in order, one pass at a time,
+    each pass starting when the rank is free and its dependencies (`dependencies`) are done. A pass time
+    is one number for every chunk or one per chunk (uneven stages). Returns (makespan, busy time per
+    rank). The analytic estimate's exact 1F1B / AFAB span and the engine tests' oracle; raises ValueError
+    on a deadlock (some rank's next pass waits for a pass that can never run)."""
     n_chunks = pp * vpp
-    done: dict[Action, float] = {}
+    cost = [t if isinstance(t, Sequence) else [t] * n_chunks for t in (t_f, t_b, t_w)]
+    kind_index = {k: i for i, k in enumerate(KINDS)}
+    m = 1 + max((a.mb for acts in schedule for a in acts), default=-1)
+    done: list[list[list[float | None]]] = [[[None] * m for _ in range(n_chunks)] for _ in KINDS]
+    f_done, b_done, _ = done
     pos = [0] * len(schedule)
     clock = [0.0] * len(schedule)
     busy = [0.0] * len(schedule)
@@ -324,17 +330,30 @@ def unit_time_makespan(schedule: list[list[Action]], pp: int, vpp: int,
     while progress:
         progress = False
         for r, acts in enumerate(schedule):
-            while pos[r] < len(acts):
-                a = acts[pos[r]]
-                deps = dependencies(a, n_chunks)
-                if any(d not in done for d in deps):
+            i, now = pos[r], clock[r]
+            while i < len(acts):
+                a = acts[i]
+                c, mb, k = a.chunk, a.mb, kind_index[a.kind]
+                if k == 0:  # F(c-1) before F(c)
+                    dep = f_done[c - 1][mb] if c > 0 else 0.0
+                elif k == 1:  # F(c) and B(c+1) before B(c)
+                    dep = f_done[c][mb]
+                    if dep is not None and c < n_chunks - 1:
+                        up = b_done[c + 1][mb]
+                        dep = None if up is None else max(dep, up)
+                else:  # B(c) before W(c)
+                    dep = b_done[c][mb]
+                if dep is None:
                     break
-                end = max([clock[r]] + [done[d] for d in deps]) + cost[a.kind]
-                done[a] = clock[r] = end
-                busy[r] += cost[a.kind]
-                pos[r] += 1
-                progress = True
+                t = cost[k][c]
+                now = max(now, dep) + t
+                done[k][c][mb] = now
+                busy[r] += t
+                i += 1
+            if i != pos[r]:
+                pos[r], clock[r], progress = i, now, True
     stuck = {r: acts[pos[r]] for r, acts in enumerate(schedule) if pos[r] < len(acts)}
     if stuck:
         raise ValueError(f"deadlock: next pass per stuck rank {stuck}")
     return max(clock, default=0.0), busy
+

@@ -21,12 +21,12 @@ class UniformCost(CostModel):
         return 0.0
 
 
-def scenario(pp=4, m=8, schedule="1f1b", vpp=1, layers=8):
+def scenario(pp=4, m=8, schedule="1f1b", vpp=1, layers=8, pp_layers=None):
     raw = {"name": "uniform", "model": {"arch": "llama", "layers": layers, "hidden": 256, "ffn_hidden": 512,
                                         "heads": 4, "vocab": 1000},
            "training": {"seq_len": 128, "global_batch": m},
            "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": pp},
-           "parallel": {"pp": pp, "pp_schedule": schedule, "vpp": vpp}}
+           "parallel": {"pp": pp, "pp_schedule": schedule, "vpp": vpp, "pp_layers": pp_layers}}
     return scenario_from_mapping(raw)
 
 
@@ -160,3 +160,21 @@ def test_zero1_whole_gather_is_one_collective_exposed_after_the_optimizer():
     r_whole, r_bucketed = estimate(whole, cost), estimate(bucketed, cost)
     assert r_whole.breakdown["exposed_dp_s"] >= g_whole - 1e-12
     assert r_bucketed.breakdown["exposed_dp_s"] < r_whole.breakdown["exposed_dp_s"]
+
+
+@pytest.mark.parametrize("schedule", ["afab", "1f1b"])
+@pytest.mark.parametrize("pp_layers", [[3, 2, 2, 1], [1, 2, 2, 3], [2, 3, 1, 2]])
+def test_uneven_stages_take_the_schedules_exact_span(schedule, pp_layers):
+    """With uneven stages the step is the schedule's span as the engine runs it, at most the closed form
+    (m-1)*max_r(t_r) + sum_r(t_r) that holds for uniform stages; below it in 1F1B when the slowest stage
+    is not the last (the others' fill and drain hide behind its backlog)."""
+    from simulator.engine import simulate_engine
+    sc = scenario(pp=4, m=8, schedule=schedule, pp_layers=pp_layers)
+    cost = UniformCost(topology=sc.topology)
+    stage = [3 * LAYER * n for n in pp_layers]
+    closed = 7 * max(stage) + sum(stage)
+    got = estimate(sc, cost).iteration_time_s
+    assert got == pytest.approx(simulate_engine(sc, cost).iteration_time_s, rel=1e-9)
+    assert got <= closed + 1e-12
+    if schedule == "1f1b" and pp_layers[-1] < max(pp_layers):
+        assert got < closed - LAYER

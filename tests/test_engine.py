@@ -88,17 +88,17 @@ def test_zbv_bubble_is_near_zero_when_m_at_least_2p(pp, m):
                                            ("zbv", 2), ("dualpipev", 2)])
 @pytest.mark.parametrize("pp, m", [(2, 4), (4, 8), (4, 12)])
 def test_step_time_equals_the_schedule_oracle(schedule, vpp, pp, m):
-    """With uniform stages and free communication the engine's step is schedules.unit_time_makespan's."""
-    from simulator.schedules import pipeline_schedule, unit_time_makespan
+    """With uniform stages and free communication the engine's step is schedules.makespan's."""
+    from simulator.schedules import pipeline_schedule, makespan
     if schedule == "dualpipev" and m < 2 * pp:
         pytest.skip("dualpipev needs m >= 2p")
     layers_per_chunk = 2
     sc = scenario(pp, m, schedule, vpp, layers=layers_per_chunk * pp * vpp)
     t = layers_per_chunk * LAYER
     if schedule in FUSED_BACKWARD:  # one autograd backward per chunk: the gradient leaves after its W too
-        want, _ = unit_time_makespan(pipeline_schedule(schedule, pp, vpp, m), pp, vpp, t, 2 * t, 0.0)
+        want, _ = makespan(pipeline_schedule(schedule, pp, vpp, m), pp, vpp, t, 2 * t, 0.0)
     else:
-        want, _ = unit_time_makespan(pipeline_schedule(schedule, pp, vpp, m), pp, vpp, t, t, t)
+        want, _ = makespan(pipeline_schedule(schedule, pp, vpp, m), pp, vpp, t, t, t)
     assert run(sc).iteration_time_s == pytest.approx(want, rel=1e-9)
 
 

@@ -10,7 +10,7 @@ from simulator.layout import chunk_owner
 from simulator.scenario import SCHEDULES as CONTRACT_SCHEDULES
 from simulator.schedules import (
     SCHEDULES, Action, check_schedule_args, chunk_rank, peak_inflight, pipeline_schedule,
-    unit_time_makespan,
+    makespan,
 )
 
 VPP = {"afab": 1, "1f1b": 1, "zb-h1": 1, "interleaved-1f1b": 2, "zbv": 2, "dualpipev": 2}
@@ -35,9 +35,9 @@ GRID = list(grid())
 def idle(name, pp, m, t_f, t_b, t_w):
     """(bubble time, idle share of wall time) on rank 0; all ranks do equal work with uniform stages."""
     vpp = VPP[name]
-    makespan, busy = unit_time_makespan(pipeline_schedule(name, pp, vpp, m), pp, vpp, t_f, t_b, t_w)
+    span, busy = makespan(pipeline_schedule(name, pp, vpp, m), pp, vpp, t_f, t_b, t_w)
     assert busy == pytest.approx([busy[0]] * pp)
-    return makespan - busy[0], 1 - busy[0] / makespan
+    return span - busy[0], 1 - busy[0] / span
 
 
 def test_schedule_names_are_the_contract_names():
@@ -75,27 +75,27 @@ def test_v_placement_puts_first_and_last_chunk_on_rank_0():
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_dependencies_are_satisfiable_without_deadlock(name):
     for _, pp, vpp, m in (c for c in GRID if c[0] == name):
-        makespan, busy = unit_time_makespan(pipeline_schedule(name, pp, vpp, m), pp, vpp)
+        span, busy = makespan(pipeline_schedule(name, pp, vpp, m), pp, vpp)
         assert busy == [3.0 * vpp * m] * pp
-        assert makespan >= busy[0]
+        assert span >= busy[0]
 
 
 def test_unit_time_executor_reports_a_deadlock():
     b_before_f = [[Action("B", 0, 0), Action("F", 0, 0), Action("W", 0, 0)]]
     with pytest.raises(ValueError, match="deadlock"):
-        unit_time_makespan(b_before_f, 1, 1)
+        makespan(b_before_f, 1, 1)
     crossed = [[Action("F", 0, 0), Action("B", 0, 1), Action("W", 0, 1), Action("F", 0, 1),
                 Action("B", 0, 0), Action("W", 0, 0)],
                [Action("F", 1, 1), Action("B", 1, 1), Action("W", 1, 1), Action("F", 1, 0),
                 Action("B", 1, 0), Action("W", 1, 0)]]
     with pytest.raises(ValueError, match="deadlock"):
-        unit_time_makespan(crossed, 2, 1)
+        makespan(crossed, 2, 1)
 
 
 def test_unit_time_executor_on_a_hand_checked_two_stage_pipeline():
     # pp=2, m=1: F0 [0,1], F1 [1,2], B1 [2,4], W1 [4,5]; B0 waits for B1: [4,6], W0 [6,7]
-    makespan, busy = unit_time_makespan(pipeline_schedule("1f1b", 2, 1, 1), 2, 1, t_f=1, t_b=2, t_w=1)
-    assert makespan == 7 and busy == [4, 4]
+    span, busy = makespan(pipeline_schedule("1f1b", 2, 1, 1), 2, 1, t_f=1, t_b=2, t_w=1)
+    assert span == 7 and busy == [4, 4]
 
 
 @pytest.mark.parametrize("bad", [
@@ -122,9 +122,9 @@ def test_interleaved_bubble_is_p_minus_1_over_vm_plus_p_minus_1():
     for pp in (2, 4, 8):
         for vpp in (2, 3, 4):
             for m in (pp, 2 * pp, 4 * pp):
-                makespan, busy = unit_time_makespan(
+                span, busy = makespan(
                     pipeline_schedule("interleaved-1f1b", pp, vpp, m), pp, vpp, t_f=1, t_b=2, t_w=0)
-                assert 1 - busy[0] / makespan == pytest.approx((pp - 1) / (vpp * m + pp - 1), abs=1e-9)
+                assert 1 - busy[0] / span == pytest.approx((pp - 1) / (vpp * m + pp - 1), abs=1e-9)
 
 
 @pytest.mark.parametrize("t_f,t_b,t_w", [(1, 1, 1), (1, 1, 0.5), (1, 1.2, 0.8)])
