@@ -299,21 +299,12 @@ def peak_inflight(actions: list[Action]) -> int:
     return peak
 
 
-def dependencies(action: Action, n_chunks: int) -> tuple[Action, ...]:
-    """Passes `action` waits for: F(c-1) before F(c); F(c) and B(c+1) before B(c); B(c) before W(c)."""
-    c, mb = action.chunk, action.mb
-    if action.kind == "F":
-        return (Action("F", c - 1, mb),) if c > 0 else ()
-    if action.kind == "B":
-        return (Action("F", c, mb),) + ((Action("B", c + 1, mb),) if c < n_chunks - 1 else ())
-    return (Action("B", c, mb),)
-
-
 def makespan(schedule: list[list[Action]], pp: int, vpp: int,
              t_f: float | Sequence[float] = 1, t_b: float | Sequence[float] = 1,
              t_w: float | Sequence[float] = 1) -> tuple[float, list[float]]:
     """Execute the lists with free communication: each rank runs its list in order, one pass at a time,
-    each pass starting when the rank is free and its dependencies (`dependencies`) are done. A pass time
+    each pass starting when the rank is free and the passes it waits for are done: F(c-1) before F(c);
+    F(c) and B(c+1) before B(c); B(c) before W(c). A pass time
     is one number for every chunk or one per chunk (uneven stages). Returns (makespan, busy time per
     rank). The analytic estimate's exact 1F1B / AFAB span and the engine tests' oracle; raises ValueError
     on a deadlock (some rank's next pass waits for a pass that can never run)."""

@@ -122,6 +122,11 @@ def test_the_shared_csv_has_4104_runs_and_all_but_eight_build():
     assert bad and all(r.tp == 256 and r.status == "Other" for r in bad)
 
 
+def fit_successes(keep) -> list:
+    """The fit split's successful playbook runs for which `keep(run)` holds."""
+    return [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and keep(r)]
+
+
 def predicted_over_measured(runs, estimator: str) -> list[float]:
     """Predicted / measured tokens/s/GPU of each playbook run."""
     from simulator.run import simulate
@@ -142,8 +147,8 @@ def test_degraded_node_jobs_pay_their_pipeline_sends():
     compute and collectives explain, ~1 s per micro-batch at pp >= 4 and half that at pp = 2 (4 and 2
     sends per stage): with the degraded send latency and nanotron's blocking sends each is within 10 %
     (without it, 1.2-54x too fast), with either estimator."""
-    runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.after_pp_fix
-            and r.tokens_per_s_per_gpu and 0 < r.busbw.get("all_reduce_intranode8", 0) < 100]
+    runs = fit_successes(lambda r: r.after_pp_fix and r.tokens_per_s_per_gpu
+                         and 0 < r.busbw.get("all_reduce_intranode8", 0) < 100)
     assert len(runs) == 20 and all(r.pp > 1 for r in runs)
     assert_within(runs, 0.10)
 
@@ -165,8 +170,8 @@ def test_slow_state_jobs_at_pp1_with_small_micro_batches_run_at_the_floor():
     """The fit split's slow-state pp = 1, mbs 1 jobs with tp 4-8 on 32 nodes took 15-26 ms per layer and
     micro-batch, 2-8x their compute, like the deep pipelines of the same state: with the floor each is
     within 15 % (7-11 % too fast), with either estimator; without it they came out 2-8x too fast."""
-    runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.pp == 1
-            and r.nodes == 32 and r.micro_batch == 1 and r.tp >= 4 and network_state(r) == "slow"]
+    runs = fit_successes(lambda r: r.pp == 1 and r.nodes == 32 and r.micro_batch == 1 and r.tp >= 4
+                         and network_state(r) == "slow")
     assert len(runs) == 6
     assert_within(runs, 0.15)
 
@@ -177,8 +182,8 @@ def test_healthy_one_node_tp_jobs_at_mbs1_run_at_the_healthy_floor():
     micro-batch whatever the model (1B to 8B) and tp, unless their compute is longer (8B tp2): with the
     healthy host floor each is within 15 % with either estimator; with the flat 150 us GPU adder it
     replaced, 1B tp8 came out 47 % too fast and 8B tp4 20 % too slow."""
-    runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.pp == 1
-            and r.nodes == 1 and r.micro_batch == 1 and r.tp >= 2 and network_state(r) == "healthy"]
+    runs = fit_successes(lambda r: r.pp == 1 and r.nodes == 1 and r.micro_batch == 1 and r.tp >= 2
+                         and network_state(r) == "healthy")
     assert len(runs) == 14
     assert_within(runs, 0.15)
 
@@ -191,8 +196,7 @@ def test_nanotron_dp_buckets_cost_the_same_at_any_dp():
     ZeRO-0's at up to 1.76; with nanotron's DP pricing (`dp_comm_overhead_s`, `dp_ring_step_latency_us`, ZeRO-1 not
     overlapped) each is within 0.75-1.10 of measured with either estimator, but one: a slow-state ZeRO-0 job
     that ran twice as slow as its healthy twin (not priced: nothing in its probes says why)."""
-    runs = [r for r in read_runs() if r.label in FIT_LABELS and r.status == "Success" and r.pp == 1
-            and r.tp == 1 and r.dp >= 64 and r.tokens_per_s_per_gpu]
+    runs = fit_successes(lambda r: r.pp == 1 and r.tp == 1 and r.dp >= 64 and r.tokens_per_s_per_gpu)
     assert len(runs) == 15
     outlier = [r for r in runs if r.job_id == "14113367"]
     runs = [r for r in runs if r.job_id != "14113367"]
