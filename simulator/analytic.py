@@ -26,7 +26,8 @@ from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding
                   layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, rank_params,
                   shard, sp_norm_grad_allreduce)
 from .scenario import Scenario
-from .schedules import makespan, pipeline_schedule
+from .schedules import SPLIT_BACKWARD, makespan, pipeline_schedule
+from .sm_share import slowed_end
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 
@@ -57,13 +58,19 @@ class PassTime:
         for d, v in other.host.items():
             self.host[d] += v * times
 
-    def host_bound(self) -> None:
+    def host_bound(self, fused: "PassTime | None" = None) -> None:
         """The host runs ahead of the GPU within a pass, so a whole pass takes at least its host time;
-        the difference is exposed time of the dimension whose collectives cost it."""
-        host = sum(self.host.values())
-        if host > self.duration:
-            self.exposed[max(self.host, key=self.host.get)] += host - self.duration
-            self.duration = host
+        the difference is exposed time of the dimension whose collectives cost it (charged to this pass).
+        `fused`: the W pass that runs right after this B on one host clock (schedules without a split
+        backward; the engine's fused BW pass): the floor applies to the two together."""
+        host = defaultdict(float, self.host)
+        for d, v in (fused.host.items() if fused is not None else ()):
+            host[d] += v
+        total = sum(host.values())
+        duration = self.duration + (fused.duration if fused is not None else 0.0)
+        if total > duration:
+            self.exposed[max(host, key=host.get)] += total - duration
+            self.duration += total - duration
 
 
 def _group(sc: Scenario, op: Comm):
@@ -78,6 +85,7 @@ def pass_time(sc: Scenario, cost: CostModel, nodes: tuple[Node, ...], groups: di
     finish = [0.0] * len(nodes)
     free = defaultdict(float)
     out = PassTime()
+    beside, share = [], 0.0  # intra-node collectives issued so far and the compute share they take (sm_share.py)
     for i, node in enumerate(nodes):
         op = node.op
         ready = max((finish[d] for d in node.deps), default=0.0)
@@ -91,6 +99,12 @@ def pass_time(sc: Scenario, cost: CostModel, nodes: tuple[Node, ...], groups: di
                     last = max((d for d in node.deps if isinstance(nodes[d].op, Comm)), key=lambda d: finish[d])
                     out.exposed[nodes[last].op.dim] += start - free["compute"]
             finish[i] = start + t
+            if beside:  # slowed by the collectives beside it: exposed time of theirs
+                beside = [x for x in beside if x[1] > start]
+                end = slowed_end(start, t, [(b, e) for b, e, _ in beside], share)
+                if end > finish[i]:
+                    out.exposed[max(beside, key=lambda x: min(x[1], end) - max(x[0], start))[2]] += end - finish[i]
+                    finish[i] = end
             free["compute"] = finish[i]
             if node.tag == "R":
                 out.recompute += t
@@ -108,6 +122,9 @@ def pass_time(sc: Scenario, cost: CostModel, nodes: tuple[Node, ...], groups: di
             finish[i] = start + t
             free[op.dim] = finish[i]
             out.comm[op.dim] += t
+            if t > 0 and cost.sm_share(groups[key]) > 0:
+                share = cost.sm_share(groups[key])
+                beside.append((start, finish[i], op.dim))
     end = max(finish, default=0.0)
     # communication still running after the last compute op is exposed too
     tail = end - free["compute"]
@@ -155,8 +172,12 @@ def stage_times(sc: Scenario, cost: CostModel) -> list[StageTime]:
                 hb, hw = head_backward(sc, z)
                 B.add(pass_time(sc, cost, hb, groups))
                 W.add(pass_time(sc, cost, hw, groups))
-        for p in (F, B, W):
-            p.host_bound()
+        F.host_bound()
+        if sc.parallel.pp_schedule in SPLIT_BACKWARD:
+            B.host_bound()
+            W.host_bound()
+        else:
+            B.host_bound(W)
         out.append(StageTime(r, F, B, W))
     return out
 

@@ -397,15 +397,12 @@ def _backward_of(op: Compute, z: Shard) -> tuple[Compute | None, Compute | None]
 
 def tp_linear_async(sc: Scenario) -> bool:
     """`parallel.tp_linear_async` where it applies: SP over tp > 1, comm that can overlap, `overlap_tp` off,
-    weight gradients computed with their dgrads (not a split-backward schedule), and a TP group that crosses
-    nodes. Over NVLink NCCL moves the data with SM copy kernels at full HBM speed, taking the SMs and bandwidth
-    the overlapped GEMM needs (the reason Megatron's --tp-comm-overlap moves it to copy engines), so
-    within a node the collectives are priced in line; across nodes the kernel mostly waits on the NIC.
-    Playbook fit split: hiding the NVLink transfers made one-node TP runs 8-14 % too fast (median
-    predicted/measured 0.95 -> 1.08), hiding only those across nodes left them as they were."""
+    weight gradients computed with their dgrads (not a split-backward schedule). Inside a node NCCL moves
+    the data with copy kernels on the SMs the overlapped GEMM needs (the reason Megatron's --tp-comm-overlap
+    moves it to copy engines): that cost is `cluster.efficiency.intranode_comm_sm_share` (`sm_share.py`)."""
     p = sc.parallel
     return (p.tp_linear_async and p.sp and p.tp > 1 and not sc.overlap_tp and sc.topology.node.comm_overlaps_compute
-            and p.pp_schedule not in SPLIT_BACKWARD and not group_shape(sc, "tp").intra_node)
+            and p.pp_schedule not in SPLIT_BACKWARD)
 
 
 def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasses:

@@ -15,8 +15,9 @@ playbook's benchmark code, `scaling_benchmarks.py` and `examples/config_tiny_lla
   under the wgrad GEMM; in forward only the local 1/t of the GEMM runs under the all-gather (not modelled),
   and the row linears reduce-scatter synchronously. clustersim's `overlap_tp: true` would hide every TP
   collective: on the fit split (1B/3B/8B, 1,208 timed runs) exposing them was much closer (throughput MAPE
-  519 % -> 394 % at the time; `TP_OVERLAP` switches it back). The async column linear gains only where TP
-  crosses nodes (`ops.tp_linear_async`); there, fit split TP-across-nodes median APE 12.5 % -> 10.9 %.
+  519 % -> 394 % at the time; `TP_OVERLAP` switches it back). The async column linear hides its two backward
+  collectives under its GEMMs (`ops.tp_linear_async`), inside a node at the cost of the SMs NCCL takes
+  (`NANOTRON_EFFICIENCY["intranode_comm_sm_share"]`).
 - PP with `OneForwardOneBackwardPipelineEngine` -> `pp_schedule: 1f1b`, its sends blocking (`P2P.send_tensors`
   waits on the metadata sends and the data's isend, `recv_tensors` on the receives, one at a time in
   `PipelineTrainBatchState.run_communication`) -> `pp_p2p: blocking`; nanotron splits the layers by a
@@ -69,7 +70,8 @@ VALIDATION_LABELS = ("80B", "469G")
 TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
 NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.0e-4,
-                       "tp_host_s": 4.5e-4, "dp_comm_overhead_s": 1.0e-3, "dp_ring_step_latency_us": 5.0}
+                       "tp_host_s": 4.5e-4, "dp_comm_overhead_s": 1.0e-3, "dp_ring_step_latency_us": 5.0,
+                       "intranode_comm_sm_share": 0.3}
 """nanotron's software stack on these H100s (`cluster.efficiency`), fitted on the fit split only:
 GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of micro-batch size, so
 compute-bound); attention 0.35/0.30: FlashAttention-2 reaches ~35 % of H100 peak (FA3 paper) and nanotron
@@ -99,7 +101,17 @@ ZeRO-1's `overlap_dp: false` on the fit split (grid 0 / 0.5 / 1 ms x 5 / 10 / 20
 37.5 -> 35.3 %, median APE 8.5 -> 7.4 %, regret within 2 % of the measured best in 54 -> 83 % of the
 groups; the validation split moved 14.7 -> 15.0 % (median 5.7 -> 6.7 %). All-reduces keep the probe's
 pricing (the slow state's 64-node ZeRO-0 jobs are as slow as it says). Why the DP rings do not pay the
-probe's step latency is not identified."""
+probe's step latency is not identified. nanotron's async column linears overlap their backward collectives
+with their GEMMs inside a node too (`ops.tp_linear_async`); NCCL's NVLink copy kernels then take a share of
+the SMs those GEMMs run on: `intranode_comm_sm_share` 0.3 (`sm_share.py`; NCCL runs one thread block per
+channel, up to 32 of the H100's 132 SMs, and its copies load HBM). What the fit split showed: with the TP
+collectives inside a node priced in line, GPU-bound one/two-node tp 2-8 jobs were predicted 10-20 % too slow
+(8B tp4 mbs1: 5.9 ms per layer and micro-batch against 5.1 measured), more the bigger the model (healthy
+pp = 1 median predicted/measured throughput 1.02 / 0.97 / 0.93 for 1B / 3B / 8B). Hiding them (share 0)
+over-corrects the 1B (1.06); a grid over 0 / 0.2 / 0.3 / 0.4 (with the analytic's B + W host floor fixed
+to match the engine's fused pass, `analytic.PassTime.host_bound`): fit median APE 7.2 -> 6.5 / 6.4 / 6.4 /
+6.4 %, throughput MAPE 35.6 -> 35.8 / 35.6 / 35.6 / 35.5 %, healthy pp = 1 medians 1.05 / 0.99 / 0.97 at
+0.3; the fit split's regret within 2 % of the best went 83 -> 79 % of its groups at 0.3 and 0.4."""
 SLOW_STATE_TP_HOST = {"tp_host_s": 3.0e-4, "tp_host_per_rank_s": 2.5e-4}
 """Host seconds per TP collective (`CostModel.host_time`) for jobs that ran in the cluster's slow network state
 (`network_state`; `network: measured` only). In that state a layer's forward + backward never takes less than

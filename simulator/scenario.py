@@ -64,7 +64,9 @@ class Cluster:
     """Per-software-stack overrides of the spec roofline (costs.py): gemm, attention_fwd, attention_bwd,
     hbm (fractions of peak), tp_comm_overhead_s (seconds added to every TP collective) and
     tp_internode_overhead_s (added again per node beyond the first that the TP group spans); tp_host_s and
-    tp_host_per_rank_s (host seconds to issue each TP collective, + per TP rank: `CostModel.host_time`)."""
+    tp_host_per_rank_s (host seconds to issue each TP collective, + per TP rank: `CostModel.host_time`);
+    dp_comm_overhead_s, dp_ring_step_latency_us (DP collectives); intranode_comm_sm_share (the share of the
+    compute rate an in-flight intra-node collective takes, in [0, 1): `sm_share.py`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,10 +247,14 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     for key, value in cluster.efficiency.items():
         if key not in EFFICIENCY_KEYS:
             raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(EFFICIENCY_KEYS))
-        seconds = key.endswith("_s")
-        if value < 0 or (not seconds and not 0 < value <= 1):
-            raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range",
-                                "seconds >= 0" if seconds else "a fraction in (0, 1]")
+        if key.endswith(("_s", "_us")):
+            ok, allowed = value >= 0, "seconds >= 0" if key.endswith("_s") else "microseconds >= 0"
+        elif key == "intranode_comm_sm_share":
+            ok, allowed = 0 <= value < 1, "a fraction in [0, 1)"
+        else:
+            ok, allowed = 0 < value <= 1, "a fraction in (0, 1]"
+        if not ok:
+            raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range", allowed)
     topology = load_topology(cluster.topology, base_dir)
     if cluster.profile not in ("default",) and base_dir is not None and not Path(cluster.profile).is_absolute():
         local = base_dir / cluster.profile

@@ -321,6 +321,30 @@ def test_tp_linear_async_hides_the_column_linears_backward_collectives_under_the
     assert _tp_comm(r_off)[0] - _tp_comm(r_off)[1] == pytest.approx(0.0, abs=1e-12)  # all exposed when off
 
 
+@pytest.mark.parametrize("estimator", ["engine", "analytic"])
+@pytest.mark.parametrize("share", [0.0, 0.3])
+def test_async_linear_inside_a_node_slows_its_gemms_by_the_sm_share(estimator, share):
+    """Inside a node the async column linear hides its collectives too, but NCCL's copy kernels take a
+    share s of the SMs (`cluster.efficiency.intranode_comm_sm_share`): a GEMM g beside a shorter collective
+    c runs g + s c, so each column linear's backward saves 2 (1 - s) c over running them one after the
+    other, per layer and micro-batch (QKV and FC1). Across nodes the share does not apply."""
+    m, layers = 4, 4
+    off = scenario(pp=1, m=m, tp=4, sp=True, layers=layers)
+    on = replace(off, parallel=replace(off.parallel, tp_linear_async=True))
+    cost = SpreadCost(off.topology, dims=("tp",), bw=1e11)  # collective shorter than a GEMM
+    cost.efficiency = {"intranode_comm_sm_share": share}
+    price = (lambda sc: run(sc, cost)) if estimator == "engine" else (lambda sc: estimate(sc, cost))
+    c = cost.alpha + 128 * 256 * 2 / cost.bw
+    assert c < LAYER / 4
+    saved = price(off).iteration_time_s - price(on).iteration_time_s
+    assert saved == pytest.approx(m * layers * 2 * 2 * (1 - share) * c, rel=1e-6)
+    across = _tp_across_nodes(m=m, layers=layers)
+    across_on = replace(across, parallel=replace(across.parallel, tp_linear_async=True))
+    c = cost.alpha + 128 * 256 * 2 / cost.bw
+    assert price(across).iteration_time_s - price(across_on).iteration_time_s == pytest.approx(
+        m * layers * 2 * 2 * c, rel=1e-6)
+
+
 def _tp_across_nodes(m: int, layers: int, pp: int = 1, **parallel):
     """tp = 4 over two nodes of two GPUs (x pp)."""
     raw = {"name": "tp over nodes", "model": {"arch": "llama", "layers": layers, "hidden": 256, "ffn_hidden": 512,
@@ -331,16 +355,12 @@ def _tp_across_nodes(m: int, layers: int, pp: int = 1, **parallel):
     return scenario_from_mapping(raw)
 
 
-@pytest.mark.parametrize("changes", [{"sp": False}, {"pp_schedule": "zb-h1"}, {"overlap_tp": True}, {"one_node": True}])
-def test_tp_linear_async_applies_only_to_sp_across_nodes_with_fused_weight_gradients(changes):
-    """No SP (no re-gather), a split-backward schedule (the wgrad GEMMs leave the backward), overlap_tp
-    (which hides every TP collective already) or a TP group inside one node (NVLink: priced in line, see
-    ops.tp_linear_async): the key changes nothing."""
+@pytest.mark.parametrize("changes", [{"sp": False}, {"pp_schedule": "zb-h1"}, {"overlap_tp": True}])
+def test_tp_linear_async_applies_only_to_sp_with_fused_weight_gradients(changes):
+    """No SP (no re-gather), a split-backward schedule (the wgrad GEMMs leave the backward) or overlap_tp
+    (which hides every TP collective already): the key changes nothing."""
     pp = 2 if changes.get("pp_schedule") else 1
-    if changes.pop("one_node", False):
-        base = scenario(pp=pp, m=4, tp=4, sp=True, layers=4)
-    else:
-        base = _tp_across_nodes(m=4, layers=4, pp=pp)
+    base = _tp_across_nodes(m=4, layers=4, pp=pp)
     base = replace(base, parallel=replace(base.parallel, **changes))
     on = replace(base, parallel=replace(base.parallel, tp_linear_async=True))
     cost = SpreadCost(base.topology, dims=("tp",), bw=1e8)

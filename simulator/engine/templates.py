@@ -37,6 +37,7 @@ from ..costs import CostModel
 from ..layout import GroupShape, group_shape
 from ..ops import Comm, Compute, Node
 from ..scenario import Scenario
+from ..sm_share import slowed_end
 from .links import fluid_ends
 
 SHARE_ITERATIONS = 8
@@ -172,6 +173,14 @@ class OpTimes:
             h = self._cache[key] = self.cost.host_time(op, self.shape(op.group or op.dim))
         return h
 
+    def sm_share(self, op: Comm) -> float:
+        """Share of the compute rate the collective takes while it runs (`CostModel.sm_share`)."""
+        key = ("sm", op)
+        u = self._cache.get(key)
+        if u is None:
+            u = self._cache[key] = self.cost.sm_share(self.shape(op.group or op.dim))
+        return u
+
     def use(self, op: Comm) -> tuple:
         """(link class, share of a rank's link it uses at full speed) of an in-pass collective:
         `collectives.link_busy` over its price, at most 1 (`links.py`)."""
@@ -210,6 +219,9 @@ class PassScheduler:
         self.free = defaultdict(lambda: t0)
         self.host, self.host_dim = t0, None
         """When the host has issued every op so far (`OpTimes.host`): nothing starts before it is issued."""
+        self.beside: list = []
+        self.share = 0.0
+        """In-flight intra-node collectives (start, end, dim) and the compute share they take (`sm_share.py`)."""
         self.anchor, self.anchor_dim = t0, None
         self.end, self.end_dim = t0, None
         self.compute_s = self.recompute_s = self.flops = 0.0
@@ -263,6 +275,12 @@ class PassScheduler:
                     self.exposed[self.host_dim] += self.host - start
                     start = self.host
                 end = start + dur
+                if self.beside:  # slowed by the collectives beside it: exposed time of theirs
+                    self.beside = [x for x in self.beside if x[1] > start]
+                    slow = slowed_end(start, dur, [(b, e) for b, e, _ in self.beside], self.share)
+                    if slow > end:
+                        self.exposed[max(self.beside, key=lambda x: min(x[1], slow) - max(x[0], start))[2]] += slow - end
+                        end = slow
                 free["compute"] = end
                 if node.tag == "R":
                     self.recompute_s += dur
@@ -273,6 +291,7 @@ class PassScheduler:
                 self.flops += op.flops
                 stream = "compute"
                 last_compute = i
+                dur = end - start  # the slice spans the op as slowed
             else:
                 stream = op.dim
                 sf = free[stream]
@@ -292,6 +311,9 @@ class PassScheduler:
                 end = start + dur
                 free[stream] = end
                 dims[i] = op.dim
+                if dur > 0 and times.sm_share(op) > 0:
+                    self.share = times.sm_share(op)
+                    self.beside.append((start, end, op.dim))
                 self.comm[op.dim] += dur
                 if dur > 0:
                     self.count[op.dim] += 1

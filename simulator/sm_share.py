@@ -1,0 +1,43 @@
+"""Compute beside intra-node collectives: NCCL moves NVLink data with copy kernels on the GPU's own SMs
+(one thread block per channel), so a GEMM that overlaps such a collective runs on the SMs left over.
+
+A compute op progresses at rate 1 - s while any intra-node collective of its rank is in flight and at full
+rate otherwise, s = `cluster.efficiency.intranode_comm_sm_share` (`CostModel.sm_share`; 0 by default: no
+slowdown). Collectives across nodes wait mostly on the NIC and are not counted. This is why Megatron's
+`--tp-comm-overlap` moves the TP transfers to copy engines (userbuffers); nanotron's async column linears
+overlap them with SM kernels. One rule for both schedulers (`analytic.pass_time`, `engine.templates`).
+"""
+from __future__ import annotations
+
+
+def slowed_end(start: float, work: float, busy: list[tuple[float, float]], share: float) -> float:
+    """End of a compute op that takes `work` seconds alone, started at `start`, progressing at 1 - share
+    while any interval (begin, end) of `busy` is in flight. With one collective over [b, e], b <= start:
+    start + work / (1 - share) if it ends first, else work + share * (e - start)."""
+    if share <= 0.0 or work <= 0.0 or not busy:
+        return start + work
+    rate = 1.0 - share
+    t, left = start, work
+    for b, e in _union(busy, start):
+        if b > t:  # full speed until the next collective
+            if t + left <= b:
+                return t + left
+            left -= b - t
+            t = b
+        cap = (e - t) * rate
+        if left <= cap:
+            return t + left / rate
+        left -= cap
+        t = e
+    return t + left
+
+
+def _union(busy: list[tuple[float, float]], start: float) -> list[tuple[float, float]]:
+    """The in-flight time of `busy` after `start`, as sorted disjoint intervals."""
+    out: list[list[float]] = []
+    for b, e in sorted((max(b, start), e) for b, e in busy if e > start):
+        if out and b <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([b, e])
+    return [(b, e) for b, e in out]

@@ -1,0 +1,22 @@
+"""`sm_share.slowed_end`: a compute op runs at 1 - s while collectives are in flight beside it."""
+import pytest
+
+from simulator.sm_share import slowed_end
+
+
+def test_alone_or_without_a_share_it_takes_its_own_time():
+    assert slowed_end(1.0, 2.0, [], 0.3) == 3.0
+    assert slowed_end(1.0, 2.0, [(0.0, 10.0)], 0.0) == 3.0
+    assert slowed_end(5.0, 2.0, [(0.0, 4.0)], 0.3) == 7.0  # the collective ended before it started
+
+
+def test_under_a_longer_collective_it_runs_at_the_reduced_rate():
+    assert slowed_end(0.0, 1.4, [(0.0, 10.0)], 0.3) == pytest.approx(2.0)
+
+
+def test_beside_a_shorter_collective_it_loses_the_share_of_the_overlap():
+    # g + s * c: the GEMM (2 s) keeps 70 % of its rate for the collective's 1 s
+    assert slowed_end(0.0, 2.0, [(0.0, 1.0)], 0.3) == pytest.approx(2.3)
+    # overlapping collectives count once; a gap between two runs at full rate
+    assert slowed_end(0.0, 2.0, [(0.0, 0.5), (0.25, 1.0)], 0.3) == pytest.approx(2.3)
+    assert slowed_end(0.0, 3.0, [(0.0, 1.0), (2.0, 2.5)], 0.5) == pytest.approx(3.0 + 0.5 + 0.25)
