@@ -27,7 +27,7 @@ from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding
                   shard, sp_norm_grad_allreduce)
 from .scenario import Scenario
 from .schedules import SPLIT_BACKWARD, makespan, pipeline_schedule
-from .sm_share import slowed_end
+from .sm_share import beside_end
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 
@@ -101,10 +101,9 @@ def pass_time(sc: Scenario, cost: CostModel, nodes: tuple[Node, ...], groups: di
             finish[i] = start + t
             if beside:  # slowed by the collectives beside it: exposed time of theirs
                 beside = [x for x in beside if x[1] > start]
-                end = slowed_end(start, t, [(b, e) for b, e, _ in beside], share)
-                if end > finish[i]:
-                    out.exposed[max(beside, key=lambda x: min(x[1], end) - max(x[0], start))[2]] += end - finish[i]
-                    finish[i] = end
+                finish[i], dim = beside_end(start, t, beside, share)
+                if dim:
+                    out.exposed[dim] += finish[i] - start - t
             free["compute"] = finish[i]
             if node.tag == "R":
                 out.recompute += t
@@ -122,8 +121,9 @@ def pass_time(sc: Scenario, cost: CostModel, nodes: tuple[Node, ...], groups: di
             finish[i] = start + t
             free[op.dim] = finish[i]
             out.comm[op.dim] += t
-            if t > 0 and cost.sm_share(groups[key]) > 0:
-                share = cost.sm_share(groups[key])
+            sm = cost.sm_share(groups[key]) if t > 0 else 0.0
+            if sm > 0:
+                share = sm
                 beside.append((start, finish[i], op.dim))
     end = max(finish, default=0.0)
     # communication still running after the last compute op is exposed too

@@ -10,9 +10,9 @@ overlap them with SM kernels. One rule for both schedulers (`analytic.pass_time`
 from __future__ import annotations
 
 
-def slowed_end(start: float, work: float, busy: list[tuple[float, float]], share: float) -> float:
+def slowed_end(start: float, work: float, busy: list[tuple], share: float) -> float:
     """End of a compute op that takes `work` seconds alone, started at `start`, progressing at 1 - share
-    while any interval (begin, end) of `busy` is in flight. With one collective over [b, e], b <= start:
+    while any interval (begin, end, ...) of `busy` is in flight. With one collective over [b, e], b <= start:
     start + work / (1 - share) if it ends first, else work + share * (e - start)."""
     if share <= 0.0 or work <= 0.0 or not busy:
         return start + work
@@ -32,10 +32,19 @@ def slowed_end(start: float, work: float, busy: list[tuple[float, float]], share
     return t + left
 
 
-def _union(busy: list[tuple[float, float]], start: float) -> list[tuple[float, float]]:
+def beside_end(start: float, work: float, beside: list[tuple[float, float, str]], share: float) -> tuple[float, str | None]:
+    """`slowed_end` over collectives (begin, end, dim), and the dimension charged for the slowdown (the
+    collective overlapping the op longest; None when it was not slowed)."""
+    end = slowed_end(start, work, beside, share)
+    if end <= start + work:
+        return start + work, None
+    return end, max(beside, key=lambda x: min(x[1], end) - max(x[0], start))[2]
+
+
+def _union(busy: list[tuple], start: float) -> list[tuple[float, float]]:
     """The in-flight time of `busy` after `start`, as sorted disjoint intervals."""
     out: list[list[float]] = []
-    for b, e in sorted((max(b, start), e) for b, e in busy if e > start):
+    for b, e in sorted((max(x[0], start), x[1]) for x in busy if x[1] > start):
         if out and b <= out[-1][1]:
             out[-1][1] = max(out[-1][1], e)
         else:

@@ -37,7 +37,7 @@ from ..costs import CostModel
 from ..layout import GroupShape, group_shape
 from ..ops import Comm, Compute, Node
 from ..scenario import Scenario
-from ..sm_share import slowed_end
+from ..sm_share import beside_end
 from .links import fluid_ends
 
 SHARE_ITERATIONS = 8
@@ -277,10 +277,9 @@ class PassScheduler:
                 end = start + dur
                 if self.beside:  # slowed by the collectives beside it: exposed time of theirs
                     self.beside = [x for x in self.beside if x[1] > start]
-                    slow = slowed_end(start, dur, [(b, e) for b, e, _ in self.beside], self.share)
-                    if slow > end:
-                        self.exposed[max(self.beside, key=lambda x: min(x[1], slow) - max(x[0], start))[2]] += slow - end
-                        end = slow
+                    end, slowed = beside_end(start, dur, self.beside, self.share)
+                    if slowed:
+                        self.exposed[slowed] += end - start - dur
                 free["compute"] = end
                 if node.tag == "R":
                     self.recompute_s += dur
@@ -311,8 +310,9 @@ class PassScheduler:
                 end = start + dur
                 free[stream] = end
                 dims[i] = op.dim
-                if dur > 0 and times.sm_share(op) > 0:
-                    self.share = times.sm_share(op)
+                sm = times.sm_share(op) if dur > 0 else 0.0
+                if sm > 0:
+                    self.share = sm
                     self.beside.append((start, end, op.dim))
                 self.comm[op.dim] += dur
                 if dur > 0:
