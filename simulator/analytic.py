@@ -27,7 +27,7 @@ from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding
                   shard, sp_norm_grad_allreduce)
 from .scenario import Scenario
 from .schedules import SPLIT_BACKWARD, makespan, pipeline_schedule
-from .sm_share import beside_end
+from .sm_share import beside_end, slowed_end
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 
@@ -329,19 +329,24 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
     t_pipe = pipeline_time(sc, stages, p2p_one)
     pp_steady = t_pipe - t_pipe0  # sends the 1F1B steady state cannot hide
     # DP / ZeRO and the optimizer, on each rank; the slowest rank decides
-    tails = []
-    for st in stages:
+    tails, slowed = [], 0.0
+    for st in reversed(stages):
         sync, gather, opt = dp_sync_time(sc, cost, st.pp_rank)
         if sc.overlap_dp:
             last_bwd = st.B.duration + st.W.duration
             buckets = max(1, len(dp_buckets(sc, rank_params(sc, st.pp_rank).total, sc.training.grad_bytes)))
-            exposed_sync = max(sync / buckets, sync - last_bwd)
+            # the buckets' collectives slow the backward they run beside (sm_share.py), and the last
+            # micro-batch's backward runs from the last stage to the first: a later stage's slowdown delays
+            # this one too. Exposed DP time.
+            bwd_end = slowed_end(0.0, last_bwd, [(0.0, sync)], cost.sm_share(group_shape(sc, "dp_cp")))
+            slowed += bwd_end - last_bwd
+            exposed_sync = max(sync / buckets, sync - bwd_end) + slowed
             exposed_gather = gather if p.zero_gather == "whole" else max(gather / buckets, gather - st.F.duration)
         else:
             exposed_sync, exposed_gather = sync, gather
         sp_norm = sp_norm_grad_allreduce(sc, st.pp_rank)
         sp_t = cost.comm_time(sp_norm, group_shape(sc, "tp")) if sp_norm is not None else 0.0
-        tails.append((exposed_sync + exposed_gather + sp_t + opt, sync + gather, exposed_sync + exposed_gather, opt, sp_t))
+        tails.insert(0, (exposed_sync + exposed_gather + sp_t + opt, sync + gather, exposed_sync + exposed_gather, opt, sp_t))
     crit = max(range(p.pp), key=lambda r: tails[r][0] + stages[r].total * m)
     tail, dp_total, dp_exposed, opt, sp_norm_t = tails[crit]
     iteration = t_pipe + p2p + tail

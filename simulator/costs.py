@@ -26,12 +26,12 @@ fill the device (wave quantisation, launch and tail). 2 us = 2e9 FLOPs on an H10
 over to other devices (on the CPU profile the fitted knee is ~1e6 FLOPs at ~0.12 TFLOP/s, ~8 us)."""
 EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
                    "tp_host_s", "tp_host_per_rank_s", "dp_comm_overhead_s", "dp_ring_step_latency_us",
-                   "intranode_comm_sm_share")
+                   "comm_sm_share")
 """`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
 FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py). dp_comm_overhead_s: seconds
 added to every DP collective; dp_ring_step_latency_us: the per-step floor of DP rings across nodes
-(reduce-scatter, all-gather) in place of the topology's `fabric.ring_step_latency_us`; intranode_comm_sm_share:
-the share of a GPU's compute rate that an in-flight intra-node collective takes (`sm_share.py`)."""
+(reduce-scatter, all-gather) in place of the topology's `fabric.ring_step_latency_us`; comm_sm_share:
+the share of a GPU's compute rate that an in-flight collective takes (`sm_share.py`)."""
 ATTENTION_EFFICIENCY = {"fwd": 0.55, "bwd": 0.45}
 """FlashAttention-2/3 on H100: FA2 ~35 % of peak, FA3 fwd up to 75 % (FA3 abstract); a middle value."""
 HBM_EFFICIENCY = 0.80
@@ -167,10 +167,11 @@ class CostModel:
 
     def sm_share(self, group: GroupShape) -> float:
         """Share of the compute rate a collective on `group` takes while it runs beside compute
-        (`sm_share.slowed_end`): `intranode_comm_sm_share` for a group inside one node, else 0."""
-        if group.size <= 1 or not group.intra_node:
+        (`sm_share.slowed_end`): `comm_sm_share` for any group of more than one rank (NCCL's kernels hold
+        their SMs for the whole collective, inside a node or across)."""
+        if group.size <= 1:
             return 0.0
-        return self.efficiency.get("intranode_comm_sm_share", 0.0)
+        return self.efficiency.get("comm_sm_share", 0.0)
 
     def p2p_time(self, nbytes: float, same_node: bool) -> float:
         return collectives.p2p_time(self.topology, nbytes, same_node)

@@ -397,9 +397,9 @@ def _backward_of(op: Compute, z: Shard) -> tuple[Compute | None, Compute | None]
 
 def tp_linear_async(sc: Scenario) -> bool:
     """`parallel.tp_linear_async` where it applies: SP over tp > 1, comm that can overlap, `overlap_tp` off,
-    weight gradients computed with their dgrads (not a split-backward schedule). Inside a node NCCL moves
-    the data with copy kernels on the SMs the overlapped GEMM needs (the reason Megatron's --tp-comm-overlap
-    moves it to copy engines): that cost is `cluster.efficiency.intranode_comm_sm_share` (`sm_share.py`)."""
+    weight gradients computed with their dgrads (not a split-backward schedule). NCCL runs the collectives
+    on the SMs the overlapped GEMM needs (the reason Megatron's --tp-comm-overlap moves them to copy
+    engines): that cost is `cluster.efficiency.comm_sm_share` (`sm_share.py`)."""
     p = sc.parallel
     return (p.tp_linear_async and p.sp and p.tp > 1 and not sc.overlap_tp and sc.topology.node.comm_overlaps_compute
             and p.pp_schedule not in SPLIT_BACKWARD)

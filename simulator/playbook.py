@@ -16,8 +16,8 @@ playbook's benchmark code, `scaling_benchmarks.py` and `examples/config_tiny_lla
   and the row linears reduce-scatter synchronously. clustersim's `overlap_tp: true` would hide every TP
   collective: on the fit split (1B/3B/8B, 1,208 timed runs) exposing them was much closer (throughput MAPE
   519 % -> 394 % at the time; `TP_OVERLAP` switches it back). The async column linear hides its two backward
-  collectives under its GEMMs (`ops.tp_linear_async`), inside a node at the cost of the SMs NCCL takes
-  (`NANOTRON_EFFICIENCY["intranode_comm_sm_share"]`).
+  collectives under its GEMMs (`ops.tp_linear_async`), at the cost of the SMs NCCL takes
+  (`NANOTRON_EFFICIENCY["comm_sm_share"]`).
 - PP with `OneForwardOneBackwardPipelineEngine` -> `pp_schedule: 1f1b`, its sends blocking (`P2P.send_tensors`
   waits on the metadata sends and the data's isend, `recv_tensors` on the receives, one at a time in
   `PipelineTrainBatchState.run_communication`) -> `pp_p2p: blocking`; nanotron splits the layers by a
@@ -71,7 +71,7 @@ TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
 NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.0e-4,
                        "tp_host_s": 4.5e-4, "dp_comm_overhead_s": 1.0e-3, "dp_ring_step_latency_us": 5.0,
-                       "intranode_comm_sm_share": 0.3}
+                       "comm_sm_share": 0.3}
 """nanotron's software stack on these H100s (`cluster.efficiency`), fitted on the fit split only:
 GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of micro-batch size, so
 compute-bound); attention 0.35/0.30: FlashAttention-2 reaches ~35 % of H100 peak (FA3 paper) and nanotron
@@ -102,8 +102,8 @@ ZeRO-1's `overlap_dp: false` on the fit split (grid 0 / 0.5 / 1 ms x 5 / 10 / 20
 groups; the validation split moved 14.7 -> 15.0 % (median 5.7 -> 6.7 %). All-reduces keep the probe's
 pricing (the slow state's 64-node ZeRO-0 jobs are as slow as it says). Why the DP rings do not pay the
 probe's step latency is not identified. nanotron's async column linears overlap their backward collectives
-with their GEMMs inside a node too (`ops.tp_linear_async`); NCCL's NVLink copy kernels then take a share of
-the SMs those GEMMs run on: `intranode_comm_sm_share` 0.3 (`sm_share.py`; NCCL runs one thread block per
+with their GEMMs inside a node too (`ops.tp_linear_async`); NCCL's kernels then take a share of
+the SMs those GEMMs run on: `comm_sm_share` 0.3 (`sm_share.py`; NCCL runs one thread block per
 channel, up to 32 of the H100's 132 SMs, and its copies load HBM). What the fit split showed: with the TP
 collectives inside a node priced in line, GPU-bound one/two-node tp 2-8 jobs were predicted 10-20 % too slow
 (8B tp4 mbs1: 5.9 ms per layer and micro-batch against 5.1 measured), more the bigger the model (healthy
@@ -111,7 +111,15 @@ pp = 1 median predicted/measured throughput 1.02 / 0.97 / 0.93 for 1B / 3B / 8B)
 over-corrects the 1B (1.06); a grid over 0 / 0.2 / 0.3 / 0.4 (with the analytic's B + W host floor fixed
 to match the engine's fused pass, `analytic.PassTime.host_bound`): fit median APE 7.2 -> 6.5 / 6.4 / 6.4 /
 6.4 %, throughput MAPE 35.6 -> 35.8 / 35.6 / 35.6 / 35.5 %, healthy pp = 1 medians 1.05 / 0.99 / 0.97 at
-0.3; the fit split's regret within 2 % of the best went 83 -> 79 % of its groups at 0.3 and 0.4."""
+0.3; the fit split's regret within 2 % of the best went 83 -> 79 % of its groups at 0.3 and 0.4. The same
+share applies to ZeRO-0's gradient buckets all-reduced under the last backward (NCCL's kernels hold their
+SMs whether the data waits on EFA or NVLink): on the fit split's healthy multi-node pp = 1 ZeRO-0 runs the
+median predicted/measured throughput grew with the share of the step those buckets overlap (min(DP sync,
+last backward) / step under 5 % / 5-15 % / 15-30 % / over 30 %: 1.007 / 1.013 / 1.018 / 1.074, 105 / 42 /
+22 / 11 runs), and 1.004 / 1.003 / 0.992 / 0.985 with it. One share for both, grid 0.2 / 0.3 / 0.4: fit
+throughput MAPE 35.5 (TP only, 0.3) -> 35.4 / 35.2 / 35.1 %, median APE 6.4 -> 6.4 / 6.3 / 6.3 %, bias
+-0.3 -> -0.1 / -0.4 / -1.0 %; kept at 0.3. The slow state's ZeRO-0 runs stay too fast where the overlap is
+large (1.14, 13 runs)."""
 SLOW_STATE_TP_HOST = {"tp_host_s": 3.0e-4, "tp_host_per_rank_s": 2.5e-4}
 """Host seconds per TP collective (`CostModel.host_time`) for jobs that ran in the cluster's slow network state
 (`network_state`; `network: measured` only). In that state a layer's forward + backward never takes less than

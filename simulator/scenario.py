@@ -65,8 +65,8 @@ class Cluster:
     hbm (fractions of peak), tp_comm_overhead_s (seconds added to every TP collective) and
     tp_internode_overhead_s (added again per node beyond the first that the TP group spans); tp_host_s and
     tp_host_per_rank_s (host seconds to issue each TP collective, + per TP rank: `CostModel.host_time`);
-    dp_comm_overhead_s, dp_ring_step_latency_us (DP collectives); intranode_comm_sm_share (the share of the
-    compute rate an in-flight intra-node collective takes, in [0, 1): `sm_share.py`)."""
+    dp_comm_overhead_s, dp_ring_step_latency_us (DP collectives); comm_sm_share (the share of the
+    compute rate an in-flight collective takes, in [0, 1): `sm_share.py`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,7 +249,7 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
             raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(EFFICIENCY_KEYS))
         if key.endswith(("_s", "_us")):
             ok, allowed = value >= 0, "seconds >= 0" if key.endswith("_s") else "microseconds >= 0"
-        elif key == "intranode_comm_sm_share":
+        elif key == "comm_sm_share":
             ok, allowed = 0 <= value < 1, "a fraction in [0, 1)"
         else:
             ok, allowed = 0 < value <= 1, "a fraction in (0, 1]"

@@ -1,11 +1,14 @@
-"""Compute beside intra-node collectives: NCCL moves NVLink data with copy kernels on the GPU's own SMs
-(one thread block per channel), so a GEMM that overlaps such a collective runs on the SMs left over.
+"""Compute beside collectives: NCCL's collective kernels run on the GPU's own SMs (one thread block per
+channel, resident for the whole collective, whether its data crosses NVLink or waits on the NIC), so a
+GEMM that overlaps one runs on the SMs left over.
 
-A compute op progresses at rate 1 - s while any intra-node collective of its rank is in flight and at full
-rate otherwise, s = `cluster.efficiency.intranode_comm_sm_share` (`CostModel.sm_share`; 0 by default: no
-slowdown). Collectives across nodes wait mostly on the NIC and are not counted. This is why Megatron's
-`--tp-comm-overlap` moves the TP transfers to copy engines (userbuffers); nanotron's async column linears
-overlap them with SM kernels. One rule for both schedulers (`analytic.pass_time`, `engine.templates`).
+A compute op progresses at rate 1 - s while a collective of its rank is in flight beside it and at full
+rate otherwise, s = `cluster.efficiency.comm_sm_share` (`CostModel.sm_share`; 0 by default: no
+slowdown). Counted: the TP / CP / EP collectives inside a pass (`analytic.pass_time`,
+`engine.templates`) and the gradient buckets overlapped with the last backward (`overlap_dp`:
+`analytic.estimate`, `engine.sim`); not yet: ZeRO's parameter gathers overlapped with forwards, ZeRO-3's
+per-layer traffic, PP sends. This is why Megatron's `--tp-comm-overlap` moves the TP transfers to copy
+engines (userbuffers); nanotron's async column linears and DDP hooks overlap them with SM kernels.
 """
 from __future__ import annotations
 

@@ -80,6 +80,34 @@ def test_dp_comm_is_fully_exposed_without_overlap(zero):
     assert hidden.iteration_time_s < r.iteration_time_s
 
 
+@pytest.mark.parametrize("estimator", ["engine", "analytic"])
+@pytest.mark.parametrize("pp", [1, 2])
+def test_overlapped_gradient_buckets_slow_the_backward_by_the_sm_share(estimator, pp):
+    """NCCL's kernels take a share s of the SMs (`cluster.efficiency.comm_sm_share`) while the ZeRO-0
+    buckets are all-reduced under the last backward, so that backward runs at 1 - s while they are in flight:
+    the step grows by s times the DP time beside it, at most all of it on each stage the last micro-batch's
+    backward crosses (the analytic counts all of it; the engine leaves out the buckets released after the
+    pass). On one stage the growth is exposed DP time."""
+    sc = scenario(pp=pp, m=8, dp=4, zero=0, overlap_dp=True, dp_bucket_mb=0.25, layers=16)
+    share = 0.3
+
+    def price(s):
+        cost = CommCost(sc.topology, dims=("dp",))
+        cost.efficiency = {"comm_sm_share": s}
+        r = run(sc, cost) if estimator == "engine" else estimate(sc, cost)
+        dp = r.comm["dp"]
+        return r.iteration_time_s, *((dp["time_s"], dp["exposed_s"]) if isinstance(dp, dict) else dp)
+
+    (t0, dp0, exp0), (t, dp, exp) = price(0.0), price(share)
+    assert dp == pytest.approx(dp0, rel=1e-3)  # the same collectives (the critical stage may change)
+    grew = t - t0
+    assert 0.5 * share * dp < grew <= share * dp * pp * (1 + 1e-3)
+    if estimator == "analytic" and pp == 1:  # the DP time (shorter than the backward) all beside it
+        assert grew == pytest.approx(share * dp, rel=1e-6)
+    if pp == 1:
+        assert exp - exp0 == pytest.approx(grew, rel=1e-6)
+
+
 @pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
 def test_zero3_adds_two_gathers_and_a_reduce_scatter_per_layer_per_micro_batch(schedule):
     pp, m, layers = 4, 6, 8
@@ -323,16 +351,16 @@ def test_tp_linear_async_hides_the_column_linears_backward_collectives_under_the
 
 @pytest.mark.parametrize("estimator", ["engine", "analytic"])
 @pytest.mark.parametrize("share", [0.0, 0.3])
-def test_async_linear_inside_a_node_slows_its_gemms_by_the_sm_share(estimator, share):
-    """Inside a node the async column linear hides its collectives too, but NCCL's copy kernels take a
-    share s of the SMs (`cluster.efficiency.intranode_comm_sm_share`): a GEMM g beside a shorter collective
+def test_async_linear_slows_its_gemms_by_the_sm_share(estimator, share):
+    """The async column linear hides its collectives, but NCCL's kernels take a share s of the SMs
+    (`cluster.efficiency.comm_sm_share`), inside a node and across: a GEMM g beside a shorter collective
     c runs g + s c, so each column linear's backward saves 2 (1 - s) c over running them one after the
-    other, per layer and micro-batch (QKV and FC1). Across nodes the share does not apply."""
+    other, per layer and micro-batch (QKV and FC1)."""
     m, layers = 4, 4
     off = scenario(pp=1, m=m, tp=4, sp=True, layers=layers)
     on = replace(off, parallel=replace(off.parallel, tp_linear_async=True))
     cost = SpreadCost(off.topology, dims=("tp",), bw=1e11)  # collective shorter than a GEMM
-    cost.efficiency = {"intranode_comm_sm_share": share}
+    cost.efficiency = {"comm_sm_share": share}
     price = (lambda sc: run(sc, cost)) if estimator == "engine" else (lambda sc: estimate(sc, cost))
     c = cost.alpha + 128 * 256 * 2 / cost.bw
     assert c < LAYER / 4
@@ -342,7 +370,7 @@ def test_async_linear_inside_a_node_slows_its_gemms_by_the_sm_share(estimator, s
     across_on = replace(across, parallel=replace(across.parallel, tp_linear_async=True))
     c = cost.alpha + 128 * 256 * 2 / cost.bw
     assert price(across).iteration_time_s - price(across_on).iteration_time_s == pytest.approx(
-        m * layers * 2 * 2 * c, rel=1e-6)
+        m * layers * 2 * 2 * (1 - share) * c, rel=1e-6)
 
 
 def _tp_across_nodes(m: int, layers: int, pp: int = 1, **parallel):

@@ -104,9 +104,9 @@ def test_efficiency_overrides_are_validated():
     assert load(["cluster.efficiency={gemm: 0.5}"]).cluster.efficiency == {"gemm": 0.5}
     # each key in its own unit: microseconds, and a share of the compute rate that may be 0 but not 1
     assert load(["cluster.efficiency={dp_ring_step_latency_us: 5.0}"]).cluster.efficiency == {"dp_ring_step_latency_us": 5.0}
-    assert load(["cluster.efficiency={intranode_comm_sm_share: 0}"]).cluster.efficiency == {"intranode_comm_sm_share": 0}
+    assert load(["cluster.efficiency={comm_sm_share: 0}"]).cluster.efficiency == {"comm_sm_share": 0}
     with pytest.raises(ScenarioError, match=r"\[0, 1\)"):
-        load(["cluster.efficiency={intranode_comm_sm_share: 1.0}"])
+        load(["cluster.efficiency={comm_sm_share: 1.0}"])
 
 
 def test_internode_tp_overhead_applies_only_when_tp_leaves_the_node():

@@ -29,6 +29,7 @@ import simpy
 from ..collectives import link_busy
 from ..layout import GroupShape
 from ..ops import Comm
+from ..sm_share import slowed_end
 from .fabric import Collective, Fabric, Stream
 from .links import LinkSharing
 from .lower import Plan, StageProgram, Step
@@ -328,26 +329,27 @@ class Engine:
                 if gated:
                     end = yield from self._gated_pass(rk, prog, st, ready, speed, gathers)
                 else:
+                    grads = []
                     if st.grad_sync and self.overlap:
                         for k, comm, label in self._grad_releases(prog, st):
                             self._join(rk, comm.group, comm, ready + tpl.block_grads[k], label)
+                            grads.append((ready + tpl.block_grads[k], comm))
                     dyn = self._link_comms(rk, tpl.net, tpl.local) if self.links is not None and tpl.comms else ()
                     s = None
                     if dyn:  # its collectives run on the link model: wait for them, re-schedule if slowed
                         s = yield from self._linked_pass(rk, st, ready, speed, PassFlows(self, rk, ready, dyn), tpl.extra)
+                    rk.ops += len(tpl.slices)
                     if s is None:
-                        end = ready + tpl.duration
-                        rk.ops += len(tpl.slices)
+                        end, drawn = ready + tpl.duration, (tpl, None)
                         _add_pass_stats(rk, tpl.compute_s, tpl.recompute_s, tpl.flops, tpl.comm_s, tpl.exposed_s,
                                         tpl.comm_count, tpl.contention_s)
-                        if rk.rec is not None:
-                            rk.rec.passes.append((ready, end, st, tpl, None))
                     else:
-                        end = s.end
-                        rk.ops += len(tpl.slices)
+                        end, drawn = s.end, (None, tuple(s.slices) if s.record else None)
                         _add_pass_stats(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, s.contention)
-                        if rk.rec is not None:
-                            rk.rec.passes.append((ready, end, st, None, tuple(s.slices) if s.record else None))
+                    if grads:
+                        end = self._beside_grads(rk, ready, end, grads)
+                    if rk.rec is not None:
+                        rk.rec.passes.append((ready, end, st, *drawn))
                     if st.grad_sync and not self.overlap:
                         for k, comm, label in self._grad_releases(prog, st):
                             self._join(rk, comm.group, comm, end, label)
@@ -520,6 +522,23 @@ class Engine:
         if rk.rec is not None:
             rk.rec.passes.append((ready, end, st, None, tuple(s.slices) if s.record else None))
         return end
+
+    def _beside_grads(self, rk: RankState, ready: float, end: float, grads: list) -> float:
+        """End of a pass [ready, end] that released overlapped gradient buckets (release time, collective),
+        slowed by the compute share their collectives take while in flight beside it (`sm_share.slowed_end`,
+        `CostModel.sm_share`): the buckets run one after another on the rank's dp stream from their
+        releases, each for its price alone. The slowdown is exposed DP time."""
+        share = self.cost.sm_share(self.group_shapes[grads[0][1].group])
+        if share <= 0.0:
+            return end
+        beside, at = [], rk.streams["dp"].free
+        for release, comm in grads:
+            at = max(at, release)
+            beside.append((at, at + self.comm_dur(comm)))
+            at = beside[-1][1]
+        slowed = slowed_end(ready, end - ready, beside, share)
+        rk.exposed["dp"] += slowed - end
+        return slowed
 
     def _grad_releases(self, prog: StageProgram, st: Step) -> list:
         """(block index, collective, label) of the gradient traffic a W/BW pass releases: the chunk's DP
