@@ -80,21 +80,25 @@ def test_dp_comm_is_fully_exposed_without_overlap(zero):
     assert hidden.iteration_time_s < r.iteration_time_s
 
 
-@pytest.mark.parametrize("estimator", ["engine", "analytic"])
+@pytest.mark.parametrize("estimator", ["engine", "engine-full", "engine-alone", "analytic"])
 @pytest.mark.parametrize("pp", [1, 2])
 def test_overlapped_gradient_buckets_slow_the_backward_by_the_sm_share(estimator, pp):
     """NCCL's kernels take a share s of the SMs (`cluster.efficiency.comm_sm_share`) while the ZeRO-0
     buckets are all-reduced under the last backward, so that backward runs at 1 - s while they are in flight:
     the step grows by s times the DP time beside it, at most all of it on each stage the last micro-batch's
     backward crosses (the analytic counts all of it; the engine leaves out the buckets released after the
-    pass). On one stage the growth is exposed DP time."""
+    pass; the same with every rank simulated and without link sharing). On one stage the growth is exposed
+    DP time."""
     sc = scenario(pp=pp, m=8, dp=4, zero=0, overlap_dp=True, dp_bucket_mb=0.25, layers=16)
     share = 0.3
 
     def price(s):
         cost = CommCost(sc.topology, dims=("dp",))
         cost.efficiency = {"comm_sm_share": s}
-        r = run(sc, cost) if estimator == "engine" else estimate(sc, cost)
+        if estimator == "analytic":
+            r = estimate(sc, cost)
+        else:
+            r = run(sc, cost, full=estimator == "engine-full", contention=estimator != "engine-alone")
         dp = r.comm["dp"]
         return r.iteration_time_s, *((dp["time_s"], dp["exposed_s"]) if isinstance(dp, dict) else dp)
 

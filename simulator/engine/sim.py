@@ -329,7 +329,7 @@ class Engine:
                 if gated:
                     end = yield from self._gated_pass(rk, prog, st, ready, speed, gathers)
                 else:
-                    grads = []
+                    grads, dp_free = [], rk.streams["dp"].free  # before these buckets join it
                     if st.grad_sync and self.overlap:
                         for k, comm, label in self._grad_releases(prog, st):
                             self._join(rk, comm.group, comm, ready + tpl.block_grads[k], label)
@@ -347,7 +347,7 @@ class Engine:
                         end, drawn = s.end, (None, tuple(s.slices) if s.record else None)
                         _add_pass_stats(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, s.contention)
                     if grads:
-                        end = self._beside_grads(rk, ready, end, grads)
+                        end = self._beside_grads(rk, ready, end, grads, dp_free)
                     if rk.rec is not None:
                         rk.rec.passes.append((ready, end, st, *drawn))
                     if st.grad_sync and not self.overlap:
@@ -523,15 +523,16 @@ class Engine:
             rk.rec.passes.append((ready, end, st, None, tuple(s.slices) if s.record else None))
         return end
 
-    def _beside_grads(self, rk: RankState, ready: float, end: float, grads: list) -> float:
+    def _beside_grads(self, rk: RankState, ready: float, end: float, grads: list, dp_free: float) -> float:
         """End of a pass [ready, end] that released overlapped gradient buckets (release time, collective),
         slowed by the compute share their collectives take while in flight beside it (`sm_share.slowed_end`,
-        `CostModel.sm_share`): the buckets run one after another on the rank's dp stream from their
-        releases, each for its price alone. The slowdown is exposed DP time."""
+        `CostModel.sm_share`): the buckets run one after another on the rank's dp stream, free from
+        `dp_free`, from their releases, each for its price alone (the same on every rank, whichever one's
+        arrival completed a collective). The slowdown is exposed DP time."""
         share = self.cost.sm_share(self.group_shapes[grads[0][1].group])
         if share <= 0.0:
             return end
-        beside, at = [], rk.streams["dp"].free
+        beside, at = [], dp_free
         for release, comm in grads:
             at = max(at, release)
             beside.append((at, at + self.comm_dur(comm)))
