@@ -85,7 +85,7 @@ def pass_time(sc: Scenario, cost: CostModel, nodes: tuple[Node, ...], groups: di
     finish = [0.0] * len(nodes)
     free = defaultdict(float)
     out = PassTime()
-    beside, share = [], 0.0  # intra-node collectives issued so far and the compute share they take (sm_share.py)
+    beside, share = [], 0.0  # collectives issued so far and the compute share they take (sm_share.py)
     for i, node in enumerate(nodes):
         op = node.op
         ready = max((finish[d] for d in node.deps), default=0.0)

@@ -221,7 +221,7 @@ class PassScheduler:
         """When the host has issued every op so far (`OpTimes.host`): nothing starts before it is issued."""
         self.beside: list = []
         self.share = 0.0
-        """In-flight intra-node collectives (start, end, dim) and the compute share they take (`sm_share.py`)."""
+        """In-flight collectives (start, end, dim) and the compute share they take (`sm_share.py`)."""
         self.anchor, self.anchor_dim = t0, None
         self.end, self.end_dim = t0, None
         self.compute_s = self.recompute_s = self.flops = 0.0
