@@ -5,8 +5,9 @@ GEMM that overlaps one runs on the SMs left over.
 A compute op progresses at rate 1 - s while a collective of its rank is in flight beside it and at full
 rate otherwise, s = `cluster.efficiency.comm_sm_share` (`CostModel.sm_share`; 0 by default: no
 slowdown). Counted: the TP / CP / EP collectives inside a pass (`analytic.pass_time`,
-`engine.templates`) and the gradient buckets overlapped with the last backward (`overlap_dp`:
-`analytic.estimate`, `engine.sim`); not yet: ZeRO's parameter gathers overlapped with forwards, ZeRO-3's
+`engine.templates`) and the gradient buckets overlapped with the backward that releases them
+(`overlap_dp`: the engine, `engine.sim`, on every such pass, i.e. ZeRO-2's every backward; the analytic,
+`analytic.estimate`, on the last one, as it prices the DP sync once per step); not yet: ZeRO's parameter gathers overlapped with forwards, ZeRO-3's
 per-layer traffic, PP sends. This is why Megatron's `--tp-comm-overlap` moves the TP transfers to copy
 engines (userbuffers); nanotron's async column linears and DDP hooks overlap them with SM kernels.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 def slowed_end(start: float, work: float, busy: list[tuple], share: float) -> float:
     """End of a compute op that takes `work` seconds alone, started at `start`, progressing at 1 - share
     while any interval (begin, end, ...) of `busy` is in flight. With one collective over [b, e], b <= start:
-    start + work / (1 - share) if it ends first, else work + share * (e - start)."""
+    start + work / (1 - share) if the op ends first, else start + work + share * (e - start)."""
     if share <= 0.0 or work <= 0.0 or not busy:
         return start + work
     rate = 1.0 - share
