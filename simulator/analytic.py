@@ -16,15 +16,15 @@ The discrete-event engine measures all of this on a timeline instead; this file 
 """
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .costs import CostModel
 from .layout import group_shape, rank_chunks
 from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
                   layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, rank_params,
-                  shard, sp_norm_grad_allreduce)
+                  rank_tensors, shard, sp_norm_grad_allreduce)
 from .scenario import Scenario
 from .schedules import SPLIT_BACKWARD, makespan, pipeline_schedule
 from .sm_share import beside_end, slowed_end
@@ -253,31 +253,77 @@ class AnalyticResult:
     ranks_simulated: int = 0
 
 
-def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float, float, float]:
-    """(gradient-sync seconds, parameter all-gather seconds, optimizer seconds) for one pp rank.
-    ZeRO-0: all-reduce of gradients; ZeRO-1/2: reduce-scatter + all-gather (ZeRO §7.2.1; in buckets, or one
-    collective with `parallel.zero_gather: whole`); ZeRO-3: the
-    per-layer traffic is added separately (`zero3_layer_time`)."""
-    p = sc.parallel
+def _buckets_time(cost: CostModel, op: Comm, group, buckets: list[float]) -> float:
+    """Seconds of `op` over `buckets` (bytes each), one after the other; each distinct size priced once."""
+    return sum(n * cost.comm_time(replace(op, bytes=b), group) for b, n in Counter(buckets).items())
+
+
+@dataclass(frozen=True, slots=True)
+class DpSync:
+    """One pp rank's DP work per step, seconds."""
+    sync: float
+    """Gradient collectives, all buckets."""
+    gather: float
+    """ZeRO-1/2 parameter all-gathers."""
+    optimizer: float
+    grad_buckets: tuple[tuple[float, float], ...]
+    """(release, seconds) per gradient bucket in backward order; release: the share of the backward done
+    when it is released (`_release_shares`)."""
+    first_gather: float
+    """The first parameter bucket (the first forward waits for it)."""
+
+    def grad_intervals(self, backward: float) -> list[tuple[float, float]]:
+        """(start, end) of each gradient bucket's collective, the backward that releases them taking
+        `backward` seconds from 0: one after the other on the DP stream, each from its release."""
+        out, end = [], 0.0
+        for release, t in self.grad_buckets:
+            start = max(end, release * backward)
+            end = start + t
+            out.append((start, end))
+        return out
+
+
+def _release_shares(buckets: list[float], held_to_end: float) -> list[float]:
+    """Share of the backward done when each bucket (bytes, backward order) is released: gradients complete
+    in proportion to their bytes, except `held_to_end` bytes (the embedding's, whose gradient the backward
+    produces last), so the bucket holding them is released at the end."""
+    total = sum(buckets) - held_to_end
+    out, acc = [], 0.0
+    for b in buckets:
+        acc += b
+        out.append(min(1.0, acc / total) if total > 0 else 1.0)
+    return out
+
+
+def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> DpSync:
+    """One pp rank's DP work: ZeRO-0 all-reduces its gradient buckets (`ops.dp_buckets`); ZeRO-1/2
+    reduce-scatter them and all-gather the updated parameters (ZeRO §7.2.1; in the same buckets, or one
+    collective with `parallel.zero_gather: whole`); ZeRO-3's per-layer traffic is added separately
+    (`zero3_layer_time`). The optimizer updates the rank's shard."""
+    p, m = sc.parallel, sc.model
     rp = rank_params(sc, pp_rank)
     gb = sc.training.grad_bytes
-    sync = gather = 0.0
-    for params, group in ((rp.dense, "dp_cp"), (rp.expert, "edp")):
+    sync = gather = first = 0.0
+    grads: list[tuple[float, float]] = []
+    for tensors, group in zip(rank_tensors(sc, pp_rank), ("dp_cp", "edp")):
         g = group_shape(sc, group)
-        if g.size <= 1 or params <= 0:
+        if g.size <= 1 or not tensors:
             continue
         coll = "all_reduce" if p.zero == 0 else "reduce_scatter"
-        # buckets are equal-sized (dp_buckets): price one, count the rest
         if p.zero < 3:
-            buckets = dp_buckets(sc, params, gb)
-            sync += len(buckets) * cost.comm_time(Comm("dp_grad", "dp", coll, buckets[0], group=group), g)
+            op, buckets = Comm("dp_grad", "dp", coll, 0.0, group=group), dp_buckets(sc, tensors, gb)
+            times = {b: cost.comm_time(replace(op, bytes=b), g) for b in set(buckets)}
+            emb = (m.vocab * m.hidden / p.tp + m.positions * m.hidden) * gb if rp.embedding and group == "dp_cp" else 0.0
+            grads += [(r, times[b]) for r, b in zip(_release_shares(buckets, emb), buckets)]
+            sync += sum(times[b] for b in buckets)
         if p.zero in (1, 2):
-            buckets = param_gather_buckets(sc, params)
-            gather += len(buckets) * cost.comm_time(Comm("dp_param_allgather", "dp", "all_gather", buckets[0], group=group), g)
+            op, buckets = Comm("dp_param_allgather", "dp", "all_gather", 0.0, group=group), param_gather_buckets(sc, tensors)
+            gather += _buckets_time(cost, op, g, buckets)
+            first = max(first, _buckets_time(cost, op, g, buckets[:1]))
     shard_params = rp.dense / (group_shape(sc, "dp_cp").size if p.zero >= 1 else 1)
     shard_params += rp.expert / (group_shape(sc, "edp").size if p.zero >= 1 else 1)
     opt = cost.compute_time(optimizer_op(sc, shard_params))
-    return sync, gather, opt
+    return DpSync(sync, gather, opt, tuple(sorted(grads, key=lambda x: x[0])), first)
 
 
 def zero3_layer_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float, float, float]:
@@ -331,17 +377,18 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
     # DP / ZeRO and the optimizer, on each rank; the slowest rank decides
     tails, slowed = [], 0.0
     for st in reversed(stages):
-        sync, gather, opt = dp_sync_time(sc, cost, st.pp_rank)
+        ds = dp_sync_time(sc, cost, st.pp_rank)
+        sync, gather, opt = ds.sync, ds.gather, ds.optimizer
         if sc.overlap_dp:
             last_bwd = st.B.duration + st.W.duration
-            buckets = max(1, len(dp_buckets(sc, rank_params(sc, st.pp_rank).total, sc.training.grad_bytes)))
             # the buckets' collectives slow the backward they run beside (sm_share.py), and the last
             # micro-batch's backward runs from the last stage to the first: a later stage's slowdown delays
             # this one too. Exposed DP time.
-            bwd_end = slowed_end(0.0, last_bwd, [(0.0, sync)], cost.sm_share(group_shape(sc, "dp_cp")))
+            in_flight = ds.grad_intervals(last_bwd)
+            bwd_end = slowed_end(0.0, last_bwd, in_flight, cost.sm_share(group_shape(sc, "dp_cp")))
             slowed += bwd_end - last_bwd
-            exposed_sync = max(sync / buckets, sync - bwd_end) + slowed
-            exposed_gather = gather if p.zero_gather == "whole" else max(gather / buckets, gather - st.F.duration)
+            exposed_sync = max(0.0, (in_flight[-1][1] if in_flight else 0.0) - bwd_end) + slowed
+            exposed_gather = gather if p.zero_gather == "whole" else max(ds.first_gather, gather - st.F.duration)
         else:
             exposed_sync, exposed_gather = sync, gather
         sp_norm = sp_norm_grad_allreduce(sc, st.pp_rank)

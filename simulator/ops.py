@@ -15,7 +15,7 @@ Where Megatron puts TP/SP collectives: NAR21 §3.2, KOR22 §4.2.2 and MODELING.m
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Union
+from typing import Sequence, Union
 
 from .layout import group_shape
 from .params import final_norm_params, layer_params, norm_params
@@ -657,6 +657,29 @@ def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
     return RankParams(dense=dense, expert=expert, layers=layers, embedding=has_emb, head=has_head)
 
 
+def rank_tensors(sc: Scenario, pp_rank: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(dense, expert) parameter tensors of one rank (all its chunks), elements each, in definition order:
+    the embedding, each layer's `layer_rank_tensors`, the final norm and the LM head (as `rank_params`)."""
+    from .layout import last_chunk, rank_chunks
+    m, p = sc.model, sc.parallel
+    dense: list[float] = []
+    expert: list[float] = []
+    chunks = rank_chunks(sc, pp_rank)
+    ids = [c for c, _ in chunks]
+    for c, layers in chunks:
+        if c == 0:
+            dense.append(m.vocab * m.hidden / p.tp + m.positions * m.hidden)
+        for i in layers:
+            d, e = layer_rank_tensors(sc, i)
+            dense.extend(d)
+            expert.extend(e)
+        if c == last_chunk(sc):
+            dense.append(final_norm_params(m))
+            if not m.tie_embeddings or p.pp > 1 or 0 not in ids:
+                dense.append(m.vocab * m.hidden / p.tp)
+    return tuple(dense), tuple(expert)
+
+
 def sp_norm_grad_allreduce(sc: Scenario, pp_rank: int) -> Comm | None:
     """With sequence parallelism each TP rank's norm-weight gradients cover its sequence shard only: one
     coalesced all-reduce of them over the TP group per step, after the last backward (Megatron
@@ -690,19 +713,61 @@ def param_bytes(sc: Scenario) -> int:
     return 4 if sc.training.precision == "fp32" else 2
 
 
-def dp_buckets(sc: Scenario, params: float, elt_bytes: int) -> list[float]:
-    """Split `params` worth of gradients into buckets of dp_bucket_mb (bytes of the reduced dtype)."""
-    total = params * elt_bytes
+def layer_rank_tensors(sc: Scenario, layer: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(dense, expert) parameter tensors of one layer on one rank, elements each, in definition order:
+    norm, fused QKV projection (all of attention but the output projection), output projection, norm,
+    MLP input (SwiGLU's fused gate+up: 2/3 of it), MLP output; an MoE layer's router, its shared experts'
+    input and output, and its routed experts as two grouped tensors. Sums to `layer_rank_params`; the
+    fused layout is nanotron's and Megatron's (`qkv_proj` / `linear_qkv`, `gate_up_proj` / `linear_fc1`)."""
+    m, p = sc.model, sc.parallel
+    dense, expert = layer_rank_params(sc, layer)
+    lp = layer_params(m, layer)
+    norm = lp.norms / 2
+    out_proj = m.hidden * (m.heads * m.mla.v_head_dim if m.mla else m.q_dim) / p.tp
+    attn = dense - lp.norms - (lp.mlp / p.tp)
+    mlp_in_share = 2 / 3 if m.gated_mlp else 0.5
+    if lp.experts:
+        e = m.moe
+        router = m.hidden * e.experts / p.tp
+        shared = lp.mlp / p.tp - router
+        mlp = (router,) + ((shared * mlp_in_share, shared * (1 - mlp_in_share)) if shared > 0 else ())
+        experts = (expert * mlp_in_share, expert * (1 - mlp_in_share)) if expert > 0 else ()
+    else:
+        mlp = (lp.mlp / p.tp * mlp_in_share, lp.mlp / p.tp * (1 - mlp_in_share))
+        experts = ()
+    return (norm, attn - out_proj, out_proj, norm) + mlp, experts
+
+
+def dp_buckets(sc: Scenario, tensors: Sequence[float], elt_bytes: int) -> list[float]:
+    """Gradient buckets (bytes of the reduced dtype each) of parameter `tensors` (elements, in definition
+    order), in the order backward releases them (last first), at most `parallel.dp_bucket_mb` apart.
+    `dp_bucketing: param` (PyTorch DDP `_compute_bucket_assignment_by_size`, Megatron's grad buffer): whole
+    tensors, a bucket closes once it holds dp_bucket_mb, so a tensor larger than that is a bucket alone;
+    `even`: the bytes cut into equal buckets."""
     cap = sc.parallel.dp_bucket_mb * 1e6
-    if total <= 0:
+    sizes = [t * elt_bytes for t in tensors if t > 0]
+    if not sizes:
         return []
-    n = max(1, int(-(-total // cap)))
-    return [total / n] * n
+    if sc.parallel.dp_bucketing == "even":
+        total = sum(sizes)
+        n = max(1, int(-(-total // cap)))
+        return [total / n] * n
+    out, acc = [], 0.0
+    for s in sizes:
+        acc += s
+        if acc >= cap:
+            out.append(acc)
+            acc = 0.0
+    if acc > 0:
+        out.append(acc)
+    return out[::-1]
 
 
-def param_gather_buckets(sc: Scenario, params: float) -> list[float]:
-    """ZeRO-1/2's all-gather of the updated `params` (bytes per collective): in `dp_buckets`, or all in one
-    (`parallel.zero_gather: whole`, nanotron's `_all_gather_params`)."""
+def param_gather_buckets(sc: Scenario, tensors: Sequence[float]) -> list[float]:
+    """ZeRO-1/2's all-gather of the updated parameter `tensors` (bytes per collective, in forward order):
+    the gradient buckets (`dp_buckets`) reversed, or all in one (`parallel.zero_gather: whole`, nanotron's
+    `_all_gather_params`)."""
     if sc.parallel.zero_gather == "whole":
-        return [params * param_bytes(sc)] if params > 0 else []
-    return dp_buckets(sc, params, param_bytes(sc))
+        total = sum(tensors)
+        return [total * param_bytes(sc)] if total > 0 else []
+    return dp_buckets(sc, tensors, param_bytes(sc))[::-1]

@@ -70,7 +70,7 @@ VALIDATION_LABELS = ("80B", "469G")
 TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
 NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.0e-4,
-                       "tp_host_s": 4.5e-4, "dp_comm_overhead_s": 1.0e-3, "dp_ring_step_latency_us": 5.0,
+                       "tp_host_s": 4.5e-4, "dp_comm_overhead_s": 2.0e-3, "dp_ring_step_latency_us": 10.0,
                        "comm_sm_share": 0.3}
 """nanotron's software stack on these H100s (`cluster.efficiency`), fitted on the fit split only:
 GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of micro-batch size, so

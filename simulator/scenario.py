@@ -95,6 +95,11 @@ class Parallel:
     order: str = "tp-cp-ep-dp-pp"
     """Rank placement, innermost first."""
     dp_bucket_mb: float = field(default=25.0, metadata={"min": 0.001})
+    dp_bucketing: str = field(default="param", metadata={"choices": ("param", "even")})
+    """How gradients are grouped into DP buckets (`ops.dp_buckets`). param: whole parameter tensors, a
+    bucket closing once it holds dp_bucket_mb (PyTorch DDP, Megatron), so a tensor larger than that (an
+    embedding, a fused MLP weight) is a bucket alone; even: the rank's gradient bytes cut into equal
+    buckets of at most dp_bucket_mb."""
     overlap_dp: bool = True
     overlap_tp: bool = False
     tp_linear_async: bool = False

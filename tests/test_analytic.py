@@ -151,12 +151,12 @@ def test_zero1_whole_gather_is_one_collective_exposed_after_the_optimizer():
                "parallel": {"dp": 4, "zero": 1, "dp_bucket_mb": 0.25, "zero_gather": gather}}
         return scenario_from_mapping(raw)
     from simulator.analytic import dp_sync_time
-    from simulator.ops import dp_buckets, param_bytes, rank_params
+    from simulator.ops import param_gather_buckets, rank_tensors
     bucketed, whole = sc("bucketed"), sc("whole")
     cost = DPCost(topology=whole.topology)
-    _, g_bucketed, _ = dp_sync_time(bucketed, cost, 0)
-    _, g_whole, _ = dp_sync_time(whole, cost, 0)
-    n = len(dp_buckets(bucketed, rank_params(bucketed, 0).total, param_bytes(bucketed)))
+    g_bucketed = dp_sync_time(bucketed, cost, 0).gather
+    g_whole = dp_sync_time(whole, cost, 0).gather
+    n = len(param_gather_buckets(bucketed, rank_tensors(bucketed, 0)[0]))
     assert n > 1
     assert g_bucketed - g_whole == pytest.approx((n - 1) * 2e-6)  # the same bytes, n - 1 fewer latencies
     r_whole, r_bucketed = estimate(whole, cost), estimate(bucketed, cost)

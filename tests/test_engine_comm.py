@@ -86,9 +86,8 @@ def test_overlapped_gradient_buckets_slow_the_backward_by_the_sm_share(estimator
     """NCCL's kernels take a share s of the SMs (`cluster.efficiency.comm_sm_share`) while the ZeRO-0
     buckets are all-reduced under the last backward, so that backward runs at 1 - s while they are in flight:
     the step grows by s times the DP time beside it, at most all of it on each stage the last micro-batch's
-    backward crosses (the analytic counts all of it; the engine leaves out the buckets released after the
-    pass; the same with every rank simulated and without link sharing). On one stage the growth is exposed
-    DP time."""
+    backward crosses (less the buckets released after the pass; the same with every rank simulated and
+    without link sharing). On one stage the growth is exposed DP time."""
     sc = scenario(pp=pp, m=8, dp=4, zero=0, overlap_dp=True, dp_bucket_mb=0.25, layers=16)
     share = 0.3
 
@@ -106,8 +105,6 @@ def test_overlapped_gradient_buckets_slow_the_backward_by_the_sm_share(estimator
     assert dp == pytest.approx(dp0, rel=1e-3)  # the same collectives (the critical stage may change)
     grew = t - t0
     assert 0.5 * share * dp < grew <= share * dp * pp * (1 + 1e-3)
-    if estimator == "analytic" and pp == 1:  # the DP time (shorter than the backward) all beside it
-        assert grew == pytest.approx(share * dp, rel=1e-6)
     if pp == 1:
         assert exp - exp0 == pytest.approx(grew, rel=1e-6)
 

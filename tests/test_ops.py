@@ -2,7 +2,8 @@
 import pytest
 
 from simulator.flops import model_flops_per_step
-from simulator.ops import Comm, Compute, head_backward, head_forward, layer_passes, layer_rank_params, rank_params, shard
+from simulator.ops import (Comm, Compute, dp_buckets, head_backward, head_forward, layer_passes, layer_rank_params,
+                           layer_rank_tensors, param_gather_buckets, rank_params, rank_tensors, shard)
 from simulator.scenario import load_scenario
 
 FLASH_MODEL_SHARE = 3 / 3.5  # FA runs fwd + 2.5x bwd; the model convention counts 3x fwd (MODELING.md 2.4)
@@ -215,3 +216,42 @@ def test_autocast_casts_each_weight_once_a_step_and_each_gradient_every_micro_ba
     assert len(acc) == 1 and m * acc[0].bytes == pytest.approx(grads * (6 * m + 12 * (m - 1)))
     rc = layer_passes(load_scenario("scenarios/replay/gpu/1b-accum.yaml", ["training.recompute=full"]), 0)
     assert [n.op.name for n in rc.B].count("autocast_cast") == 0  # recompute reads the cached copy
+
+
+@pytest.mark.parametrize("name,overrides", [
+    ("8b_8gpu", []),
+    ("70b_512gpu", []),
+    ("mixtral_ep", []),
+    ("70b_512gpu", ["model=deepseek-v3", "parallel.pp=1", "parallel.tp=8", "parallel.dp=64"]),
+    ("8b_8gpu", ["model=gpt3-175b", "parallel.tp=8", "parallel.dp=1"]),
+])
+def test_rank_tensors_hold_the_ranks_parameters(name, overrides):
+    """The tensors DP buckets are cut from add up to the rank's parameters, layer by layer and per rank."""
+    sc = load_scenario(f"scenarios/{name}.yaml", overrides)
+    for layer in range(sc.model.layers):
+        d, e = layer_rank_tensors(sc, layer)
+        assert (sum(d), sum(e)) == pytest.approx(layer_rank_params(sc, layer), rel=1e-12)
+        assert min(d) > 0 and len(d) >= 5
+    for r in range(sc.parallel.pp):
+        d, e = rank_tensors(sc, r)
+        rp = rank_params(sc, r)
+        assert (sum(d), sum(e)) == pytest.approx((rp.dense, rp.expert), rel=1e-12)
+
+
+def test_ddp_buckets_hold_whole_tensors_and_close_at_the_cap():
+    """PyTorch DDP's rule: tensors in definition order fill a bucket until it holds at least the cap; a
+    tensor above the cap is a bucket alone; buckets come out in backward order. `even` cuts equal ones."""
+    sc = load_scenario("scenarios/8b_8gpu.yaml", ["parallel.dp_bucket_mb=10"])
+    mb = 1e6
+    tensors = [1 * mb, 4 * mb, 30 * mb, 2 * mb, 2 * mb, 1 * mb, 8 * mb]  # elements; 1 byte each below
+    assert dp_buckets(sc, tensors, 1) == [13 * mb, 35 * mb]  # 1 + 4 + 30 in the first, 2 + 2 + 1 + 8 after
+    assert dp_buckets(sc, [30 * mb, 1 * mb, 4 * mb], 1) == [5 * mb, 30 * mb]  # the last one may stay under it
+    assert param_gather_buckets(sc, tensors) == [10 * mb, 60 * mb, 10 * mb, 16 * mb]  # forward order; 2 B each
+    even = load_scenario("scenarios/8b_8gpu.yaml", ["parallel.dp_bucket_mb=10", "parallel.dp_bucketing=even"])
+    assert dp_buckets(even, tensors, 1) == pytest.approx([9.6 * mb] * 5)
+    # Llama-3-8B at tp 1 in 25 MB of bf16: one bucket per QKV, O, gate+up and down projection (all above
+    # the cap; the norms ride along), the embedding and the LM head alone: 4 x 32 + 2
+    sc = load_scenario("scenarios/8b_8gpu.yaml", ["parallel.tp=1", "parallel.dp=8", "parallel.dp_bucket_mb=25"])
+    dense, _ = rank_tensors(sc, 0)
+    assert len(dp_buckets(sc, dense, 2)) == 4 * 32 + 2
+    assert sum(dp_buckets(sc, dense, 2)) == pytest.approx(2 * sum(dense))

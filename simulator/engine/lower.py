@@ -27,7 +27,7 @@ from typing import Callable
 from ..layout import chunk_layers, chunk_owner, last_chunk, rank_chunks
 from ..ops import (Comm, Compute, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
                    layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, shard,
-                   layer_rank_params, sp_norm_grad_allreduce)
+                   layer_rank_tensors, sp_norm_grad_allreduce)
 from ..params import final_norm_params
 from ..scenario import Scenario
 from ..schedules import Action, chunk_rank, pipeline_schedule
@@ -125,13 +125,12 @@ def embedding_block_params(sc: Scenario) -> float:
     return m.vocab * m.hidden / sc.parallel.tp + m.positions * m.hidden
 
 
-def head_block_params(sc: Scenario, stage_has_embedding: bool) -> float:
-    """Final norm plus the LM head: untied, or the tied copy on the last stage (as `ops.rank_params`)."""
+def head_block_tensors(sc: Scenario, stage_has_embedding: bool) -> tuple[float, ...]:
+    """Final norm plus the LM head: untied, or the tied copy on the last stage (as `ops.rank_tensors`)."""
     m = sc.model
-    out = float(final_norm_params(m))
     if not m.tie_embeddings or sc.parallel.pp > 1 or not stage_has_embedding:
-        out += m.vocab * m.hidden / sc.parallel.tp
-    return out
+        return float(final_norm_params(m)), m.vocab * m.hidden / sc.parallel.tp
+    return (float(final_norm_params(m)),)
 
 
 # ----------------------------------------------------------------------------------- blocks
@@ -149,17 +148,18 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
             cache[key] = layer_passes(sc, layer, z)
         return cache[key]
 
-    def block(key, parts, dense=0.0, expert=0.0):
+    def block(key, parts, dense=(), expert=()):
         nodes, letters = concat(parts)
-        return Block(key=key, nodes=nodes, letters=letters, params_dense=dense, params_expert=expert)
+        return Block(key=key, nodes=nodes, letters=letters, params_dense=sum(dense), params_expert=sum(expert),
+                     tensors_dense=dense, tensors_expert=expert)
 
     out = {k: [] for k in PASS_KINDS}
-    emb_p = embedding_block_params(sc)
-    head_p = head_block_params(sc, stage_has_embedding)
+    emb_p = (embedding_block_params(sc),)
+    head_p = head_block_tensors(sc, stage_has_embedding)
     if first:
         out["F"].append(block("emb", [(embedding_forward(sc, z), "F")], emb_p))
     for layer in layers:
-        d, e = layer_rank_params(sc, layer)
+        d, e = layer_rank_tensors(sc, layer)
         out["F"].append(block(f"L{layer}", [(lp(layer).F, "F")], d, e))
     if last:
         hb, hw = head_backward(sc, z)
@@ -168,7 +168,7 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
         out["W"].append(block("head", [(hw, "W")], head_p))
         out["BW"].append(block("head", [(hb, "B"), (hw, "W")], head_p))
     for layer in reversed(layers):
-        d, e = layer_rank_params(sc, layer)
+        d, e = layer_rank_tensors(sc, layer)
         p = lp(layer)
         out["B"].append(block(f"L{layer}", [(p.B, "B")], d, e))
         out["W"].append(block(f"L{layer}", [(p.W, "W")], d, e))
@@ -204,15 +204,16 @@ def _grad_buckets(sc: Scenario, blocks: tuple[Block, ...], zero: int, groups: di
     coll = "all_reduce" if zero == 0 else "reduce_scatter"
     gb = sc.training.grad_bytes
     found = []
-    for g, attr in (("dp_cp", "params_dense"), ("edp", "params_expert")):
+    for g, attr in (("dp_cp", "tensors_dense"), ("edp", "tensors_expert")):
         if groups[g] <= 1:
             continue
-        sizes = [getattr(b, attr) * gb if b.makes_grads else 0.0 for b in blocks]
+        sizes = [sum(getattr(b, attr)) * gb if b.makes_grads else 0.0 for b in blocks]
         cum, acc = [], 0.0
         for s in sizes:
             acc += s
             cum.append(acc)
-        for j, (nbytes, _, end) in enumerate(_split_buckets(dp_buckets(sc, sum(s / gb for s in sizes), gb))):
+        tensors = [t for b in reversed(blocks) if b.makes_grads for t in getattr(b, attr)]  # definition order
+        for j, (nbytes, _, end) in enumerate(_split_buckets(dp_buckets(sc, tensors, gb))):
             k = min(bisect_left(cum, end * (1 - 1e-9)), len(blocks) - 1)
             found.append((k, 0 if g == "dp_cp" else 1, j, Comm(f"grad_{coll}", "dp", coll, nbytes, blocking=False, group=g)))
     found.sort(key=lambda x: (x[0], x[1], x[2]))
@@ -225,16 +226,17 @@ def _param_buckets(sc: Scenario, blocks: tuple[Block, ...], groups: dict) -> tup
     pb = param_bytes(sc)
     found = []
     ends_per_group = {}
-    for g, attr in (("dp_cp", "params_dense"), ("edp", "params_expert")):
+    for g, attr in (("dp_cp", "tensors_dense"), ("edp", "tensors_expert")):
         if groups[g] <= 1:
             continue
-        sizes = [getattr(b, attr) * pb for b in blocks]
+        sizes = [sum(getattr(b, attr)) * pb for b in blocks]
         cum, acc = [], 0.0
         for s in sizes:
             acc += s
             cum.append(acc)
         ends_per_group[g] = (sizes, cum)
-        for j, (nbytes, start, _) in enumerate(_split_buckets(param_gather_buckets(sc, sum(s / pb for s in sizes)))):
+        tensors = [t for b in blocks for t in getattr(b, attr)]
+        for j, (nbytes, start, _) in enumerate(_split_buckets(param_gather_buckets(sc, tensors))):
             k = min(bisect_right(cum, start * (1 + 1e-12) + 1e-9), len(blocks) - 1)
             found.append((k, 0 if g == "dp_cp" else 1, j, start, Comm("param_all_gather", "dp", "all_gather", nbytes,
                                                                      blocking=False, group=g)))

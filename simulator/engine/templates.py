@@ -60,6 +60,9 @@ class Block:
     """Parameters of this block on the rank, replicated over dp_cp (ZeRO-3 gathers, DP gradient buckets)."""
     params_expert: float = 0.0
     """Routed-expert parameters, replicated over the expert-DP group."""
+    tensors_dense: tuple[float, ...] = ()
+    """params_dense as its parameter tensors (elements, definition order): where DP buckets close."""
+    tensors_expert: tuple[float, ...] = ()
 
     @property
     def makes_grads(self) -> bool:
