@@ -740,10 +740,11 @@ def layer_rank_tensors(sc: Scenario, layer: int) -> tuple[tuple[float, ...], tup
 
 def dp_buckets(sc: Scenario, tensors: Sequence[float], elt_bytes: int) -> list[float]:
     """Gradient buckets (bytes of the reduced dtype each) of parameter `tensors` (elements, in definition
-    order), in the order backward releases them (last first), at most `parallel.dp_bucket_mb` apart.
-    `dp_bucketing: param` (PyTorch DDP `_compute_bucket_assignment_by_size`, Megatron's grad buffer): whole
-    tensors, a bucket closes once it holds dp_bucket_mb, so a tensor larger than that is a bucket alone;
-    `even`: the bytes cut into equal buckets."""
+    order), in the order backward releases them (last first). `dp_bucketing: param` (PyTorch DDP's
+    `_compute_bucket_assignment_by_size`, Megatron's grad buffer): whole tensors in definition order, a bucket
+    closing once it holds `parallel.dp_bucket_mb`, so a tensor larger than that is a bucket alone and the
+    last bucket may hold less (DDP's smaller first bucket, 1 MiB, is not modelled); `even`: the bytes cut
+    into equal buckets of at most dp_bucket_mb."""
     cap = sc.parallel.dp_bucket_mb * 1e6
     sizes = [t * elt_bytes for t in tensors if t > 0]
     if not sizes:

@@ -25,7 +25,8 @@ playbook's benchmark code, `scaling_benchmarks.py` and `examples/config_tiny_lla
   `LlamaModel.get_block_compute_costs`), so stages are uneven -> explicit `parallel.pp_layers`.
 - Rank grid `(pp, dp, tp)` with tp innermost (`ParallelContext`) -> `order: tp-cp-ep-dp-pp`.
 - DDP `bucket_cap_mb: 25` of bf16 gradients; the fp32 hook reduces the matching fp32 buffer, i.e. 50 MB
-  per collective -> `dp_bucket_mb: 50`. ZeRO-0 all-reduces each bucket (`all_reduce_coalesced`), overlapped
+  per collective -> `dp_bucket_mb: 50`, of whole tensors (`dp_bucketing: param`, DDP's rule: the fused
+  QKV, gate+up and down projections and the embedding are each above the cap, so each is a bucket alone). ZeRO-0 all-reduces each bucket (`all_reduce_coalesced`), overlapped
   with the last backward -> `overlap_dp: true`. ZeRO-1 reduce-scatters each bucket through
   `reduce_scatter_coalesced`, which flattens one input per DP rank on the compute stream first; the
   fit split says it does not hide behind the backward -> `overlap_dp: false` for ZeRO-1: on otherwise
@@ -90,10 +91,12 @@ costs more through the network alone: every step of its ring waits ~40 us on EFA
 (tp32) at 16-64 MiB, growing only ~3.7 us per MiB. (A fitted 0.45 ms per extra node did this before; with
 the ring latency its best value is 0: fit split TP-across-nodes median APE 12.7 %, 14.1 % with it.) The
 slow network state raises the host floor and makes it grow with tp (`SLOW_STATE_TP_HOST`). DP: every
-gradient bucket's collective costs 1 ms more than NCCL's (`dp_comm_overhead_s`), and DP rings across nodes
-wait 5 us per step (`dp_ring_step_latency_us`), not the ~40 us (healthy) or ~180-320 us (slow) that the
-all-gather probe shows and TP rings pay. What the fit split says: at pp = 1, tp = 1 on 2-32 nodes the
-step beyond compute is ~1.1-1.4 ms per 50 MB bucket (1B: 108 buckets, 3B: 286) at dp 32-256 for
+gradient bucket's collective costs 2 ms more than NCCL's (`dp_comm_overhead_s`), and DP rings across nodes
+wait 10 us per step (`dp_ring_step_latency_us`), not the ~40 us (healthy) or ~180-320 us (slow) that the
+all-gather probe shows and TP rings pay. (1 ms and 5 us until the buckets held whole tensors, as below; refitted
+then on the fit split, grid 1-4 ms x 5 / 10 / 20 us: median APE 6.73 -> 6.08 %, MAPE 36.9 -> 35.6 %, and the
+pure-DP ZeRO-1 runs' drift with dp gone: 3B on 2-32 nodes fell from 1.00 to 0.76 of measured before, 0.99-1.05 now.) What the fit split says: at pp = 1, tp = 1 on 2-32 nodes the
+step beyond compute is ~1.1-1.4 ms per 50 MB of gradients (1B: 108 equal buckets then, 50 whole-tensor ones now; 3B: 286, 86) at dp 32-256 for
 ZeRO-0 and ZeRO-1 up to dp 128 (1B ZeRO-1 at dp 256: 2.4 ms), healthy or slow (1B dp64 ZeRO-1 took 0.52 s in both states), where the probe's step latency
 priced a ZeRO-1 bucket's reduce-scatter at 2.4 / 5.0 / 10.5 ms (healthy, dp 64 / 128 / 256) and 17 ms
 (slow, dp 64): 1B dp256 ZeRO-1 at 3.2x its measured step, ZeRO-0's all-reduce at 0.57x. Fitted with
