@@ -16,15 +16,15 @@ The discrete-event engine measures all of this on a timeline instead; this file 
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .costs import CostModel
 from .layout import group_shape, rank_chunks
-from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
-                  layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, rank_params,
-                  rank_tensors, shard, sp_norm_grad_allreduce)
+from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding_forward, embedding_rank_params,
+                  head_backward, head_forward, layer_passes, optimizer_op, param_bytes, param_gather_buckets,
+                  pp_activation_bytes, rank_params, rank_tensors, shard, sp_norm_grad_allreduce)
 from .scenario import Scenario
 from .schedules import SPLIT_BACKWARD, makespan, pipeline_schedule
 from .sm_share import beside_end, slowed_end
@@ -253,9 +253,10 @@ class AnalyticResult:
     ranks_simulated: int = 0
 
 
-def _buckets_time(cost: CostModel, op: Comm, group, buckets: list[float]) -> float:
-    """Seconds of `op` over `buckets` (bytes each), one after the other; each distinct size priced once."""
-    return sum(n * cost.comm_time(replace(op, bytes=b), group) for b, n in Counter(buckets).items())
+def _bucket_times(cost: CostModel, op: Comm, group, buckets: list[float]) -> list[float]:
+    """Seconds of `op` on each of `buckets` (bytes each); each distinct size priced once."""
+    times = {b: cost.comm_time(replace(op, bytes=b), group) for b in set(buckets)}
+    return [times[b] for b in buckets]
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +301,7 @@ def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> DpSync:
     reduce-scatter them and all-gather the updated parameters (ZeRO §7.2.1; in the same buckets, or one
     collective with `parallel.zero_gather: whole`); ZeRO-3's per-layer traffic is added separately
     (`zero3_layer_time`). The optimizer updates the rank's shard."""
-    p, m = sc.parallel, sc.model
+    p = sc.parallel
     rp = rank_params(sc, pp_rank)
     gb = sc.training.grad_bytes
     sync = gather = first = 0.0
@@ -311,15 +312,16 @@ def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> DpSync:
             continue
         coll = "all_reduce" if p.zero == 0 else "reduce_scatter"
         if p.zero < 3:
-            op, buckets = Comm("dp_grad", "dp", coll, 0.0, group=group), dp_buckets(sc, tensors, gb)
-            times = {b: cost.comm_time(replace(op, bytes=b), g) for b in set(buckets)}
-            emb = (m.vocab * m.hidden / p.tp + m.positions * m.hidden) * gb if rp.embedding and group == "dp_cp" else 0.0
-            grads += [(r, times[b]) for r, b in zip(_release_shares(buckets, emb), buckets)]
-            sync += sum(times[b] for b in buckets)
+            buckets = dp_buckets(sc, tensors, gb)
+            times = _bucket_times(cost, Comm("dp_grad", "dp", coll, 0.0, group=group), g, buckets)
+            emb = embedding_rank_params(sc) * gb if rp.embedding and group == "dp_cp" else 0.0
+            grads += zip(_release_shares(buckets, emb), times)
+            sync += sum(times)
         if p.zero in (1, 2):
-            op, buckets = Comm("dp_param_allgather", "dp", "all_gather", 0.0, group=group), param_gather_buckets(sc, tensors)
-            gather += _buckets_time(cost, op, g, buckets)
-            first = max(first, _buckets_time(cost, op, g, buckets[:1]))
+            times = _bucket_times(cost, Comm("dp_param_allgather", "dp", "all_gather", 0.0, group=group), g,
+                                  param_gather_buckets(sc, tensors))
+            gather += sum(times)
+            first = max(first, times[0])
     shard_params = rp.dense / (group_shape(sc, "dp_cp").size if p.zero >= 1 else 1)
     shard_params += rp.expert / (group_shape(sc, "edp").size if p.zero >= 1 else 1)
     opt = cost.compute_time(optimizer_op(sc, shard_params))

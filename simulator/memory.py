@@ -23,9 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
-from .ops import DROPOUT_MASK_BYTES, Shard, autocast_head_params, autocast_layer_params, param_bytes, rank_params, shard
+from .ops import (DROPOUT_MASK_BYTES, Shard, autocast_head_params, autocast_layer_params, embedding_rank_params,
+                  head_rank_tensors, param_bytes, rank_params, shard)
 from .ops import layer_rank_params as ops_layer_rank_params
-from .params import final_norm_params
 from .scenario import Scenario
 
 GIB = 2 ** 30
@@ -167,14 +167,12 @@ def layer_rank_params(sc: Scenario, layer: int) -> float:
 
 def _end_unit_params(sc: Scenario, pp_rank: int) -> list[float]:
     """Embedding / LM-head parameters on the rank (the ZeRO-3 units at the ends of the pipeline)."""
-    m, t = sc.model, sc.parallel.tp
     rp = rank_params(sc, pp_rank)
     units = []
     if rp.embedding:
-        units.append(m.vocab * m.hidden / t + m.positions * m.hidden)
+        units.append(embedding_rank_params(sc))
     if rp.head:
-        untied = not m.tie_embeddings or sc.parallel.pp > 1 or not rp.embedding
-        units.append(final_norm_params(m) + (m.vocab * m.hidden / t if untied else 0.0))
+        units.append(sum(head_rank_tensors(sc, rp.embedding)))
     return units
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence, Union
 
-from .layout import group_shape
 from .params import final_norm_params, layer_params, norm_params
 from .scenario import Scenario
 from .schedules import SPLIT_BACKWARD
@@ -632,12 +631,26 @@ class RankParams:
         return self.dense + self.expert
 
 
+def embedding_rank_params(sc: Scenario) -> float:
+    """The input embedding on its rank: the vocab table split by t, learned positions replicated."""
+    m = sc.model
+    return m.vocab * m.hidden / sc.parallel.tp + m.positions * m.hidden
+
+
+def head_rank_tensors(sc: Scenario, has_embedding: bool) -> tuple[float, ...]:
+    """The final norm, then the LM head split by t: untied, or the tied copy on a last stage that does not
+    hold the embedding (MODELING 1.4)."""
+    m = sc.model
+    norm = float(final_norm_params(m))
+    if not m.tie_embeddings or sc.parallel.pp > 1 or not has_embedding:
+        return norm, m.vocab * m.hidden / sc.parallel.tp
+    return (norm,)
+
+
 def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
     """Linears and vocab tables split by t; norms replicated (MODELING.md 1.4); routed experts split by ep,
     not by t (expert tensor parallel = 1); K/V projections replicated when t > kv_heads."""
     from .layout import last_chunk, rank_chunks
-    m, p = sc.model, sc.parallel
-    t = p.tp
     chunks = rank_chunks(sc, pp_rank)
     layers = tuple(i for _, ls in chunks for i in ls)
     dense = expert = 0.0
@@ -649,11 +662,10 @@ def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
     has_emb = 0 in ids
     has_head = last_chunk(sc) in ids
     if has_emb:
-        dense += (m.vocab * m.hidden) / t + m.positions * m.hidden
+        dense += embedding_rank_params(sc)
     if has_head:
-        dense += final_norm_params(m)
-        if not m.tie_embeddings or p.pp > 1 or not has_emb:
-            dense += m.vocab * m.hidden / t  # untied head, or the tied copy on the last stage (MODELING 1.4)
+        for x in head_rank_tensors(sc, has_emb):
+            dense += x
     return RankParams(dense=dense, expert=expert, layers=layers, embedding=has_emb, head=has_head)
 
 
@@ -661,22 +673,19 @@ def rank_tensors(sc: Scenario, pp_rank: int) -> tuple[tuple[float, ...], tuple[f
     """(dense, expert) parameter tensors of one rank (all its chunks), elements each, in definition order:
     the embedding, each layer's `layer_rank_tensors`, the final norm and the LM head (as `rank_params`)."""
     from .layout import last_chunk, rank_chunks
-    m, p = sc.model, sc.parallel
     dense: list[float] = []
     expert: list[float] = []
     chunks = rank_chunks(sc, pp_rank)
-    ids = [c for c, _ in chunks]
+    has_emb = 0 in [c for c, _ in chunks]
     for c, layers in chunks:
         if c == 0:
-            dense.append(m.vocab * m.hidden / p.tp + m.positions * m.hidden)
+            dense.append(embedding_rank_params(sc))
         for i in layers:
             d, e = layer_rank_tensors(sc, i)
             dense.extend(d)
             expert.extend(e)
         if c == last_chunk(sc):
-            dense.append(final_norm_params(m))
-            if not m.tie_embeddings or p.pp > 1 or 0 not in ids:
-                dense.append(m.vocab * m.hidden / p.tp)
+            dense.extend(head_rank_tensors(sc, has_emb))
     return tuple(dense), tuple(expert)
 
 

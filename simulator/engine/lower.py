@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..layout import chunk_layers, chunk_owner, last_chunk, rank_chunks
-from ..ops import (Comm, Compute, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
-                   layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, shard,
-                   layer_rank_tensors, sp_norm_grad_allreduce)
-from ..params import final_norm_params
+from ..ops import (Comm, Compute, dp_buckets, embedding_backward, embedding_forward, embedding_rank_params, head_backward,
+                   head_forward, head_rank_tensors, layer_passes, layer_rank_tensors, optimizer_op, param_bytes,
+                   param_gather_buckets, pp_activation_bytes, shard, sp_norm_grad_allreduce)
 from ..scenario import Scenario
 from ..schedules import Action, chunk_rank, pipeline_schedule
 from .templates import Block, concat
@@ -120,19 +119,6 @@ class Plan:
 
 # ----------------------------------------------------------------------------------- parameters
 
-def embedding_block_params(sc: Scenario) -> float:
-    m = sc.model
-    return m.vocab * m.hidden / sc.parallel.tp + m.positions * m.hidden
-
-
-def head_block_tensors(sc: Scenario, stage_has_embedding: bool) -> tuple[float, ...]:
-    """Final norm plus the LM head: untied, or the tied copy on the last stage (as `ops.rank_tensors`)."""
-    m = sc.model
-    if not m.tie_embeddings or sc.parallel.pp > 1 or not stage_has_embedding:
-        return float(final_norm_params(m)), m.vocab * m.hidden / sc.parallel.tp
-    return (float(final_norm_params(m)),)
-
-
 # ----------------------------------------------------------------------------------- blocks
 
 def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dict) -> dict:
@@ -150,12 +136,11 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
 
     def block(key, parts, dense=(), expert=()):
         nodes, letters = concat(parts)
-        return Block(key=key, nodes=nodes, letters=letters, params_dense=sum(dense), params_expert=sum(expert),
-                     tensors_dense=dense, tensors_expert=expert)
+        return Block(key=key, nodes=nodes, letters=letters, tensors_dense=dense, tensors_expert=expert)
 
     out = {k: [] for k in PASS_KINDS}
-    emb_p = (embedding_block_params(sc),)
-    head_p = head_block_tensors(sc, stage_has_embedding)
+    emb_p = (embedding_rank_params(sc),)
+    head_p = head_rank_tensors(sc, stage_has_embedding)
     if first:
         out["F"].append(block("emb", [(embedding_forward(sc, z), "F")], emb_p))
     for layer in layers:

@@ -56,13 +56,19 @@ class Block:
     nodes: tuple[Node, ...]
     letters: tuple[str, ...]
     """Per node: "F", "B" or "W" (which of the layer's lists it came from); "R" for recomputation."""
-    params_dense: float = 0.0
-    """Parameters of this block on the rank, replicated over dp_cp (ZeRO-3 gathers, DP gradient buckets)."""
-    params_expert: float = 0.0
-    """Routed-expert parameters, replicated over the expert-DP group."""
     tensors_dense: tuple[float, ...] = ()
-    """params_dense as its parameter tensors (elements, definition order): where DP buckets close."""
+    """Parameter tensors of this block on the rank (elements, definition order), replicated over dp_cp
+    (ZeRO-3 gathers, DP gradient buckets, which close at tensor boundaries)."""
     tensors_expert: tuple[float, ...] = ()
+    """Routed-expert tensors, replicated over the expert-DP group."""
+
+    @property
+    def params_dense(self) -> float:
+        return sum(self.tensors_dense)
+
+    @property
+    def params_expert(self) -> float:
+        return sum(self.tensors_expert)
 
     @property
     def makes_grads(self) -> bool:
