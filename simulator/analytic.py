@@ -16,15 +16,16 @@ The discrete-event engine measures all of this on a timeline instead; this file 
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .costs import CostModel
-from .layout import group_shape, rank_chunks
-from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding_forward, embedding_rank_params,
-                  head_backward, head_forward, layer_passes, optimizer_op, param_bytes, param_gather_buckets,
-                  pp_activation_bytes, rank_params, rank_tensors, shard, sp_norm_grad_allreduce)
+from .layout import chunk_owner, group_shape, last_chunk, pair_shape, pp_rank_of_stage_rank, rank_chunks
+from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
+                  layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, rank_blocks,
+                  rank_params, shard, sp_norm_grad_allreduce, tied_embedding_allreduce)
 from .scenario import Scenario
 from .schedules import SPLIT_BACKWARD, makespan, pipeline_schedule
 from .sm_share import beside_end, slowed_end
@@ -141,6 +142,9 @@ class StageTime:
     F: PassTime
     B: PassTime
     W: PassTime
+    bwd_blocks: tuple[tuple[float, float, float], ...] = ()
+    """The rank's parameter blocks (`ops.rank_blocks`) in backward order: (dense elements, expert elements,
+    seconds of its backward, B + W, one micro-batch)."""
 
     @property
     def total(self) -> float:
@@ -166,19 +170,29 @@ def stage_times(sc: Scenario, cost: CostModel) -> list[StageTime]:
                 F.add(f), B.add(b), W.add(w)
             if chunk == 0:
                 F.add(pass_time(sc, cost, embedding_forward(sc, z), groups))
-                B.add(pass_time(sc, cost, embedding_backward(sc, z), groups))
+                cache["embedding"] = pass_time(sc, cost, embedding_backward(sc, z), groups)
+                B.add(cache["embedding"])
             if chunk == last:
                 F.add(pass_time(sc, cost, head_forward(sc, z), groups))
-                hb, hw = head_backward(sc, z)
-                B.add(pass_time(sc, cost, hb, groups))
-                W.add(pass_time(sc, cost, hw, groups))
+                hb, hw = (pass_time(sc, cost, n, groups) for n in head_backward(sc, z))
+                cache["head"] = hb.duration + hw.duration
+                B.add(hb)
+                W.add(hw)
+        blocks = []
+        for kind, layer, dense, expert in reversed(rank_blocks(sc, r)):
+            if kind == "layer":
+                _, b, w = cache[sc.model.is_moe_layer(layer)]
+                secs = b.duration + w.duration
+            else:
+                secs = cache["embedding"].duration if kind == "embedding" else cache["head"]
+            blocks.append((sum(dense), sum(expert), secs))
         F.host_bound()
         if sc.parallel.pp_schedule in SPLIT_BACKWARD:
             B.host_bound()
             W.host_bound()
         else:
             B.host_bound(W)
-        out.append(StageTime(r, F, B, W))
+        out.append(StageTime(r, F, B, W, tuple(blocks)))
     return out
 
 
@@ -284,29 +298,44 @@ class DpSync:
         return out
 
 
-def _release_shares(buckets: list[float], held_to_end: float) -> list[float]:
-    """Share of the backward done when each bucket (bytes, backward order) is released: gradients complete
-    in proportion to their bytes, except `held_to_end` bytes (the embedding's, whose gradient the backward
-    produces last), so the bucket holding them is released at the end."""
-    total = sum(buckets) - held_to_end
-    out, acc = [], 0.0
+def _release_shares(buckets: list[float], block_bytes: list[float], block_secs: list[float]) -> list[float]:
+    """Share of the backward done when each bucket (bytes, backward order) is released: when the block
+    holding its last byte has finished its backward (blocks in backward order, their gradient bytes and
+    backward seconds; the engine's rule, `engine/lower.py: _grad_buckets`). So the LM head's backward comes
+    before the first bucket, and the bucket holding the embedding is released at the end. Without blocks,
+    every bucket is released at the end."""
+    total = sum(block_secs)
+    if total <= 0:
+        return [1.0] * len(buckets)
+    cum_bytes, cum_secs, b_acc, t_acc = [], [], 0.0, 0.0
+    for nbytes, secs in zip(block_bytes, block_secs):
+        b_acc += nbytes
+        t_acc += secs
+        cum_bytes.append(b_acc)
+        cum_secs.append(t_acc)
+    out, end = [], 0.0
     for b in buckets:
-        acc += b
-        out.append(min(1.0, acc / total) if total > 0 else 1.0)
+        end += b
+        k = min(bisect_left(cum_bytes, end * (1 - 1e-9)), len(cum_bytes) - 1)
+        out.append(min(1.0, cum_secs[k] / total))
     return out
 
 
-def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> DpSync:
+def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int,
+                 bwd_blocks: tuple[tuple[float, float, float], ...] = ()) -> DpSync:
     """One pp rank's DP work: ZeRO-0 all-reduces its gradient buckets (`ops.dp_buckets`); ZeRO-1/2
     reduce-scatter them and all-gather the updated parameters (ZeRO §7.2.1; in the same buckets, or one
     collective with `parallel.zero_gather: whole`); ZeRO-3's per-layer traffic is added separately
-    (`zero3_layer_time`). The optimizer updates the rank's shard."""
+    (`zero3_layer_time`). The optimizer updates the rank's shard. `bwd_blocks` (`StageTime.bwd_blocks`) time
+    the gradient buckets' releases (`_release_shares`)."""
     p = sc.parallel
     rp = rank_params(sc, pp_rank)
     gb = sc.training.grad_bytes
     sync = gather = first = 0.0
     grads: list[tuple[float, float]] = []
-    for tensors, group in zip(rank_tensors(sc, pp_rank), ("dp_cp", "edp")):
+    blocks = rank_blocks(sc, pp_rank)
+    for i, group in enumerate(("dp_cp", "edp")):
+        tensors = [t for b in blocks for t in b[2 + i]]
         g = group_shape(sc, group)
         if g.size <= 1 or not tensors:
             continue
@@ -314,8 +343,8 @@ def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int) -> DpSync:
         if p.zero < 3:
             buckets = dp_buckets(sc, tensors, gb)
             times = _bucket_times(cost, Comm("dp_grad", "dp", coll, 0.0, group=group), g, buckets)
-            emb = embedding_rank_params(sc) * gb if rp.embedding and group == "dp_cp" else 0.0
-            grads += zip(_release_shares(buckets, emb), times)
+            shares = _release_shares(buckets, [b[i] * gb for b in bwd_blocks], [b[2] for b in bwd_blocks])
+            grads += zip(shares, times)
             sync += sum(times)
         if p.zero in (1, 2):
             times = _bucket_times(cost, Comm("dp_param_allgather", "dp", "all_gather", 0.0, group=group), g,
@@ -377,9 +406,14 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
     t_pipe = pipeline_time(sc, stages, p2p_one)
     pp_steady = t_pipe - t_pipe0  # sends the 1F1B steady state cannot hide
     # DP / ZeRO and the optimizer, on each rank; the slowest rank decides
+    tied, tied_t = tied_embedding_allreduce(sc), 0.0
+    tied_stages = (chunk_owner(sc, 0)[0], chunk_owner(sc, last_chunk(sc))[0])
+    if tied is not None:
+        pair = pair_shape(sc, *(pp_rank_of_stage_rank(sc, r) for r in tied_stages))
+        tied_t = cost.comm_time(tied, pair)
     tails, slowed = [], 0.0
     for st in reversed(stages):
-        ds = dp_sync_time(sc, cost, st.pp_rank)
+        ds = dp_sync_time(sc, cost, st.pp_rank, st.bwd_blocks)
         sync, gather, opt = ds.sync, ds.gather, ds.optimizer
         if sc.overlap_dp:
             last_bwd = st.B.duration + st.W.duration
@@ -393,6 +427,9 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
             exposed_gather = gather if p.zero_gather == "whole" else max(ds.first_gather, gather - st.F.duration)
         else:
             exposed_sync, exposed_gather = sync, gather
+        if st.pp_rank in tied_stages and tied is not None:  # after the rank's gradient buckets, on its DP stream
+            sync += tied_t
+            exposed_sync += tied_t
         sp_norm = sp_norm_grad_allreduce(sc, st.pp_rank)
         sp_t = cost.comm_time(sp_norm, group_shape(sc, "tp")) if sp_norm is not None else 0.0
         tails.insert(0, (exposed_sync + exposed_gather + sp_t + opt, sync + gather, exposed_sync + exposed_gather, opt, sp_t))

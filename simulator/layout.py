@@ -86,6 +86,13 @@ def group_shape(sc: Scenario, dim: str, rank: int = 0) -> GroupShape:
     return GroupShape(dim=dim, size=len(ranks), nodes=int((counts > 0).sum()), per_node=int(counts.max()), ranks=tuple(ranks))
 
 
+def pair_shape(sc: Scenario, a: int, b: int) -> GroupShape:
+    """GroupShape of two global ranks (a PP pair or the tied-embedding pair)."""
+    g = sc.gpus_per_node
+    na, nb = a // g, b // g
+    return GroupShape(dim="pp", size=2, nodes=1 if na == nb else 2, per_node=2 if na == nb else 1, ranks=(a, b))
+
+
 def pp_rank_of_stage_rank(sc: Scenario, pp_rank: int) -> int:
     """A global rank that holds pipeline rank `pp_rank` (tp=cp=dp=0)."""
     grid, dims = rank_grid(sc)

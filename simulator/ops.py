@@ -669,24 +669,29 @@ def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
     return RankParams(dense=dense, expert=expert, layers=layers, embedding=has_emb, head=has_head)
 
 
-def rank_tensors(sc: Scenario, pp_rank: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(dense, expert) parameter tensors of one rank (all its chunks), elements each, in definition order:
-    the embedding, each layer's `layer_rank_tensors`, the final norm and the LM head (as `rank_params`)."""
+def rank_blocks(sc: Scenario, pp_rank: int) -> list[tuple[str, int, tuple[float, ...], tuple[float, ...]]]:
+    """The rank's parameter blocks in definition order (all its chunks): ("embedding", -1, tensors, ()),
+    ("layer", i, `layer_rank_tensors`), ("head", -1, the final norm and the LM head, ()); tensors in
+    elements, dense then expert. The backward produces their gradients in the reverse order."""
     from .layout import last_chunk, rank_chunks
-    dense: list[float] = []
-    expert: list[float] = []
+    out: list[tuple[str, int, tuple[float, ...], tuple[float, ...]]] = []
     chunks = rank_chunks(sc, pp_rank)
     has_emb = 0 in [c for c, _ in chunks]
     for c, layers in chunks:
         if c == 0:
-            dense.append(embedding_rank_params(sc))
+            out.append(("embedding", -1, (embedding_rank_params(sc),), ()))
         for i in layers:
-            d, e = layer_rank_tensors(sc, i)
-            dense.extend(d)
-            expert.extend(e)
+            out.append(("layer", i, *layer_rank_tensors(sc, i)))
         if c == last_chunk(sc):
-            dense.extend(head_rank_tensors(sc, has_emb))
-    return tuple(dense), tuple(expert)
+            out.append(("head", -1, head_rank_tensors(sc, has_emb), ()))
+    return out
+
+
+def rank_tensors(sc: Scenario, pp_rank: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(dense, expert) parameter tensors of one rank (all its chunks), elements each, in definition order:
+    the tensors of its `rank_blocks` (as `rank_params`)."""
+    blocks = rank_blocks(sc, pp_rank)
+    return tuple(t for b in blocks for t in b[2]), tuple(t for b in blocks for t in b[3])
 
 
 def sp_norm_grad_allreduce(sc: Scenario, pp_rank: int) -> Comm | None:
@@ -701,6 +706,18 @@ def sp_norm_grad_allreduce(sc: Scenario, pp_rank: int) -> Comm | None:
     if norms <= 0:
         return None
     return Comm("sp_norm_grad_allreduce", "tp", "all_reduce", norms * sc.training.grad_bytes, blocking=True)
+
+
+def tied_embedding_allreduce(sc: Scenario) -> Comm | None:
+    """Tied embeddings on two pipeline stages (the input embedding's and the LM head's): the two copies'
+    gradients are summed after the last backward, one all-reduce between the two stages (Megatron
+    `_allreduce_word_embedding_grads`, nanotron `sync_tied_weights_gradients`). Bytes: the table's share
+    on one rank (vocab x hidden / t) x gradient bytes. None when the model is untied or one stage holds both."""
+    from .layout import chunk_owner, last_chunk
+    if not sc.model.tie_embeddings or chunk_owner(sc, 0)[0] == chunk_owner(sc, last_chunk(sc))[0]:
+        return None
+    return Comm("tied_embedding_all_reduce", "dp", "all_reduce",
+                sc.model.vocab * sc.model.hidden / sc.parallel.tp * sc.training.grad_bytes, blocking=True, group="embd")
 
 
 def optimizer_bytes_per_param(sc: Scenario) -> float:

@@ -10,7 +10,7 @@ from simulator.collectives import link_busy
 from simulator.costs import build_cost_model
 from simulator.engine import run_engine, simulate_engine
 from simulator.engine.links import LinkSharing, fluid_ends, max_min_speeds
-from simulator.engine.simulate import pair_shape
+from simulator.layout import pair_shape
 from simulator.network import Transfer, fair_share_finish_times
 from simulator.scenario import load_scenario, scenario_from_mapping
 from test_engine import CommCost, UniformCost, scenario

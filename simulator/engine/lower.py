@@ -27,7 +27,7 @@ from typing import Callable
 from ..layout import chunk_layers, chunk_owner, last_chunk, rank_chunks
 from ..ops import (Comm, Compute, dp_buckets, embedding_backward, embedding_forward, embedding_rank_params, head_backward,
                    head_forward, head_rank_tensors, layer_passes, layer_rank_tensors, optimizer_op, param_bytes,
-                   param_gather_buckets, pp_activation_bytes, shard, sp_norm_grad_allreduce)
+                   param_gather_buckets, pp_activation_bytes, shard, sp_norm_grad_allreduce, tied_embedding_allreduce)
 from ..scenario import Scenario
 from ..schedules import Action, chunk_rank, pipeline_schedule
 from .templates import Block, concat
@@ -291,10 +291,9 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
         expert = sum(b.params_expert for c in chunks for b in blocks[(c, "F")])
         shard_params = dense / (group_sizes["dp_cp"] if zero >= 1 else 1) + expert / (group_sizes["edp"] if zero >= 1 else 1)
         tied_partner, tied = -1, None
-        if sc.model.tie_embeddings and emb_stage != head_stage and r in (emb_stage, head_stage):
-            tied_partner = head_stage if r == emb_stage else emb_stage
-            tied = Comm("tied_embedding_all_reduce", "dp", "all_reduce",
-                        sc.model.vocab * sc.model.hidden / p.tp * sc.training.grad_bytes, blocking=True, group="embd")
+        if r in (emb_stage, head_stage):
+            tied = tied_embedding_allreduce(sc)
+            tied_partner = (head_stage if r == emb_stage else emb_stage) if tied is not None else -1
         stages.append(StageProgram(stage=r, steps=steps, chunks=chunks, dp=dp, optimizer=optimizer_op(sc, shard_params),
                                    tied_partner=tied_partner, tied_allreduce=tied,
                                    sp_norm_allreduce=sp_norm_grad_allreduce(sc, r)))

@@ -20,19 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..layout import GroupShape, chunk_owner, group_ranks, group_shape, last_chunk, pp_rank_of_stage_rank, rank_grid
+from ..layout import chunk_owner, group_ranks, group_shape, last_chunk, pair_shape, pp_rank_of_stage_rank, rank_grid
 from ..memory import buffer_bytes, buffers_total, chunk_activation_bytes, static_bytes, zero_groups
 from ..scenario import Scenario
 from .lower import lower
 from .results import EngineResult, summarize
 from .sim import Engine, RankState, Recorder
-
-
-def pair_shape(sc: Scenario, a: int, b: int) -> GroupShape:
-    """GroupShape of two global ranks (a PP pair or the tied-embedding pair)."""
-    g = sc.gpus_per_node
-    na, nb = a // g, b // g
-    return GroupShape(dim="pp", size=2, nodes=1 if na == nb else 2, per_node=2 if na == nb else 1, ranks=(a, b))
 
 
 def _static(sc: Scenario) -> list[float]:
