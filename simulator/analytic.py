@@ -10,8 +10,10 @@ communication it leaves exposed. The pipeline then follows the schedule's closed
   ZB-H1            T = m*max_r(t_r) + (p-1)*(T_F + T_B - T_W)          (ZB Table 2)
   ZB-V             T = m*max_r(t_r) + (p-1)*max(0, T_F + T_B - 2*T_W)  (ZB README, ZB-V)
   DualPipeV        T = m*max_r(t_r) + (p/2-1)*max(0, T_F + 2*T_B - 3*T_W) ... (DSV3 Table 2, F&B = F + B)
-plus the p2p latency of the first traversal, the exposed DP/ZeRO communication, SP's norm-gradient
-all-reduce over TP (`ops.sp_norm_grad_allreduce`) and the optimizer step.
+plus the p2p latency of the first traversal, the exposed DP/ZeRO communication (ZeRO-0's buckets released
+block by block over the last backward, `_release_shares`), the tied-embedding gradient all-reduce between
+the first and the last stage (`ops.tied_embedding_allreduce`), SP's norm-gradient all-reduce over TP
+(`ops.sp_norm_grad_allreduce`) and the optimizer step.
 The discrete-event engine measures all of this on a timeline instead; this file stays a formula.
 """
 from __future__ import annotations
