@@ -34,10 +34,26 @@ added to every DP collective; dp_ring_step_latency_us: the per-step floor of DP 
 the share of a GPU's compute rate that an in-flight collective takes (`sm_share.py`)."""
 ATTENTION_EFFICIENCY = {"fwd": 0.55, "bwd": 0.45}
 """FlashAttention-2/3 on H100: FA2 ~35 % of peak, FA3 fwd up to 75 % (FA3 abstract); a middle value."""
+ATTENTION_HEAD_DIM_FACTOR = ((64, 0.895), (128, 1.0))
+"""FlashAttention's efficiency falls with the head dimension below 128 (fewer FLOPs per byte of Q/K/V tile
+loaded): FA2 on H100 SXM5 at 4k tokens runs 284 / 319 TFLOP/s forward (causal) and 279 / 310 backward at head
+dim 64 / 128 (FA3 paper, arXiv 2407.08608, Figs. 4-5), 0.89 and 0.90 of its head-dim-128 speed. The
+efficiencies above (and a stack's `attention_fwd` / `attention_bwd`) hold at 128; between the points the factor
+is interpolated linearly, outside them it is the nearest point's (above 128 not modelled). Applied to every
+attention op; eager attention is bound by its scores' HBM traffic anyway. Playbook fit split: MAPE 34.9 ->
+34.8 %, median APE 5.71 -> 5.66 %, the 1B's (head dim 64) one-node tp 1 runs 1.03 -> 1.01 of measured; the
+GEMM efficiency stays 0.55 (0.56 / 0.57: median 5.64 / 5.71 %)."""
 HBM_EFFICIENCY = 0.80
 """Streaming memory-bound kernels reach 80-90 % of HBM peak (MODELING.md 7.3, assumption)."""
 KERNEL_OVERHEAD_S = 4e-6
 """Per-kernel launch/tail gap on the GPU stream (assumption, a few microseconds)."""
+
+
+def attention_head_dim_factor(d_head: float) -> float:
+    """FlashAttention's speed at head dimension `d_head` relative to 128 (`ATTENTION_HEAD_DIM_FACTOR`)."""
+    (d0, f0), (d1, f1) = ATTENTION_HEAD_DIM_FACTOR
+    d = min(max(float(d_head), d0), d1)
+    return f0 + (f1 - f0) * (d - d0) / (d1 - d0)
 
 
 @dataclass(frozen=True)
@@ -81,7 +97,7 @@ class CostModel:
         elif op.kind == "attention":
             phase = op.shape[5] if len(op.shape) > 5 else "fwd"
             eff = self.efficiency.get(f"attention_{phase}", ATTENTION_EFFICIENCY[phase])
-            t_c = op.flops / (self.peak_flops(op.dtype) * eff)
+            t_c = op.flops / (self.peak_flops(op.dtype) * eff * attention_head_dim_factor(op.shape[3]))
         else:
             t_c = 0.0
         return max(t_c, t_mem) + KERNEL_OVERHEAD_S * op.repeat
