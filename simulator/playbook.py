@@ -76,7 +76,7 @@ NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.3
 """nanotron's software stack on these H100s (`cluster.efficiency`), fitted on the fit split only:
 GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of micro-batch size, so
 compute-bound); attention 0.35/0.30: FlashAttention-2 reaches ~35 % of H100 peak (FA3 paper) and nanotron
-ran FA2. TP: 100 us of GPU time per TP collective on top of NCCL's, and 450 us of host time per TP
+ran FA2 (at head dim 128; below it `costs.ATTENTION_HEAD_DIM_FACTOR`). TP: 100 us of GPU time per TP collective on top of NCCL's, and 450 us of host time per TP
 collective (`CostModel.host_time`: a pass takes max(GPU, host)). The host floor is what the healthy-state
 jobs at mbs 1 show: a layer's forward + backward takes 4.3-4.6 ms on one node whatever the model and tp
 (1B at tp 2 / 4 / 8: 4.37 / 4.45 / 4.63 ms; 3B tp4 4.31, tp8 4.41; 8B tp8 4.42), 2-8x their compute, while
