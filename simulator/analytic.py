@@ -162,6 +162,7 @@ def stage_times(sc: Scenario, cost: CostModel) -> list[StageTime]:
     last = sc.parallel.pp * sc.parallel.vpp - 1
     for r in range(sc.parallel.pp):
         F, B, W = PassTime(), PassTime(), PassTime()
+        bwd_secs = {}  # backward seconds of the embedding and the LM head blocks
         for chunk, layers in rank_chunks(sc, r):
             for layer in layers:
                 moe = sc.model.is_moe_layer(layer)
@@ -172,21 +173,22 @@ def stage_times(sc: Scenario, cost: CostModel) -> list[StageTime]:
                 F.add(f), B.add(b), W.add(w)
             if chunk == 0:
                 F.add(pass_time(sc, cost, embedding_forward(sc, z), groups))
-                cache["embedding"] = pass_time(sc, cost, embedding_backward(sc, z), groups)
-                B.add(cache["embedding"])
+                eb = pass_time(sc, cost, embedding_backward(sc, z), groups)
+                B.add(eb)
+                bwd_secs["embedding"] = eb.duration
             if chunk == last:
                 F.add(pass_time(sc, cost, head_forward(sc, z), groups))
                 hb, hw = (pass_time(sc, cost, n, groups) for n in head_backward(sc, z))
-                cache["head"] = hb.duration + hw.duration
                 B.add(hb)
                 W.add(hw)
+                bwd_secs["head"] = hb.duration + hw.duration
         blocks = []
         for kind, layer, dense, expert in reversed(rank_blocks(sc, r)):
             if kind == "layer":
                 _, b, w = cache[sc.model.is_moe_layer(layer)]
                 secs = b.duration + w.duration
             else:
-                secs = cache["embedding"].duration if kind == "embedding" else cache["head"]
+                secs = bwd_secs[kind]
             blocks.append((sum(dense), sum(expert), secs))
         F.host_bound()
         if sc.parallel.pp_schedule in SPLIT_BACKWARD:
