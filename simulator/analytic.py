@@ -18,19 +18,19 @@ The discrete-event engine measures all of this on a timeline instead; this file 
 """
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from .costs import CostModel
 from .layout import chunk_owner, group_shape, last_chunk, pair_shape, pp_rank_of_stage_rank, rank_chunks
-from .ops import (Comm, Compute, Node, dp_buckets, embedding_backward, embedding_forward, head_backward, head_forward,
-                  layer_passes, optimizer_op, param_bytes, param_gather_buckets, pp_activation_bytes, rank_blocks,
-                  rank_params, shard, sp_norm_grad_allreduce, tied_embedding_allreduce)
+from .ops import (Comm, Compute, Node, bucket_release_blocks, dp_buckets, embedding_backward, embedding_forward,
+                  head_backward, head_forward, layer_passes, optimizer_op, param_bytes, param_gather_buckets,
+                  pp_activation_bytes, rank_blocks, rank_params, shard, sp_norm_grad_allreduce,
+                  tied_embedding_allreduce)
 from .scenario import Scenario
 from .schedules import SPLIT_BACKWARD, makespan, pipeline_schedule
-from .sm_share import beside_end, slowed_end
+from .sm_share import beside_end, in_turn, slowed_end
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 
@@ -294,35 +294,23 @@ class DpSync:
     def grad_intervals(self, backward: float) -> list[tuple[float, float]]:
         """(start, end) of each gradient bucket's collective, the backward that releases them taking
         `backward` seconds from 0: one after the other on the DP stream, each from its release."""
-        out, end = [], 0.0
-        for release, t in self.grad_buckets:
-            start = max(end, release * backward)
-            end = start + t
-            out.append((start, end))
-        return out
+        return in_turn([(release * backward, t) for release, t in self.grad_buckets])
 
 
 def _release_shares(buckets: list[float], block_bytes: list[float], block_secs: list[float]) -> list[float]:
     """Share of the backward done when each bucket (bytes, backward order) is released: when the block
     holding its last byte has finished its backward (blocks in backward order, their gradient bytes and
-    backward seconds; the engine's rule, `engine/lower.py: _grad_buckets`). So the LM head's backward comes
+    backward seconds; `ops.bucket_release_blocks`, the engine's rule). So the LM head's backward comes
     before the first bucket, and the bucket holding the embedding is released at the end. Without blocks,
     every bucket is released at the end."""
     total = sum(block_secs)
     if total <= 0:
         return [1.0] * len(buckets)
-    cum_bytes, cum_secs, b_acc, t_acc = [], [], 0.0, 0.0
-    for nbytes, secs in zip(block_bytes, block_secs):
-        b_acc += nbytes
+    cum_secs, t_acc = [], 0.0
+    for secs in block_secs:
         t_acc += secs
-        cum_bytes.append(b_acc)
         cum_secs.append(t_acc)
-    out, end = [], 0.0
-    for b in buckets:
-        end += b
-        k = min(bisect_left(cum_bytes, end * (1 - 1e-9)), len(cum_bytes) - 1)
-        out.append(min(1.0, cum_secs[k] / total))
-    return out
+    return [min(1.0, cum_secs[k] / total) for k in bucket_release_blocks(buckets, block_bytes)]
 
 
 def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int,

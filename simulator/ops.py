@@ -14,6 +14,7 @@ Where Megatron puts TP/SP collectives: NAR21 §3.2, KOR22 §4.2.2 and MODELING.m
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, replace
 from typing import Sequence, Union
 
@@ -788,6 +789,21 @@ def dp_buckets(sc: Scenario, tensors: Sequence[float], elt_bytes: int) -> list[f
     if acc > 0:
         out.append(acc)
     return out[::-1]
+
+
+def bucket_release_blocks(buckets: Sequence[float], block_bytes: Sequence[float]) -> list[int]:
+    """Per gradient bucket (bytes, in the order backward releases them): the index of the block (blocks in
+    backward order, their gradient bytes) whose backward completes the bucket's last byte, i.e. releases
+    it (MEG-DDP: buckets fill in reverse layer order). Both estimators time the releases with it."""
+    cum, acc = [], 0.0
+    for b in block_bytes:
+        acc += b
+        cum.append(acc)
+    out, end = [], 0.0
+    for b in buckets:
+        end += b
+        out.append(min(bisect_left(cum, end * (1 - 1e-9)), len(cum) - 1))
+    return out
 
 
 def param_gather_buckets(sc: Scenario, tensors: Sequence[float]) -> list[float]:

@@ -36,6 +36,17 @@ def slowed_end(start: float, work: float, busy: list[tuple], share: float) -> fl
     return t + left
 
 
+def in_turn(jobs: list[tuple[float, float]], free: float = 0.0) -> list[tuple[float, float]]:
+    """(start, end) of collectives (release time, seconds) run one after another on one stream free from
+    `free`, each from its release: the in-flight intervals of overlapped gradient buckets (both estimators)."""
+    out, at = [], free
+    for release, secs in jobs:
+        start = max(at, release)
+        at = start + secs
+        out.append((start, at))
+    return out
+
+
 def beside_end(start: float, work: float, beside: list[tuple[float, float, str]], share: float) -> tuple[float, str | None]:
     """`slowed_end` over collectives (begin, end, dim), and the dimension charged for the slowdown (the
     collective overlapping the op longest; None when it was not slowed)."""

@@ -20,12 +20,12 @@ Dense parameters sync over `dp_cp`, routed experts over `edp` (`ops.rank_params`
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..layout import chunk_layers, chunk_owner, last_chunk, rank_chunks
-from ..ops import (Comm, Compute, dp_buckets, embedding_backward, embedding_forward, embedding_rank_params, head_backward,
+from ..ops import (Comm, Compute, bucket_release_blocks, dp_buckets, embedding_backward, embedding_forward, embedding_rank_params, head_backward,
                    head_forward, head_rank_tensors, layer_passes, layer_rank_tensors, optimizer_op, param_bytes,
                    param_gather_buckets, pp_activation_bytes, shard, sp_norm_grad_allreduce, tied_embedding_allreduce)
 from ..scenario import Scenario
@@ -193,13 +193,9 @@ def _grad_buckets(sc: Scenario, blocks: tuple[Block, ...], zero: int, groups: di
         if groups[g] <= 1:
             continue
         sizes = [sum(getattr(b, attr)) * gb if b.makes_grads else 0.0 for b in blocks]
-        cum, acc = [], 0.0
-        for s in sizes:
-            acc += s
-            cum.append(acc)
         tensors = [t for b in reversed(blocks) if b.makes_grads for t in getattr(b, attr)]  # definition order
-        for j, (nbytes, _, end) in enumerate(_split_buckets(dp_buckets(sc, tensors, gb))):
-            k = min(bisect_left(cum, end * (1 - 1e-9)), len(blocks) - 1)
+        buckets = dp_buckets(sc, tensors, gb)
+        for j, (nbytes, k) in enumerate(zip(buckets, bucket_release_blocks(buckets, sizes))):
             found.append((k, 0 if g == "dp_cp" else 1, j, Comm(f"grad_{coll}", "dp", coll, nbytes, blocking=False, group=g)))
     found.sort(key=lambda x: (x[0], x[1], x[2]))
     return tuple(BucketComm(k, c, f"{c.group} grad {c.collective} b{j}") for k, _, j, c in found)

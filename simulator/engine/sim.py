@@ -29,7 +29,7 @@ import simpy
 from ..collectives import link_busy
 from ..layout import GroupShape
 from ..ops import Comm
-from ..sm_share import slowed_end
+from ..sm_share import in_turn, slowed_end
 from .fabric import Collective, Fabric, Stream
 from .links import LinkSharing
 from .lower import Plan, StageProgram, Step
@@ -532,11 +532,7 @@ class Engine:
         share = self.cost.sm_share(self.group_shapes[grads[0][1].group])
         if share <= 0.0:
             return end
-        beside, at = [], dp_free
-        for release, comm in grads:
-            at = max(at, release)
-            beside.append((at, at + self.comm_dur(comm)))
-            at = beside[-1][1]
+        beside = in_turn([(release, self.comm_dur(comm)) for release, comm in grads], dp_free)
         slowed = slowed_end(ready, end - ready, beside, share)
         rk.exposed["dp"] += slowed - end
         return slowed
