@@ -16,15 +16,26 @@ a since-fixed slowdown, not the layout (README). A layout run more than once cou
 measurement. Scenarios come from `simulator.playbook` (issue 8's CSV-to-scenario mapping: nanotron's
 uneven pipeline split, DDP buckets, async TP), on the topology given (default aws-p5, the playbook's
 cluster), each job's network set to the busbw nanotron measured for it (`--network spec`: the YAML's).
+
+How much of the regret could any predictor avoid? Each number is one job's timed step, and jobs do not
+repeat exactly (`validate.noise_floor`). `noise_floor` asks what a predictor that knew every layout's true
+speed would score: each group's measured numbers are taken as the true speeds, every one is redrawn with
+log-normal noise of a per-run sigma, and the true best (the measured best) is scored against the redrawn
+best, over `FLOOR_DRAWS` seeded draws. The sigma comes from the ZeRO-0/ZeRO-1 twins (`twin_sigma`): on one
+node, where ZeRO changes little, their spread bounds the noise from above; across nodes ZeRO also changes
+the DP traffic, so the multi-node twins' sigma is a looser bound. Both floors are printed.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -35,6 +46,8 @@ from simulator.sweep import make_runner  # noqa: E402
 
 BAR = 0.02
 """Issue 7: clustersim's pick within 2 % of the measured best."""
+FLOOR_DRAWS = 2000
+"""Noise draws per floor (`noise_floor`); seeded, so the floor is the same on every run."""
 
 
 def predict(run, topology: str, estimator: str, network: str = NETWORK) -> dict:
@@ -130,7 +143,75 @@ def state_mix(groups: list[dict]) -> dict:
     return out
 
 
-def format_text(groups: list[dict], summ: dict, topology: str, estimator: str) -> str:
+def twin_sigma(runs: list) -> dict:
+    """Per-run noise of log throughput from ZeRO-0/ZeRO-1 twins (the same layout but the ZeRO stage, pp = 1;
+    across nodes both jobs in the same network state): a pair's log ratio is the difference of two runs'
+    noise, so sigma = 1.4826 x median |log ratio| / sqrt(2) (the median absolute deviation's normal sigma).
+    Keys `one_node` and `multi_node`, each {"pairs", "sigma"} (sigma None without a pair)."""
+    twins: dict[tuple, list] = defaultdict(list)
+    for r in runs:
+        if r.pp == 1 and r.tokens_per_s_per_gpu:
+            but_zero = (r.label, r.kv_heads, r.vocab, r.nodes, r.dp, r.tp, r.micro_batch, r.grad_accum)
+            twins[(but_zero, r.nodes == 1, "" if r.nodes == 1 else network_state(r))].append(r)
+    out = {}
+    for name, one_node in (("one_node", True), ("multi_node", False)):
+        logs = [abs(math.log(v[0].tokens_per_s_per_gpu / v[1].tokens_per_s_per_gpu))
+                for k, v in sorted(twins.items(), key=lambda kv: str(kv[0])) if k[1] == one_node and len(v) == 2]
+        out[name] = {"pairs": len(logs), "sigma": 1.4826 * statistics.median(logs) / math.sqrt(2) if logs else None}
+    return out
+
+
+def noise_floor(groups: dict[tuple, list], sigma_one_node: float, sigma_multi_node: float,
+                draws: int = FLOOR_DRAWS, seed: int = 0) -> dict:
+    """What a predictor that knew every layout's true speed would score, per split: each group's measured
+    numbers taken as the truth, redrawn `draws` times as truth x exp(sigma x N(0, 1)) (sigma by whether the
+    group is on one node), regret = 1 - redrawn(true best) / max(redrawn). Returns per split the mean share
+    of groups within BAR, the share of draws with every group within it, and the mean regret."""
+    rng = np.random.default_rng(seed)
+    per_split: dict[str, list] = defaultdict(list)
+    for key, members in groups.items():
+        truth = np.array([m[0].tokens_per_s_per_gpu for m in members])
+        sigma = sigma_one_node if key[3] == 1 else sigma_multi_node
+        redrawn = truth * np.exp(sigma * rng.standard_normal((draws, len(truth))))
+        regret = 1 - redrawn[:, int(np.argmax(truth))] / redrawn.max(axis=1)
+        per_split["fit" if key[0] in FIT_LABELS else "validation"].append(regret)
+    out = {}
+    for split in ("fit", "validation"):
+        if per_split[split]:
+            r = np.stack(per_split[split], axis=1)  # draws x groups
+            within = r <= BAR
+            out[split] = {"groups": r.shape[1], "within_bar": float(within.mean()),
+                          "all_within_bar": float(within.all(axis=1).mean()), "mean_regret": float(r.mean())}
+    return out
+
+
+def noise_floors(runs: list, groups: dict[tuple, list]) -> dict:
+    """The floor at the one-node twins' sigma everywhere, and with the multi-node twins' sigma across nodes."""
+    sig = twin_sigma(runs)
+    one, multi = sig["one_node"]["sigma"], sig["multi_node"]["sigma"]
+    if one is None or multi is None:
+        return {"twin_sigma": sig, "floors": []}
+    return {"twin_sigma": sig, "floors": [
+        {"sigma_one_node": one, "sigma_multi_node": one, "splits": noise_floor(groups, one, one)},
+        {"sigma_one_node": one, "sigma_multi_node": multi, "splits": noise_floor(groups, one, multi)}]}
+
+
+def floor_text(floors: dict) -> list[str]:
+    lines = []
+    sig = floors["twin_sigma"]
+    for f in floors["floors"]:
+        where = (f"sigma {f['sigma_one_node']:.1%} per run everywhere (one-node ZeRO twins, {sig['one_node']['pairs']} pairs)"
+                 if f["sigma_one_node"] == f["sigma_multi_node"] else
+                 f"sigma {f['sigma_one_node']:.1%} on one node, {f['sigma_multi_node']:.1%} across nodes (multi-node "
+                 f"ZeRO twins, {sig['multi_node']['pairs']} pairs, which also differ by ZeRO's real DP cost)")
+        parts = [f"{s['within_bar']:.0%} of the {split} groups (all {s['groups']} in {s['all_within_bar']:.1%} of draws, "
+                 f"mean regret {s['mean_regret']:.1%})" for split, s in f["splits"].items()]
+        lines.append(f"noise floor at {where}: a predictor that knew every layout's true speed would be within "
+                     f"{BAR:.0%} in " + " and ".join(parts))
+    return lines
+
+
+def format_text(groups: list[dict], summ: dict, topology: str, estimator: str, floors: dict | None = None) -> str:
     lines = [f"Regret of clustersim's pick on the Playbook runs ({estimator} estimator, topology {topology}; bar {BAR:.0%})", ""]
     head = ["model", "nodes", "gbs", "layouts", "best measured", "tok/s/GPU", "state", "clustersim's pick", "tok/s/GPU",
             "state", "pred/meas", "rank", "regret"]
@@ -149,6 +230,8 @@ def format_text(groups: list[dict], summ: dict, topology: str, estimator: str) -
         lines.append(f"{split:10s} split: {m['mixed_states']} of the {m['groups_with_regret']} groups with regret picked a layout that "
                      f"ran in another network state than the best (state: the job's one-node probe); they carry "
                      f"{m['regret_points_mixed']:.1%} of the mean regret")
+    if floors:
+        lines += floor_text(floors)
     return "\n".join(lines) + "\n"
 
 
@@ -177,12 +260,13 @@ def main(argv=None) -> int:
         runner.close()
     groups = regret_groups(members)
     summ = summary(groups)
+    floors = noise_floors(runs, members)
     estimator = args.estimator + (f", engine on each group's top {args.engine_top}" if args.engine_top else "")
     if args.json:
         print(json.dumps({"topology": args.topology, "network": args.network, "estimator": estimator, "bar": BAR, "summary": summ,
-                          "state_mix": state_mix(groups), "groups": groups}, indent=2))
+                          "state_mix": state_mix(groups), "noise_floor": floors, "groups": groups}, indent=2))
     else:
-        print(format_text(groups, summ, f"{args.topology} (network: {args.network})", estimator), end="")
+        print(format_text(groups, summ, f"{args.topology} (network: {args.network})", estimator, floors), end="")
     return 0
 
 
