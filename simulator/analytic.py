@@ -11,7 +11,7 @@ communication it leaves exposed. The pipeline then follows the schedule's closed
   ZB-V             T = m*max_r(t_r) + (p-1)*max(0, T_F + T_B - 2*T_W)  (ZB README, ZB-V)
   DualPipeV        T = m*max_r(t_r) + (p/2-1)*max(0, T_F + 2*T_B - 3*T_W) ... (DSV3 Table 2, F&B = F + B)
 plus the p2p latency of the first traversal, the exposed DP/ZeRO communication (ZeRO-0's buckets released
-block by block over the last backward, `_release_shares`), the tied-embedding gradient all-reduce between
+block by block over the last backward, `_release_shares`; ZeRO-2's on every backward, `zero2_backlog`), the tied-embedding gradient all-reduce between
 the first and the last stage (`ops.tied_embedding_allreduce`), SP's norm-gradient all-reduce over TP
 (`ops.sp_norm_grad_allreduce`) and the optimizer step.
 The discrete-event engine measures all of this on a timeline instead; this file stays a formula.
@@ -363,6 +363,21 @@ def zero3_layer_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float
     return len(rp.layers) * (2 * ag + rs), ag, rs
 
 
+def zero2_backlog(syncs: int, sync: float, period: float, slowed: float) -> float:
+    """Exposed seconds the earlier micro-batches' overlapped gradient reduce-scatters add to the last one's
+    (ZeRO-2: `syncs` = m; 0 with one sync per step). Each backward releases `sync` seconds of work onto the
+    DP stream and slows by `slowed` beside it (sm_share.py); backward ends come one steady-state `period`
+    apart (first to last: (m - 1) periods on every stage of a uniform 1F1B, and at pp = 1). When the work
+    outpaces them the stream falls behind by sync - (period + slowed) per micro-batch, which the last
+    backward's release then waits behind:
+        extra = (m - 1) * slowed + (m - 1) * max(0, sync - period - slowed)
+    (DeepSpeed stage 2 reduces after every backward: each rank keeps only its partition's accumulated
+    gradients, deepspeedai/DeepSpeed#2252; the engine releases the buckets on every backward, engine/lower.py.)"""
+    if syncs <= 1:
+        return 0.0
+    return (syncs - 1) * (slowed + max(0.0, sync - period - slowed))
+
+
 def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
     p, m = sc.parallel, sc.micro_batches
     stages = stage_times(sc, cost)
@@ -384,6 +399,12 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
                 z3_exposed[st.pp_rank] = exp * m
                 st.F.duration += exp * 0.5
                 st.B.duration += exp * 0.5
+    dp_syncs = {st.pp_rank: dp_sync_time(sc, cost, st.pp_rank, st.bwd_blocks) for st in stages}
+    if p.zero == 2 and not sc.overlap_dp:
+        # ZeRO-2 without overlap: every backward waits for its micro-batch's reduce-scatters (on the pass
+        # that completes the gradients: W when the schedule splits the backward)
+        for st in stages:
+            (st.W if p.pp_schedule in SPLIT_BACKWARD else st.B).duration += dp_syncs[st.pp_rank].sync
     # PP p2p on the first traversal (forward and backward), per boundary; 1F1B's steady state in pipeline_time
     p2p = p2p_one = 0.0
     if p.pp > 1:
@@ -404,8 +425,10 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
         pair = pair_shape(sc, *(pp_rank_of_stage_rank(sc, r) for r in tied_stages))
         tied_t = cost.comm_time(tied, pair)
     tails, slowed = [], 0.0
+    period = max(st.total for st in stages)  # one micro-batch's turn in the steady state
+    syncs = m if p.zero == 2 else 1  # ZeRO-2 reduce-scatters every micro-batch's gradients
     for st in reversed(stages):
-        ds = dp_sync_time(sc, cost, st.pp_rank, st.bwd_blocks)
+        ds = dp_syncs[st.pp_rank]
         sync, gather, opt = ds.sync, ds.gather, ds.optimizer
         if sc.overlap_dp:
             last_bwd = st.B.duration + st.W.duration
@@ -414,17 +437,22 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
             # this one too. Exposed DP time.
             in_flight = ds.grad_intervals(last_bwd)
             bwd_end = slowed_end(0.0, last_bwd, in_flight, cost.sm_share(group_shape(sc, "dp_cp")))
-            slowed += bwd_end - last_bwd
+            own = bwd_end - last_bwd
+            slowed += own
             exposed_sync = max(0.0, (in_flight[-1][1] if in_flight else 0.0) - bwd_end) + slowed
+            exposed_sync += zero2_backlog(syncs, sync, period, own)
             exposed_gather = gather if p.zero_gather == "whole" else max(ds.first_gather, gather - st.F.duration)
         else:
-            exposed_sync, exposed_gather = sync, gather
+            exposed_sync, exposed_gather = syncs * sync, gather
+        in_passes = exposed_sync if p.zero == 2 and not sc.overlap_dp else 0.0  # in t_pipe already (above)
+        sync *= syncs
         if st.pp_rank in tied_stages and tied is not None:  # after the rank's gradient buckets, on its DP stream
             sync += tied_t
             exposed_sync += tied_t
         sp_norm = sp_norm_grad_allreduce(sc, st.pp_rank)
         sp_t = cost.comm_time(sp_norm, group_shape(sc, "tp")) if sp_norm is not None else 0.0
-        tails.insert(0, (exposed_sync + exposed_gather + sp_t + opt, sync + gather, exposed_sync + exposed_gather, opt, sp_t))
+        tails.insert(0, (exposed_sync - in_passes + exposed_gather + sp_t + opt, sync + gather, exposed_sync + exposed_gather,
+                         opt, sp_t))
     crit = max(range(p.pp), key=lambda r: tails[r][0] + stages[r].total * m)
     tail, dp_total, dp_exposed, opt, sp_norm_t = tails[crit]
     iteration = t_pipe + p2p + tail
