@@ -2,18 +2,21 @@
 
 Per pipeline rank, each pass (F, B, W of a chunk for one micro-batch) is list-scheduled once over its
 op graph (compute stream + one stream per communication dimension), which gives its duration and the
-communication it leaves exposed. The pipeline then follows the schedule's closed form (MODELING.md 6):
-  1F1B / AFAB      T = (m-1)*max_r(t_r) + sum_r t_r                  (NAR21 Eq. 1 for uniform stages;
-                   uneven stages: the schedule's exact span, `exact_span`; 1F1B's steady state:
-                   t_r + 1 p2p per pipeline neighbour, 2 if blocking, `pipeline_time`)
+communication it leaves exposed. The pipeline then takes its schedule's exact span (`exact_span`: the
+schedule's rank lists, as the engine runs them, with free communication; 1F1B's steady state adds
+1 p2p per pipeline neighbour, 2 if blocking, `pipeline_time`). The closed forms it generalises, exact
+for uniform stages and enough micro-batches (MODELING.md 6):
+  1F1B / AFAB      T = (m-1)*max_r(t_r) + sum_r t_r                  (NAR21 Eq. 1)
   interleaved      T = m*max_r(t_r) + (p-1)*max_r(t_r)/v               (NAR21 §2.2.2)
-  ZB-H1            T = m*max_r(t_r) + (p-1)*(T_F + T_B - T_W)          (ZB Table 2)
-  ZB-V             T = m*max_r(t_r) + (p-1)*max(0, T_F + T_B - 2*T_W)  (ZB README, ZB-V)
+  ZB-H1            T = m*max_r(t_r) + (p-1)*(T_F + T_B - T_W)          (ZB Table 2; m >= p)
+  ZB-V             T = m*max_r(t_r) + (p-1)*max(0, T_F + T_B - 2*T_W)  (ZB README; the lists here add
+                   the fill delay, (p-1) chunk forwards)
   DualPipeV        T = m*max_r(t_r) + (p/2-1)*max(0, T_F + 2*T_B - 3*T_W) ... (DSV3 Table 2, F&B = F + B)
-plus the p2p latency of the first traversal, the exposed DP/ZeRO communication (ZeRO-0's buckets released
-block by block over the last backward, `_release_shares`; ZeRO-2's on every backward, `zero2_backlog`), the tied-embedding gradient all-reduce between
-the first and the last stage (`ops.tied_embedding_allreduce`), SP's norm-gradient all-reduce over TP
-(`ops.sp_norm_grad_allreduce`) and the optimizer step.
+plus the p2p latency of the first traversal, the exposed DP/ZeRO communication (ZeRO-0's buckets
+released block by block over the last backward, `_release_shares`; ZeRO-2's on every backward,
+`zero2_backlog`), the tied-embedding gradient all-reduce between the first and the last stage
+(`ops.tied_embedding_allreduce`), SP's norm-gradient all-reduce over TP (`ops.sp_norm_grad_allreduce`)
+and the optimizer step.
 The discrete-event engine measures all of this on a timeline instead; this file stays a formula.
 """
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .ops import (Comm, Compute, Node, bucket_release_blocks, dp_buckets, embedd
                   pp_activation_bytes, rank_blocks, rank_params, shard, sp_norm_grad_allreduce,
                   tied_embedding_allreduce)
 from .scenario import Scenario
-from .schedules import SPLIT_BACKWARD, makespan, pipeline_schedule
+from .schedules import SPLIT_BACKWARD, chunk_rank, makespan, pipeline_schedule
 from .sm_share import beside_end, in_turn, slowed_end
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
@@ -201,22 +204,25 @@ def stage_times(sc: Scenario, cost: CostModel) -> list[StageTime]:
 
 
 @lru_cache(maxsize=256)
-def exact_span(schedule: str, pp: int, m: int, forward: tuple[float, ...], backward: tuple[float, ...]) -> float:
-    """Span of one step of `schedule` (vpp = 1) with per-rank forward and backward (B + W) times and free
+def exact_span(schedule: str, pp: int, vpp: int, m: int, forward: tuple[float, ...], backward: tuple[float, ...],
+               weight: tuple[float, ...] | float = 0.0) -> float:
+    """Span of one step of `schedule` with per-chunk forward, backward and weight-gradient times (chunk c
+    on rank `schedules.chunk_rank`; a backward that is not split carries its W in `backward`) and free
     communication: the rank lists of `schedules.pipeline_schedule` run by `schedules.makespan`."""
-    span, _ = makespan(_rank_lists(schedule, pp, m), pp, 1, forward, backward, 0.0)
+    span, _ = makespan(_rank_lists(schedule, pp, vpp, m), pp, vpp, forward, backward, weight)
     return span
 
 
 @lru_cache(maxsize=32)
-def _rank_lists(schedule: str, pp: int, m: int) -> list:
-    return pipeline_schedule(schedule, pp, 1, m)
+def _rank_lists(schedule: str, pp: int, vpp: int, m: int) -> list:
+    return pipeline_schedule(schedule, pp, vpp, m)
 
 
 def pipeline_time(sc: Scenario, stages: list[StageTime], p2p_one: float = 0.0) -> float:
-    """Closed forms of MODELING.md 6 (see module docstring), generalised to non-uniform stages.
+    """The span of the pipeline: every schedule's exact span (`exact_span`: its rank lists run with free
+    communication) instead of its closed form of MODELING.md 6 (module docstring).
 
-    AFAB and 1F1B take the exact span of their schedule (`exact_span`) instead of the closed form
+    AFAB and 1F1B take the exact span of their schedule instead of the closed form
     (m-1)*max_r(t_r) + sum_r t_r, which is exact for uniform stages and an upper bound otherwise: with
     nanotron's uneven stages (80B, pp 16, m 64: 6 / 5 ... 5 / 6 / 3 layers) it overstates the pipeline's
     span by 1.8 %, and by 3.9 % when the first stage alone is 22 % slower than the others (their fill and
@@ -230,33 +236,34 @@ def pipeline_time(sc: Scenario, stages: list[StageTime], p2p_one: float = 0.0) -
     so each neighbour costs one p2p per micro-batch (2 on an interior stage, 1 on an end one); the engine
     agrees within 6 % in both modes with sends of 1/6 of a stage's pass (tests/test_engine_comm.py). The
     first traversal's p2p stays outside (`estimate`). AFAB keeps every micro-batch in flight and hides its
-    sends."""
+    sends.
+
+    Interleaved 1F1B, ZB-H1, ZB-V and DualPipeV: each rank's F, B and W split evenly over its chunks. Their
+    closed forms are exact for interleaved 1F1B (m a multiple of p) and for ZB-H1 with m >= p, and fall
+    short of the lists elsewhere (tests/test_analytic.py): ZB-H1 at m < p (1.5x at p 4, m 1), ZB-V and
+    DualPipeV by their fill delay of (p-1) chunk forwards (ZB-V 1.29x at p = m = 8, 1.04x at m = 4p)."""
     p, v, m = sc.parallel.pp, sc.parallel.vpp, sc.micro_batches
     worst = max(s.total for s in stages)
     if p == 1:
         return m * worst
     s = sc.parallel.pp_schedule
-    TF = max(st.F.duration for st in stages)
-    TB = max(st.B.duration for st in stages)
-    TW = max(st.W.duration for st in stages)
     if s in ("afab", "1f1b"):
-        span = exact_span(s, p, m, tuple(st.F.duration for st in stages),
+        span = exact_span(s, p, 1, m, tuple(st.F.duration for st in stages),
                           tuple(st.B.duration + st.W.duration for st in stages))
         if s == "1f1b" and p2p_one > 0:
             per_neighbour = 2 if sc.parallel.pp_p2p == "blocking" else 1
             period = max(st.total + per_neighbour * p2p_one * (1 if st.pp_rank in (0, p - 1) else 2) for st in stages)
             span += (m - 1) * (period - worst)
         return span
-    if s == "interleaved-1f1b":
-        return m * worst + (p - 1) * worst / v
-    if s == "zb-h1":
-        return m * worst + (p - 1) * max(0.0, TF + TB - TW)
-    if s == "zbv":
-        # TF/TB/TW here cover both chunks of a rank; one chunk is half
-        return m * worst + (p - 1) * max(0.0, (TF + TB - 2 * TW) / 2)
-    if s == "dualpipev":
-        return m * worst + (p / 2 - 1) * max(0.0, (TF + 2 * TB - 3 * TW) / 2)
-    raise ValueError(s)
+    # the other schedules: their lists' exact span, a rank's passes split evenly over its chunks (the
+    # closed forms above hold for uniform stages once m is large enough; ZB-H1 with m < p, or ZB-V and
+    # DualPipeV's fill delay of (p-1) chunk forwards, are where they fall short of the lists the engine runs)
+    owner = [stages[chunk_rank(s, p, v, c)] for c in range(p * v)]
+    if s in SPLIT_BACKWARD:
+        back, weight = tuple(st.B.duration / v for st in owner), tuple(st.W.duration / v for st in owner)
+    else:
+        back, weight = tuple((st.B.duration + st.W.duration) / v for st in owner), 0.0
+    return exact_span(s, p, v, m, tuple(st.F.duration / v for st in owner), back, weight)
 
 
 @dataclass
