@@ -357,16 +357,21 @@ def dp_sync_time(sc: Scenario, cost: CostModel, pp_rank: int,
 
 
 def zero3_layer_time(sc: Scenario, cost: CostModel, pp_rank: int) -> tuple[float, float, float]:
-    """ZeRO-3 per micro-batch on one rank: (comm seconds, exposed seconds). Each layer's parameters are
-    all-gathered before its forward and again before its backward, its gradients reduce-scattered
-    (ZeRO §7.2.2). Returns (total comm seconds per micro-batch, one gather, one reduce-scatter)."""
+    """ZeRO-3 per micro-batch on one rank. Each layer's parameters are all-gathered before its forward and
+    again before its backward, its gradients reduce-scattered (ZeRO §7.2.2): dense parameters over dp x cp,
+    routed experts over the expert-DP group (as the engine's `lower._zero3`). Returns (total comm seconds
+    per micro-batch, one layer's gathers, one layer's reduce-scatters)."""
     rp = rank_params(sc, pp_rank)
-    g = group_shape(sc, "dp_cp")
-    if sc.parallel.zero != 3 or not rp.layers or g.size <= 1:
+    if sc.parallel.zero != 3 or not rp.layers:
         return 0.0, 0.0, 0.0
-    per_layer = rp.total / len(rp.layers)
-    ag = cost.comm_time(Comm("zero3_allgather", "dp", "all_gather", per_layer * param_bytes(sc), group="dp_cp"), g)
-    rs = cost.comm_time(Comm("zero3_reducescatter", "dp", "reduce_scatter", per_layer * sc.training.grad_bytes, group="dp_cp"), g)
+    ag = rs = 0.0
+    for group, params in (("dp_cp", rp.dense), ("edp", rp.expert)):  # dense over dp x cp, routed experts over edp
+        g = group_shape(sc, group)
+        if g.size <= 1 or params <= 0:
+            continue
+        per_layer = params / len(rp.layers)
+        ag += cost.comm_time(Comm("zero3_allgather", "dp", "all_gather", per_layer * param_bytes(sc), group=group), g)
+        rs += cost.comm_time(Comm("zero3_reducescatter", "dp", "reduce_scatter", per_layer * sc.training.grad_bytes, group=group), g)
     return len(rp.layers) * (2 * ag + rs), ag, rs
 
 
