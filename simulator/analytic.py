@@ -247,23 +247,18 @@ def pipeline_time(sc: Scenario, stages: list[StageTime], p2p_one: float = 0.0) -
     if p == 1:
         return m * worst
     s = sc.parallel.pp_schedule
-    if s in ("afab", "1f1b"):
-        span = exact_span(s, p, 1, m, tuple(st.F.duration for st in stages),
-                          tuple(st.B.duration + st.W.duration for st in stages))
-        if s == "1f1b" and p2p_one > 0:
-            per_neighbour = 2 if sc.parallel.pp_p2p == "blocking" else 1
-            period = max(st.total + per_neighbour * p2p_one * (1 if st.pp_rank in (0, p - 1) else 2) for st in stages)
-            span += (m - 1) * (period - worst)
-        return span
-    # the other schedules: their lists' exact span, a rank's passes split evenly over its chunks (the
-    # closed forms above hold for uniform stages once m is large enough; ZB-H1 with m < p, or ZB-V and
-    # DualPipeV's fill delay of (p-1) chunk forwards, are where they fall short of the lists the engine runs)
+    # each chunk's passes: its rank's split evenly over the rank's chunks (one chunk per rank at vpp = 1)
     owner = [stages[chunk_rank(s, p, v, c)] for c in range(p * v)]
     if s in SPLIT_BACKWARD:
         back, weight = tuple(st.B.duration / v for st in owner), tuple(st.W.duration / v for st in owner)
     else:
         back, weight = tuple((st.B.duration + st.W.duration) / v for st in owner), 0.0
-    return exact_span(s, p, v, m, tuple(st.F.duration / v for st in owner), back, weight)
+    span = exact_span(s, p, v, m, tuple(st.F.duration / v for st in owner), back, weight)
+    if s == "1f1b" and p2p_one > 0:
+        per_neighbour = 2 if sc.parallel.pp_p2p == "blocking" else 1
+        period = max(st.total + per_neighbour * p2p_one * (1 if st.pp_rank in (0, p - 1) else 2) for st in stages)
+        span += (m - 1) * (period - worst)
+    return span
 
 
 @dataclass
@@ -412,7 +407,8 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
                 st.F.duration += exp * 0.5
                 st.B.duration += exp * 0.5
     dp_syncs = {st.pp_rank: dp_sync_time(sc, cost, st.pp_rank, st.bwd_blocks) for st in stages}
-    if p.zero == 2 and not sc.overlap_dp:
+    zero2_blocking = p.zero == 2 and not sc.overlap_dp
+    if zero2_blocking:
         # ZeRO-2 without overlap: every backward waits for its micro-batch's reduce-scatters (on the pass
         # that completes the gradients: W when the schedule splits the backward)
         for st in stages:
@@ -456,7 +452,7 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
             exposed_gather = gather if p.zero_gather == "whole" else max(ds.first_gather, gather - st.F.duration)
         else:
             exposed_sync, exposed_gather = syncs * sync, gather
-        in_passes = exposed_sync if p.zero == 2 and not sc.overlap_dp else 0.0  # in t_pipe already (above)
+        in_passes = exposed_sync if zero2_blocking else 0.0  # in t_pipe already (above)
         sync *= syncs
         if st.pp_rank in tied_stages and tied is not None:  # after the rank's gradient buckets, on its DP stream
             sync += tied_t

@@ -157,6 +157,23 @@ def network_state(run: PlaybookRun) -> str:
     return "healthy" if intra >= HEALTHY_NODE_BUSBW else ("slow" if intra >= SLOW_NODE_BUSBW else "degraded node")
 
 
+def zero_twins(runs) -> tuple[list[list[PlaybookRun]], list[list[PlaybookRun]]]:
+    """Runs whose layouts differ only in ZeRO-0 vs ZeRO-1, at pp = 1, in groups of >= 2: (on one node, on
+    2-64 nodes with every job in the same network state). What the noise floors are measured on
+    (`validate.noise_floor`, validation/playbook_regret.py); the caller keeps only timed runs."""
+    one_node: dict[tuple, list] = {}
+    multi_node: dict[tuple, list] = {}
+    for r in runs:
+        if r.pp != 1:
+            continue
+        but_zero = (r.label, r.kv_heads, r.vocab, r.nodes, r.dp, r.tp, r.micro_batch, r.grad_accum)
+        if r.nodes == 1:
+            one_node.setdefault(but_zero, []).append(r)
+        else:
+            multi_node.setdefault(but_zero + (network_state(r),), []).append(r)
+    return [v for v in one_node.values() if len(v) > 1], [v for v in multi_node.values() if len(v) > 1]
+
+
 NETWORK = "measured"
 """How `build_scenario` prices a job's network: "measured" (the busbw nanotron measured for that job) or
 "spec" (the topology YAML for every job)."""

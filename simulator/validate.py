@@ -26,7 +26,7 @@ from typing import Optional
 import yaml
 
 from .errors import ScenarioError
-from .playbook import DEGRADED_P2P_LATENCY_US, NETWORK, PlaybookRun, build_scenario, network_state, read_runs
+from .playbook import DEGRADED_P2P_LATENCY_US, NETWORK, PlaybookRun, build_scenario, network_state, read_runs, zero_twins
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_DIR = ROOT / "validation" / "references"
@@ -305,21 +305,12 @@ def noise_floor(cases: list[Case]) -> dict:
     twins (the same, on 2-64 nodes, both jobs in the same network state, `network_state`) add the
     cross-node DP traffic ZeRO reshapes (an all-reduce, or a reduce-scatter plus an all-gather of the same
     bytes), so their spread is a looser bound, but it is the one for the layouts the error is largest on."""
-    groups, twins, multi = defaultdict(list), defaultdict(list), defaultdict(list)
-    for c in cases:
-        if c.run is None or c.status != "Success" or not c.tokens_per_s_per_gpu:
-            continue
+    timed = [c for c in cases if c.run is not None and c.status == "Success" and c.tokens_per_s_per_gpu]
+    groups = defaultdict(list)
+    for c in timed:
         groups[c.run.layout_key].append(c)
-        if c.run.pp == 1:
-            key = c.run.layout_key
-            but_zero = key[:7] + key[8:]  # everything but the ZeRO stage
-            if c.run.nodes == 1:
-                twins[but_zero].append(c)
-            else:
-                multi[but_zero + (network_state(c.run),)].append(c)
     rep = [v for v in groups.values() if len(v) > 1]
-    tw = [v for v in twins.values() if len(v) > 1]
-    mt = [v for v in multi.values() if len(v) > 1]
+    tw, mt = zero_twins([c.run for c in timed])
     mt_spreads, mt_devs = _spreads(mt)
     spreads, devs = _spreads(rep)
     tw_spreads, tw_devs = _spreads(tw)

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simulator.errors import ScenarioError  # noqa: E402
-from simulator.playbook import FIT_LABELS, NETWORK, NETWORK_CHOICES, network_state, read_runs  # noqa: E402
+from simulator.playbook import FIT_LABELS, NETWORK, NETWORK_CHOICES, network_state, read_runs, zero_twins  # noqa: E402
 from simulator.sweep import make_runner  # noqa: E402
 
 BAR = 0.02
@@ -144,19 +144,13 @@ def state_mix(groups: list[dict]) -> dict:
 
 
 def twin_sigma(runs: list) -> dict:
-    """Per-run noise of log throughput from ZeRO-0/ZeRO-1 twins (the same layout but the ZeRO stage, pp = 1;
-    across nodes both jobs in the same network state): a pair's log ratio is the difference of two runs'
-    noise, so sigma = 1.4826 x median |log ratio| / sqrt(2) (the median absolute deviation's normal sigma).
+    """Per-run noise of log throughput from ZeRO-0/ZeRO-1 twins (`playbook.zero_twins`, the pairs among them):
+    a pair's log ratio is the difference of two runs' noise, so sigma = 1.4826 x median |log ratio| / sqrt(2)
+    (the median absolute deviation's normal sigma).
     Keys `one_node` and `multi_node`, each {"pairs", "sigma"} (sigma None without a pair)."""
-    twins: dict[tuple, list] = defaultdict(list)
-    for r in runs:
-        if r.pp == 1 and r.tokens_per_s_per_gpu:
-            but_zero = (r.label, r.kv_heads, r.vocab, r.nodes, r.dp, r.tp, r.micro_batch, r.grad_accum)
-            twins[(but_zero, r.nodes == 1, "" if r.nodes == 1 else network_state(r))].append(r)
     out = {}
-    for name, one_node in (("one_node", True), ("multi_node", False)):
-        logs = [abs(math.log(v[0].tokens_per_s_per_gpu / v[1].tokens_per_s_per_gpu))
-                for k, v in sorted(twins.items(), key=lambda kv: str(kv[0])) if k[1] == one_node and len(v) == 2]
+    for name, twins in zip(("one_node", "multi_node"), zero_twins([r for r in runs if r.tokens_per_s_per_gpu])):
+        logs = [abs(math.log(v[0].tokens_per_s_per_gpu / v[1].tokens_per_s_per_gpu)) for v in twins if len(v) == 2]
         out[name] = {"pairs": len(logs), "sigma": 1.4826 * statistics.median(logs) / math.sqrt(2) if logs else None}
     return out
 
