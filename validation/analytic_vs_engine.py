@@ -26,10 +26,10 @@ SCENARIOS = ("scenarios/70b_512gpu.yaml", "scenarios/mixtral_ep.yaml", "scenario
 NO_OVERLAP = "parallel.overlap_dp=false"
 
 
-def both(path: str, layout, overrides: tuple[str, ...]) -> dict:
-    """Step time and breakdown from each estimator (a task for the process pool)."""
+def both(path: str, raw: dict, base: str, layout, overrides: tuple[str, ...]) -> dict:
+    """Step time and breakdown from each estimator (a task for the process pool); `raw`, `base`: the
+    scenario as `sweep_base` read it with `overrides`."""
     from simulator.run import simulate  # noqa: PLC0415
-    _, raw, base = sweep_base(path, list(overrides))
     sc = candidate_scenario(raw, base, layout)
     a, e = simulate(sc, estimator="analytic"), simulate(sc, estimator="engine")
     return {"scenario": Path(path).name, "layout": layout.label(), "overrides": " ".join(overrides),
@@ -42,10 +42,11 @@ def sample(paths, per_scenario: int, seed: int) -> list[tuple]:
     rng = random.Random(seed)
     tasks = []
     for path in paths:
-        sc, _, _ = sweep_base(path)
-        layouts = enumerate_layouts(sc)
+        read = {ov: sweep_base(path, list(ov)) for ov in ((), (NO_OVERLAP,))}
+        layouts = enumerate_layouts(read[()][0])
         for lay in rng.sample(layouts, min(per_scenario, len(layouts))):
-            tasks.append((path, lay, (NO_OVERLAP,) if rng.random() < 0.5 else ()))
+            ov = (NO_OVERLAP,) if rng.random() < 0.5 else ()
+            tasks.append((path, read[ov][1], read[ov][2], lay, ov))
     return tasks
 
 
@@ -66,11 +67,11 @@ def main(argv=None) -> int:
     print(f"{len(rows)} layouts (seed {args.seed}): engine / analytic step time off by a median "
           f"{statistics.median(off):.1%}, p90 {off[int(0.9 * len(off))]:.1%}, max {off[-1]:.1%}; "
           f"within 5 % for {sum(x <= 0.05 for x in off) / len(off):.0%}")
-    print(f"\nmost apart:")
+    print("\nmost apart:")
     for r in sorted(rows, key=lambda r: -abs(r["engine_s"] / r["analytic_s"] - 1))[: args.worst]:
         differs = ", ".join(f"{k.removesuffix('_s')} {v:+.2f} s" for k, v in r["differs"].items())
         print(f"  {r['engine_s'] / r['analytic_s']:5.2f}x  {r['scenario']:16s} {r['layout']:58s} "
-              f"{r['overrides'] or '':28s} analytic {r['analytic_s']:7.2f} s  engine {r['engine_s']:7.2f} s  "
+              f"{r['overrides']:28s} analytic {r['analytic_s']:7.2f} s  engine {r['engine_s']:7.2f} s  "
               f"(engine - analytic: {differs or 'none over 2 %'})")
     return 0
 
