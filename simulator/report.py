@@ -35,7 +35,7 @@ def format_report(r: dict) -> str:
         ["tokens/s per GPU", f"{r['tokens_per_s_per_gpu']:,.1f}"],
         ["model TFLOP/s per GPU", f"{r['model_tflops_per_gpu']:.1f}"],
         ["MFU", f"{r['mfu'] * 100:.1f} %"],
-        ["bubble (worst stage)", f"{r['bubble_fraction'] * 100:.1f} %"],
+        ["bubble (critical stage)", f"{r['bubble_fraction'] * 100:.1f} %"],
         ["comm hidden by compute", f"{r['overlap_fraction'] * 100:.1f} %"],
     ]
     if r.get("hfu"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from .analytic import estimate
+from .evaluate.analytic import estimate
 from .costs import build_cost_model
 from .flops import FLOP_CONVENTION, model_flops_per_step
 from .memory import memory_report
@@ -65,19 +65,15 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         from .engine import simulate_engine  # noqa: PLC0415
         res = simulate_engine(sc, cost, full=full, trace_path=trace_path, plot_path=plot_path,
                               memory_plot_path=memory_plot_path)
-        iteration, bubble = res.iteration_time_s, res.bubble_fraction
-        comm = {d: {"time_s": t, "exposed_s": e} for d, (t, e) in res.comm.items()}
-        overlap, breakdown, hw = res.overlap_fraction, dict(res.breakdown), res.hfu_flops
-        events, ranks = res.events, res.ranks_simulated
-        mem_peaks = getattr(res, "memory_peak_bytes", None)
-        contention = dict(getattr(res, "contention_s", {}) or {})
+        mem_peaks = res.memory_peak_bytes
     else:
         res = estimate(sc, cost)
-        iteration, bubble, comm = res.iteration_time_s, res.bubble_fraction, res.comm
-        overlap, breakdown, hw = res.overlap_fraction, res.breakdown, res.flops_hw
-        events, ranks = 0, res.ranks_simulated
         mem_peaks = None
-        contention = {}
+    iteration, bubble, hw = res.iteration_time_s, res.bubble_fraction, res.hfu_flops
+    comm = {d: {"time_s": t, "exposed_s": e} for d, (t, e) in res.comm.items()}
+    overlap, breakdown = res.overlap_fraction, dict(res.breakdown)
+    events, ranks = res.events, res.ranks_simulated
+    contention = dict(res.contention_s) if estimator == "engine" else {}
     for d in ("tp", "dp", "pp", "cp", "ep"):
         comm.setdefault(d, {"time_s": 0.0, "exposed_s": 0.0})
     gpus = sc.gpus

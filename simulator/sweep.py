@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Optional
 import yaml
 
 from .errors import ScenarioError
-from .analytic import estimate
+from .evaluate.analytic import estimate
 from .costs import CostModel, build_cost_model
 from .flops import model_flops_per_step
 from .memory import GIB, MemoryReport, memory_report, stage_memory, state_bytes_per_param

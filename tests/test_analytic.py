@@ -1,7 +1,8 @@
-"""The closed-form fast path: pipeline formulas with uniform stages and free communication."""
+"""The analytic estimate: the plan listed without an event loop; pipeline formulas with uniform stages and free
+communication, and agreement with the engine."""
 import pytest
 
-from simulator.analytic import estimate
+from simulator.evaluate.analytic import estimate
 from simulator.costs import CostModel
 from simulator.scenario import scenario_from_mapping
 
@@ -72,19 +73,28 @@ def host_scenario(nodes, host_s=0.0, pp=2, mbs=1):
     return scenario_from_mapping(raw)
 
 
+def _templates(sc, stage):
+    """The pass templates (F and the fused BW) of `stage`'s only chunk."""
+    from simulator.costs import build_cost_model
+    from simulator.evaluate.passes import OpTimes, build_template
+    from simulator.plan.lower import build_plan
+    plan, times = build_plan(sc), OpTimes(sc, build_cost_model(sc))
+    chunk = plan.stages[stage].chunks[0]
+    return tuple(build_template(times, chunk, k, plan.blocks[(chunk, k)]) for k in ("F", "BW"))
+
+
 def test_host_floor_bounds_every_pass_from_below():
     """A pass takes max(GPU time, host time): each TP collective's host cost, at any pp and node count. 1F1B
     runs a micro-batch's B and W back to back on one host clock (the engine's fused BW pass), so the floor
     holds for the two together."""
-    from simulator.analytic import stage_times
     from simulator.costs import build_cost_model
     host = 0.05  # per TP collective: far above any GPU time here
     sc = host_scenario(nodes=2, host_s=host)
-    st = stage_times(sc, build_cost_model(sc))[1]  # last stage: 4 layers, no embedding
-    assert st.F.duration >= 4 * 4 * host
-    assert st.B.duration + st.W.duration >= 4 * (4 + 2) * host
-    assert st.F.duration == pytest.approx(sum(st.F.host.values()))  # host-bound: the GPU waits for it
-    assert st.B.duration + st.W.duration == pytest.approx(sum(st.B.host.values()) + sum(st.W.host.values()))
+    f, bw = _templates(sc, 1)  # last stage: 4 layers, no embedding
+    assert f.duration >= 4 * 4 * host
+    assert bw.duration >= 4 * (4 + 2) * host
+    assert f.duration == pytest.approx(f.comm_count["tp"] * host, rel=1e-3)  # host-bound: the GPU waits for it
+    assert bw.duration == pytest.approx(bw.comm_count["tp"] * host, rel=1e-3)
     for nodes, pp in ((1, 2), (2, 1), (1, 1)):  # the stack's cost does not depend on where the stages sit
         sc = host_scenario(nodes=nodes, host_s=host, pp=pp)
         floor = (8 // sc.parallel.dp) * (8 // pp) * 10 * host  # micro-batches x layers per stage x collectives
@@ -150,13 +160,10 @@ def test_zero1_whole_gather_is_one_collective_exposed_after_the_optimizer():
                "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": 4},
                "parallel": {"dp": 4, "zero": 1, "dp_bucket_mb": 0.25, "zero_gather": gather}}
         return scenario_from_mapping(raw)
-    from simulator.analytic import dp_sync_time
-    from simulator.ops import param_gather_buckets, rank_tensors
     bucketed, whole = sc("bucketed"), sc("whole")
     cost = DPCost(topology=whole.topology)
-    g_bucketed = dp_sync_time(bucketed, cost, 0).gather
-    g_whole = dp_sync_time(whole, cost, 0).gather
-    n = len(param_gather_buckets(bucketed, rank_tensors(bucketed, 0)[0]))
+    g_bucketed, n = dp_gather(bucketed, cost)
+    g_whole, _ = dp_gather(whole, cost)
     assert n > 1
     assert g_bucketed - g_whole == pytest.approx((n - 1) * 2e-6)  # the same bytes, n - 1 fewer latencies
     r_whole, r_bucketed = estimate(whole, cost), estimate(bucketed, cost)
@@ -254,16 +261,21 @@ def test_zero2_reduce_scatters_every_micro_batch_as_the_engine_does(pp, overlap)
         extra[m] = a2["iteration_time_s"] - a1["iteration_time_s"]
         assert extra[m] == pytest.approx(e2["iteration_time_s"] - e1["iteration_time_s"], rel=0.1)
         if pp == 1:
-            grads = a1["comm"]["dp"]["time_s"] - dp_gather(z1)
-            assert a2["comm"]["dp"]["time_s"] - dp_gather(z2) == pytest.approx(m * grads, rel=1e-9)
+            grads = a1["comm"]["dp"]["time_s"] - dp_gather(z1)[0]
+            assert a2["comm"]["dp"]["time_s"] - dp_gather(z2)[0] == pytest.approx(m * grads, rel=1e-9)
     assert extra[8] > 1.5 * extra[4] > 0  # the extra syncs grow with m
 
 
-def dp_gather(sc):
-    """Seconds of the ZeRO parameter all-gathers at pp = 1 (the same for ZeRO-1 and ZeRO-2)."""
-    from simulator.analytic import dp_sync_time
+def dp_gather(sc, cost=None):
+    """Seconds of stage 0's ZeRO-1/2 parameter all-gathers as the plan has them (the same for ZeRO-1 and
+    ZeRO-2), and how many collectives (`parallel.zero_gather: whole` makes one)."""
     from simulator.costs import build_cost_model
-    return dp_sync_time(sc, build_cost_model(sc), 0).gather
+    from simulator.layout import group_shape
+    from simulator.plan.lower import build_plan
+    cost = cost or build_cost_model(sc)
+    prog = build_plan(sc).stages[0]
+    comms = [b.comm for c in prog.chunks for b in prog.dp[c].params]
+    return sum(cost.comm_time(c, group_shape(sc, c.group)) for c in comms), len(comms)
 
 
 @pytest.mark.parametrize("schedule, vpp, pp, m", [
@@ -303,3 +315,35 @@ def test_zero3_gathers_routed_experts_over_the_expert_dp_group(parallel):
     a, e = simulate(sc, estimator="analytic"), simulate(sc, estimator="engine")
     assert a["comm"]["dp"]["time_s"] == pytest.approx(e["comm"]["dp"]["time_s"], rel=0.02)
     assert a["iteration_time_s"] == pytest.approx(e["iteration_time_s"], rel=0.03)
+
+
+LAYOUTS = [
+    ("70b_512gpu", ()),
+    ("70b_512gpu", ("parallel.zero=3", "parallel.pp_schedule=interleaved-1f1b", "parallel.vpp=2")),
+    ("70b_512gpu", ("parallel.zero=2", "parallel.overlap_dp=false")),
+    ("70b_512gpu", ("parallel.pp_schedule=zb-h1", "parallel.zero=0")),
+    ("mixtral_ep", ()),
+    ("mixtral_ep", ("parallel.zero=3", "parallel.pp_schedule=dualpipev", "parallel.vpp=2")),
+    ("8b_8gpu", ()),
+    ("8b_8gpu", ("parallel.overlap_dp=false",)),
+    ("1b_1gpu", ()),
+]
+
+
+@pytest.mark.parametrize("name, overrides", LAYOUTS)
+def test_analytic_lists_the_plan_as_the_engine_runs_it(name, overrides):
+    """Both estimators read one plan; where the engine shares no link between concurrent transfers
+    (`contention=False`, and no in-pass sharing) its timeline is the analytic listing's, to rounding:
+    every rule of what happens lives in the plan, only the timing differs."""
+    from pathlib import Path
+
+    from simulator.costs import build_cost_model
+    from simulator.engine import simulate_engine
+    from simulator.scenario import load_scenario
+    sc = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / f"{name}.yaml", list(overrides))
+    cost = build_cost_model(sc)
+    a, e = estimate(sc, cost, in_pass_sharing=False), simulate_engine(sc, cost, contention=False)
+    assert a.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+    for k, v in e.breakdown.items():
+        assert a.breakdown[k] == pytest.approx(v, rel=1e-6, abs=1e-9 * e.iteration_time_s), k
+    assert a.bubble_fraction == pytest.approx(a.breakdown["bubble_s"] / a.iteration_time_s)

@@ -6,7 +6,7 @@ import pytest
 
 from simulator.costs import CostModel
 from simulator.engine import run_engine, simulate_engine
-from simulator.engine.lower import FUSED_BACKWARD
+from simulator.plan.lower import FUSED_BACKWARD
 from simulator.memory import chunk_activation_bytes, memory_report
 from simulator.scenario import scenario_from_mapping
 

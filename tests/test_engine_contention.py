@@ -9,7 +9,7 @@ import simpy
 from simulator.collectives import link_busy
 from simulator.costs import build_cost_model
 from simulator.engine import run_engine, simulate_engine
-from simulator.engine.links import LinkSharing, fluid_ends, max_min_speeds
+from simulator.evaluate.links import LinkSharing, fluid_ends, max_min_speeds
 from simulator.layout import pair_shape
 from simulator.network import Transfer, fair_share_finish_times
 from simulator.scenario import load_scenario, scenario_from_mapping
@@ -104,7 +104,7 @@ def test_link_model_matches_network_fair_share_finish_times(seed):
 
 
 def test_max_min_speeds_are_one_alone_and_at_most_one():
-    from simulator.engine.links import Flow
+    from simulator.evaluate.links import Flow
     alone = Flow(1, {"a": 0.7, "b": 0.2}, 0.0, 1.0, None)
     assert max_min_speeds([alone]) == [1.0]
     two = [Flow(1, {"a": 0.7}, 0.0, 1.0, None), Flow(2, {"a": 0.7}, 0.0, 1.0, None)]
@@ -222,7 +222,8 @@ def test_tp_and_cp_collectives_overlapping_in_a_pass_share_nvlink():
     """Two in-pass collectives of different streams issued together on the same GPU's NVLink port
     (a TP all-gather and a CP ring step, each priced T and each filling the port) end at 2T when
     sharing, at T each without; the compute that consumes both starts that much later."""
-    from simulator.engine.templates import Block, OpTimes, build_template
+    from simulator.plan.blocks import Block
+    from simulator.evaluate.passes import OpTimes, build_template
     from simulator.ops import Comm, Compute, Node
 
     class InPass(UniformCost):

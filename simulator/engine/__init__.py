@@ -5,7 +5,7 @@ sim.py / fabric.py (SimPy processes, streams, collectives) with links.py (concur
 links max-min fairly) -> results.py (measured on the timeline) -> trace.py (Chrome trace) / plot.py
 (matplotlib). Entry point: `simulate_engine` (`contention=False`: every transfer priced alone).
 """
-from .results import EngineResult, StageResult
+from ..evaluate.results import EngineResult, StageResult
 from .simulate import run_engine, simulate_engine
 
 __all__ = ["EngineResult", "StageResult", "run_engine", "simulate_engine"]

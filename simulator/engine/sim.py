@@ -31,9 +31,9 @@ from ..layout import GroupShape
 from ..ops import Comm
 from ..sm_share import in_turn, slowed_end
 from .fabric import Collective, Fabric, Stream
-from .links import LinkSharing
-from .lower import Plan, StageProgram, Step
-from .templates import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
+from ..evaluate.links import LinkSharing
+from ..evaluate.passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
+from ..plan.lower import Plan, StageProgram, Step
 
 
 class CountingEnvironment(simpy.Environment):
@@ -296,7 +296,7 @@ class Engine:
         prog = self.plan.stages[rk.stage]
         t = 0.0
         for step_no in range(self.steps):
-            gathers = self._param_gathers(rk, prog, t) if self.zero in (1, 2) and self.overlap_gather else {}
+            gathers = self._param_gathers(rk, prog, t)
             for st in prog.steps:
                 ready = t
                 if st.recv_from >= 0:
@@ -325,8 +325,7 @@ class Engine:
                         yield self.fabric.wait(c)
                         rk.waiting = ""
                     ready = c.end
-                gated = self.zero == 3 and st.kind != "W" or st.param_gated
-                if gated:
+                if st.gated:
                     end = yield from self._gated_pass(rk, prog, st, ready, speed, gathers)
                 else:
                     grads, dp_free = [], rk.streams["dp"].free  # before these buckets join it
@@ -353,7 +352,7 @@ class Engine:
                     if st.grad_sync and not self.overlap:
                         for k, comm, label in self._grad_releases(prog, st):
                             self._join(rk, comm.group, comm, end, label)
-                if st.grad_sync and not self.overlap and rk.last_dp is not None:
+                if st.await_sync and rk.last_dp is not None:
                     # without overlap, per-micro-batch ZeRO-2/3 reduce-scatters block the compute stream
                     end = yield from self._await(rk, rk.last_dp, end, "blocking gradient reduce-scatter")
                 self._memory(rk, ready, st.alloc)
@@ -417,14 +416,7 @@ class Engine:
     def _param_gathers(self, rk: RankState, prog: StageProgram, t: float) -> dict:
         """ZeRO-1/2 with overlap: the updated parameters' all-gather buckets, issued when the step starts
         (= after the previous step's optimizer: steady state), in the order the forwards need them."""
-        first = []
-        for st in prog.steps:
-            if st.kind == "F" and st.chunk not in first:
-                first.append(st.chunk)
-        out = {}
-        for c in first:
-            out[c] = [self._join(rk, b.comm.group, b.comm, t, f"C{c} {b.label}") for b in prog.dp[c].params]
-        return out
+        return {c: [self._join(rk, g, comm, t, label) for g, comm, label in comms] for c, comms in prog.gathers_first}
 
     def _link_comms(self, rk: RankState, net: tuple, local: tuple) -> tuple:
         """The in-pass collectives that run on the link model: `net` (they use links beyond the GPU's
@@ -538,59 +530,43 @@ class Engine:
         return slowed
 
     def _grad_releases(self, prog: StageProgram, st: Step) -> list:
-        """(block index, collective, label) of the gradient traffic a W/BW pass releases: the chunk's DP
-        buckets (ZeRO-0/1 on its last backward, ZeRO-2 on every one) or each block's ZeRO-3 reduce-scatter."""
+        """(block index, collective, label) of the gradient traffic a W/BW pass releases (`ChunkDP.releases`)."""
         key = (prog.stage, st.chunk, st.kind, st.mb)
         out = self._releases.get(key)
         if out is None:
-            dp = prog.dp[st.chunk]
-            if self.zero == 3:
-                blocks = self.plan.blocks[(st.chunk, st.kind)]
-                out = [(k, c, f"{blocks[k].key} mb{st.mb} {c.name}") for k, cs in enumerate(dp.z3_scatter.get(st.kind, ()))
-                       for c in cs]
-            else:
-                out = [(b.block, b.comm, f"C{st.chunk} {b.label}") for b in dp.grads]
-            self._releases[key] = out
+            out = self._releases[key] = [(k, c, label.format(mb=st.mb))
+                                         for k, c, label in prog.dp[st.chunk].releases.get(st.kind, ())]
         return out
 
     def _step_tail(self, rk: RankState, prog: StageProgram, t: float):
-        """Generator: after the last micro-batch: gradient buckets (when not overlapped), the tied-embedding
-        all-reduce, wait for the dp stream, SP's norm-gradient all-reduce over TP, the optimizer, then
-        (ZeRO-1/2 without overlap, or with `zero_gather: whole`) the parameter all-gather, exposed.
-        Returns the rank's end of step."""
-        if self.zero in (0, 1) and not self.overlap:
-            for c in prog.chunks:
-                for b in prog.dp[c].grads:
-                    self._join(rk, b.comm.group, b.comm, t, f"C{c} {b.label}")
-        if prog.tied_allreduce is not None:
-            self._join(rk, "embd", prog.tied_allreduce, t, "tied embedding all_reduce")
-        if rk.last_dp is not None:
-            t = yield from self._await(rk, rk.last_dp, t, "gradient sync")
-        if prog.sp_norm_allreduce is not None:  # symmetric in the TP group: priced, not a rendezvous
-            c = prog.sp_norm_allreduce
-            dur = self.times(rk.speed)(c)
-            if rk.rec is not None:
-                rk.rec.tail.append((t, t + dur, "sp norm grads all_reduce", c.dim))
-            rk.comm[c.dim] += dur
-            rk.exposed[c.dim] += dur
-            rk.count[c.dim] += 1
-            rk.ops += 1
-            t += dur
-        opt = self.times(rk.speed)(prog.optimizer)
-        if rk.rec is not None:
-            rk.rec.optimizer.append((t, t + opt))
-        rk.optimizer_s += opt
-        rk.ops += 1
-        t += opt
-        if self.env.now < t:
-            yield self.env.timeout(t - self.env.now)
-        if self.zero in (1, 2) and not self.overlap_gather:
-            last = None
-            for c in prog.chunks:
-                for b in prog.dp[c].params:
-                    last = self._join(rk, b.comm.group, b.comm, t, f"C{c} {b.label}")
-            if last is not None:
-                t = yield from self._await(rk, last, t, "parameter all-gather")
+        """Generator: the stage's `tail` after the last micro-batch (`plan.lower.TailOp`). Returns the rank's
+        end of step."""
+        for op in prog.tail:
+            if op.kind == "issue":
+                for group, comm, label in op.comms:
+                    self._join(rk, group, comm, t, label)
+            elif op.kind == "await":
+                if rk.last_dp is not None:
+                    t = yield from self._await(rk, rk.last_dp, t, op.label)
+            elif op.kind == "inline":  # symmetric in its group: priced, not a rendezvous
+                c = op.op
+                dur = self.times(rk.speed)(c)
+                if rk.rec is not None:
+                    rk.rec.tail.append((t, t + dur, op.label, c.dim))
+                rk.comm[c.dim] += dur
+                rk.exposed[c.dim] += dur
+                rk.count[c.dim] += 1
+                rk.ops += 1
+                t += dur
+            else:  # optimizer
+                opt = self.times(rk.speed)(op.op)
+                if rk.rec is not None:
+                    rk.rec.optimizer.append((t, t + opt))
+                rk.optimizer_s += opt
+                rk.ops += 1
+                t += opt
+                if self.env.now < t:
+                    yield self.env.timeout(t - self.env.now)
         return t
 
 

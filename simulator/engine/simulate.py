@@ -23,8 +23,8 @@ import numpy as np
 from ..layout import chunk_owner, group_ranks, group_shape, last_chunk, pair_shape, pp_rank_of_stage_rank, rank_grid
 from ..memory import buffer_bytes, buffers_total, chunk_activation_bytes, static_bytes, zero_groups
 from ..scenario import Scenario
-from .lower import lower
-from .results import EngineResult, summarize
+from ..plan.lower import build_plan
+from ..evaluate.results import EngineResult, summarize
 from .sim import Engine, RankState, Recorder
 
 
@@ -127,7 +127,6 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
     per-stage static memory."""
     if rank_speed and not full:
         raise ValueError("rank_speed needs full=True: representative mode assumes identical ranks")
-    sizes = {"dp_cp": group_shape(sc, "dp_cp").size, "edp": group_shape(sc, "edp").size}
     act: dict = {}
 
     def act_bytes(r: int, c: int) -> float:
@@ -135,7 +134,7 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
             act[(r, c)] = chunk_activation_bytes(sc, r, c)
         return act[(r, c)]
 
-    plan = lower(sc, sizes, act_bytes)
+    plan = build_plan(sc, act_bytes)
     emb_stage, head_stage = chunk_owner(sc, 0)[0], chunk_owner(sc, last_chunk(sc))[0]
     if full:
         ranks, pairs = _full(sc, emb_stage, head_stage, rank_speed or {})

@@ -6,8 +6,9 @@ layers, plus `embedding_forward/backward` on chunk 0 and `head_forward/backward`
 what it receives from and sends to other stages (`ops.pp_activation_bytes` each way, NAR21 §2.2), and
 which data-parallel traffic it releases. The per-step work after the last micro-batch (gradient
 buckets when not overlapped, the tied-embedding all-reduce, SP's norm-gradient all-reduce over TP, the
-optimizer `ops.optimizer_op`) is in `StageProgram` too. Nothing here is timed: durations come from the
-cost model in `templates.py`.
+optimizer `ops.optimizer_op`, the parameter all-gathers that follow it) is the stage's `tail`, in order.
+Nothing here is timed: both evaluators read this plan (`evaluate/analytic.py` lists it, `evaluate/engine`
+replays it on a timeline) and price its ops through the cost model (`evaluate/passes.py`).
 
 DP / ZeRO traffic (MODELING.md 4.1; ZeRO §7.2; MEG-DO; MEG-DDP for buckets):
   ZeRO-0  all-reduce of gradient buckets (`ops.dp_buckets`) on the last micro-batch's backward;
@@ -24,15 +25,13 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..layout import chunk_layers, chunk_owner, last_chunk, rank_chunks
-from ..ops import (Comm, Compute, bucket_release_blocks, dp_buckets, embedding_backward, embedding_forward, embedding_rank_params, head_backward,
-                   head_forward, head_rank_tensors, layer_passes, layer_rank_tensors, optimizer_op, param_bytes,
-                   param_gather_buckets, pp_activation_bytes, shard, sp_norm_grad_allreduce, tied_embedding_allreduce)
+from ..layout import chunk_owner, group_shape, rank_chunks
+from ..ops import (Comm, Compute, bucket_release_blocks, dp_buckets, optimizer_op, param_bytes, param_gather_buckets,
+                   pp_activation_bytes, sp_norm_grad_allreduce, tied_embedding_allreduce)
 from ..scenario import Scenario
 from ..schedules import Action, chunk_rank, pipeline_schedule
-from .templates import Block, concat
+from .blocks import PASS_KINDS, Block, chunk_blocks
 
-PASS_KINDS = ("F", "B", "W", "BW")
 FUSED_BACKWARD = ("afab", "1f1b", "interleaved-1f1b")
 """Schedules whose backward is one autograd pass per chunk (dgrad and wgrad interleaved layer by layer,
 the input gradient sent when it ends: Megatron's non-split schedules). The split schedules (ZB-H1,
@@ -53,9 +52,15 @@ class Step:
     send_to: int = -1
     """Stage that consumes this pass's output; -1 if local or none."""
     grad_sync: bool = False
-    """Issue this chunk's DP gradient collectives during this pass (as the blocks produce them)."""
+    """This pass releases gradient traffic (`ChunkDP.releases[kind]`): with `Plan.overlap_dp` as its blocks
+    produce the gradients, else when the pass ends."""
+    await_sync: bool = False
+    """The compute stream waits for the released traffic before going on (ZeRO-2/3 without overlap)."""
     param_gated: bool = False
     """ZeRO-1/2 with overlap: the first forward of the chunk waits for its parameter all-gather buckets."""
+    gated: bool = False
+    """Its blocks wait on DP collectives (ZeRO-3's per-block gathers on F, B and BW; `param_gated`): it is
+    scheduled block by block at run time, not replayed from a template."""
     alloc: float = 0.0
     """Activation bytes allocated at the start (F) ..."""
     free: float = 0.0
@@ -83,6 +88,21 @@ class ChunkDP:
     """ZeRO-3: pass kind -> per block, the parameter all-gather(s) it waits for (blocks that run F or B)."""
     z3_scatter: dict = field(default_factory=dict)
     """ZeRO-3: pass kind -> per block, the gradient reduce-scatter(s) it releases (blocks that run W)."""
+    releases: dict = field(default_factory=dict)
+    """pass kind (W, BW) -> (block index, collective, label) of the gradient traffic a pass that syncs
+    releases: the chunk's buckets (ZeRO-0/1/2) or each block's ZeRO-3 reduce-scatters."""
+
+
+@dataclass(frozen=True, slots=True)
+class TailOp:
+    """One thing a stage does after its last micro-batch, in order."""
+    kind: str
+    """issue: join `comms` on the dp stream (each (group, collective, label)); await: the compute stream
+    waits for the dp stream's last collective; inline: a collective priced in place on the compute stream
+    (symmetric in its group, no rendezvous); optimizer: the optimizer step (`op`)."""
+    comms: tuple = ()
+    op: object = None
+    label: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +114,11 @@ class StageProgram:
     dp: dict
     """chunk -> ChunkDP."""
     optimizer: Compute
+    tail: tuple = ()
+    """TailOp list after the last micro-batch (module docstring)."""
+    gathers_first: tuple = ()
+    """(chunk, (group, collective, label)...) per chunk in first-forward order: ZeRO-1/2's parameter
+    all-gathers issued when the step starts (`Plan.gathers_gate_forwards`)."""
     tied_partner: int = -1
     """Stage holding the other copy of tied embeddings (pp > 1); -1 if none."""
     tied_allreduce: Comm | None = None
@@ -115,60 +140,6 @@ class Plan:
     with `zero_gather: bucketed`); else they run after the optimizer, exposed."""
     pp_bytes: float
     """Bytes of one PP send (activations forward, their gradient backward): `ops.pp_activation_bytes`."""
-
-
-# ----------------------------------------------------------------------------------- parameters
-
-# ----------------------------------------------------------------------------------- blocks
-
-def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dict) -> dict:
-    """kind -> blocks of one chunk's passes. F: [embedding] + layers + [head];
-    B, W, BW: [head] + layers in reverse + [embedding] (the embedding's backward is a weight gradient)."""
-    z = cache.setdefault("shard", shard(sc))
-    layers = chunk_layers_of(sc, chunk)
-    first, last = chunk == 0, chunk == last_chunk(sc)
-
-    def lp(layer):
-        key = ("lp", sc.model.is_moe_layer(layer))
-        if key not in cache:
-            cache[key] = layer_passes(sc, layer, z)
-        return cache[key]
-
-    def block(key, parts, dense=(), expert=()):
-        nodes, letters = concat(parts)
-        return Block(key=key, nodes=nodes, letters=letters, tensors_dense=dense, tensors_expert=expert)
-
-    out = {k: [] for k in PASS_KINDS}
-    emb_p = (embedding_rank_params(sc),)
-    head_p = head_rank_tensors(sc, stage_has_embedding)
-    if first:
-        out["F"].append(block("emb", [(embedding_forward(sc, z), "F")], emb_p))
-    for layer in layers:
-        d, e = layer_rank_tensors(sc, layer)
-        out["F"].append(block(f"L{layer}", [(lp(layer).F, "F")], d, e))
-    if last:
-        hb, hw = head_backward(sc, z)
-        out["F"].append(block("head", [(head_forward(sc, z), "F")], head_p))
-        out["B"].append(block("head", [(hb, "B")], head_p))
-        out["W"].append(block("head", [(hw, "W")], head_p))
-        out["BW"].append(block("head", [(hb, "B"), (hw, "W")], head_p))
-    for layer in reversed(layers):
-        d, e = layer_rank_tensors(sc, layer)
-        p = lp(layer)
-        out["B"].append(block(f"L{layer}", [(p.B, "B")], d, e))
-        out["W"].append(block(f"L{layer}", [(p.W, "W")], d, e))
-        out["BW"].append(block(f"L{layer}", [(p.B, "B"), (p.W, "W")], d, e))
-    if first:
-        eb = embedding_backward(sc, z)
-        out["W"].append(block("emb", [(eb, "W")], emb_p))
-        out["BW"].append(block("emb", [(eb, "W")], emb_p))
-    return {k: tuple(v) for k, v in out.items()}
-
-
-def chunk_layers_of(sc: Scenario, chunk: int) -> list[int]:
-    sizes = chunk_layers(sc)
-    start = sum(sizes[:chunk])
-    return list(range(start, start + sizes[chunk]))
 
 
 # ----------------------------------------------------------------------------------- DP / ZeRO
@@ -250,6 +221,14 @@ def _zero3(sc: Scenario, blocks: tuple[Block, ...], coll: str, groups: dict) -> 
 
 # ----------------------------------------------------------------------------------- the plan
 
+def build_plan(sc: Scenario, act_bytes: Callable[[int, int], float] | None = None) -> Plan:
+    """The plan of `sc` (`lower` with the scenario's dp_cp and edp group sizes). `act_bytes(stage, chunk)`:
+    activation bytes one micro-batch holds in that chunk from F to B/W (the engine's memory timeline);
+    without it, 0 (the analytic estimate takes memory from `memory.py`)."""
+    sizes = {"dp_cp": group_shape(sc, "dp_cp").size, "edp": group_shape(sc, "edp").size}
+    return lower(sc, sizes, act_bytes or (lambda r, c: 0.0))
+
+
 def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float]) -> Plan:
     """Build every stage's program. `group_sizes`: size of the dp_cp and edp groups;
     `act_bytes(stage, chunk)`: activation bytes one micro-batch holds in that chunk from F to B/W."""
@@ -282,7 +261,8 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
             params, gate = _param_buckets(sc, blocks[(c, "F")], group_sizes) if zero in (1, 2) else ((), ())
             z3g = {k: _zero3(sc, blocks[(c, k)], "all_gather", group_sizes) for k in PASS_KINDS} if zero == 3 else {}
             z3s = {k: _zero3(sc, blocks[(c, k)], "reduce_scatter", group_sizes) for k in PASS_KINDS} if zero == 3 else {}
-            dp[c] = ChunkDP(grads=grads, params=params, param_gate=gate, z3_gather=z3g, z3_scatter=z3s)
+            dp[c] = ChunkDP(grads=grads, params=params, param_gate=gate, z3_gather=z3g, z3_scatter=z3s,
+                            releases=_releases(zero, c, blocks, grads, z3s))
         dense = sum(b.params_dense for c in chunks for b in blocks[(c, "F")])
         expert = sum(b.params_expert for c in chunks for b in blocks[(c, "F")])
         shard_params = dense / (group_sizes["dp_cp"] if zero >= 1 else 1) + expert / (group_sizes["edp"] if zero >= 1 else 1)
@@ -290,11 +270,57 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
         if r in (emb_stage, head_stage):
             tied = tied_embedding_allreduce(sc)
             tied_partner = (head_stage if r == emb_stage else emb_stage) if tied is not None else -1
-        stages.append(StageProgram(stage=r, steps=steps, chunks=chunks, dp=dp, optimizer=optimizer_op(sc, shard_params),
-                                   tied_partner=tied_partner, tied_allreduce=tied,
-                                   sp_norm_allreduce=sp_norm_grad_allreduce(sc, r)))
+        opt, sp_norm = optimizer_op(sc, shard_params), sp_norm_grad_allreduce(sc, r)
+        first = []
+        for st in steps:
+            if st.kind == "F" and st.chunk not in first:
+                first.append(st.chunk)
+        stages.append(StageProgram(stage=r, steps=steps, chunks=chunks, dp=dp, optimizer=opt,
+                                   tail=_tail(zero, overlap, gated, chunks, dp, tied, sp_norm, opt),
+                                   gathers_first=tuple((c, _labelled(c, dp[c].params)) for c in first) if gated and zero in (1, 2) else (),
+                                   tied_partner=tied_partner, tied_allreduce=tied, sp_norm_allreduce=sp_norm))
     return Plan(sc=sc, stages=tuple(stages), blocks=blocks, n_chunks=n_chunks, zero=zero, overlap_dp=overlap,
                 gathers_gate_forwards=gated, pp_bytes=pp_activation_bytes(sc))
+
+
+def _labelled(chunk: int, buckets: tuple[BucketComm, ...]) -> tuple:
+    return tuple((b.comm.group, b.comm, f"C{chunk} {b.label}") for b in buckets)
+
+
+def _releases(zero: int, chunk: int, blocks: dict, grads: tuple[BucketComm, ...], z3s: dict) -> dict:
+    """pass kind -> (block index, collective, label) a syncing W/BW pass of `chunk` releases."""
+    out = {}
+    for kind in ("W", "BW"):
+        if zero == 3:
+            bl = blocks[(chunk, kind)]
+            out[kind] = tuple((k, c, f"{bl[k].key} mb{{mb}} {c.name}") for k, cs in enumerate(z3s.get(kind, ()))
+                              for c in cs)
+        else:
+            out[kind] = tuple((b.block, b.comm, f"C{chunk} {b.label}") for b in grads)
+    return out
+
+
+def _tail(zero: int, overlap: bool, gated: bool, chunks: tuple, dp: dict, tied: Comm | None, sp_norm: Comm | None,
+          opt: Compute) -> tuple[TailOp, ...]:
+    """After the last micro-batch: ZeRO-0/1's gradient buckets when not overlapped, the tied-embedding
+    all-reduce, wait for the dp stream, SP's norm-gradient all-reduce over TP, the optimizer, then
+    (ZeRO-1/2 unless the gathers gate the next step's forwards) the parameter all-gathers, exposed."""
+    out = []
+    if zero in (0, 1) and not overlap:
+        grads = tuple(x for c in chunks for x in _labelled(c, dp[c].grads))
+        if grads:
+            out.append(TailOp("issue", comms=grads))
+    if tied is not None:
+        out.append(TailOp("issue", comms=(("embd", tied, "tied embedding all_reduce"),)))
+    out.append(TailOp("await", label="gradient sync"))
+    if sp_norm is not None:
+        out.append(TailOp("inline", op=sp_norm, label="sp norm grads all_reduce"))
+    out.append(TailOp("optimizer", op=opt))
+    if zero in (1, 2) and not gated:
+        params = tuple(x for c in chunks for x in _labelled(c, dp[c].params))
+        if params:
+            out += [TailOp("issue", comms=params), TailOp("await", label="parameter all-gather")]
+    return tuple(out)
 
 
 def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, zero: int, overlap: bool,
@@ -355,6 +381,8 @@ def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, zero:
         frees = k in ("B", "BW")  # memory.py: activations are released when the micro-batch's B ends
         sync = ends and ((zero in (0, 1) and overlap and idx == last_bwd[c]) or zero == 2 or zero == 3)
         out.append(Step(kind=k, chunk=c, mb=mb, recv_from=recv_from, recv_key=recv_key, send_to=send_to, grad_sync=sync,
+                        await_sync=sync and not overlap,
                         param_gated=(k == "F" and zero in (1, 2) and gated and first_f[c] == idx),
+                        gated=(zero == 3 and k != "W") or (k == "F" and zero in (1, 2) and gated and first_f[c] == idx),
                         alloc=act_bytes(r, c) if k == "F" else 0.0, free=act_bytes(r, c) if frees else 0.0))
     return tuple(out)

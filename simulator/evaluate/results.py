@@ -7,9 +7,9 @@ Per simulated rank, over the step [0, T] where T = the latest rank's end (the it
               collectives after all group members were ready);
   bubble    = T - busy - sum_d exposed_d: idle for lack of work (pipeline fill/drain, waiting for an
               upstream stage's compute or for a slower peer), excluding its own exposed communication.
-`bubble_fraction` is the worst rank's bubble / T (NAR21's idle share of wall time: (p-1)/(m+p-1) for
-1F1B with uniform stages). The critical rank is the one that ends last; `comm`, `breakdown` and
-`overlap_fraction` = 1 - exposed/total communication are taken on it. `breakdown` sums to T.
+The critical rank is the one that ends last; `bubble_fraction` (its bubble / T: NAR21's idle share of
+wall time, (p-1)/(m+p-1) for 1F1B with uniform stages), `comm`, `breakdown` and `overlap_fraction` =
+1 - exposed/total communication are all taken on it, so the headline bubble is the breakdown's. `breakdown` sums to T.
 `contention_s` (per dimension, on the critical rank) is how much longer its transfers took than
 priced alone because others shared their links (`links.py`): part of `comm` time_s, not a breakdown
 term (what of it the compute stream waited for is already in exposed or bubble).
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .templates import COMM_DIMS
+from .passes import COMM_DIMS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +50,8 @@ class EngineResult:
     """One optimizer step: from the step start (all ranks idle, parameters gathered in steady state) until
     the last rank ends."""
     bubble_fraction: float
-    """Worst rank: idle for lack of work / iteration time (module docstring)."""
+    """The critical rank's bubble / iteration time: `breakdown["bubble_s"]` as a share of the step (module
+    docstring). Each stage's own bubble is in `stages`."""
     comm: dict
     """dim (tp, dp, pp, cp, ep) -> (time_s, exposed_s) on the critical rank."""
     overlap_fraction: float
@@ -118,7 +119,7 @@ def summarize(sc, ranks, static: list[float], *, events: int, wall_s: float, ful
         peaks[s.stage] = s.memory_peak_bytes
     return EngineResult(
         iteration_time_s=T,
-        bubble_fraction=max((s.bubble_s for s in stages), default=0.0) / T if T > 0 else 0.0,
+        bubble_fraction=breakdown["bubble_s"] / T if T > 0 else 0.0,
         comm=comm,
         overlap_fraction=min(1.0, max(0.0, 1.0 - exposed / total)) if total > 0 else 0.0,
         breakdown=breakdown,

@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from ..collectives import link_busy
 from ..costs import CostModel
 from ..layout import GroupShape, group_shape
-from ..ops import Comm, Compute, Node
+from ..ops import Comm, Compute
 from ..scenario import Scenario
 from ..sm_share import beside_end
 from .links import fluid_ends
+from ..plan.blocks import Block
 
 SHARE_ITERATIONS = 8
 """Most re-schedules of a template while in-pass link sharing still moves its collectives (a bound:
@@ -46,33 +47,6 @@ shares and schedule are worked out in turn, not solved together)."""
 
 COMM_DIMS = ("tp", "cp", "ep", "dp", "pp")
 """Communication dimensions, in the contract's order of the report."""
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """A run of nodes that belongs to one layer (or to the embedding or the LM head) within a pass."""
-    key: str
-    """Label in traces: "L12", "emb", "head"."""
-    nodes: tuple[Node, ...]
-    letters: tuple[str, ...]
-    """Per node: "F", "B" or "W" (which of the layer's lists it came from); "R" for recomputation."""
-    tensors_dense: tuple[float, ...] = ()
-    """Parameter tensors of this block on the rank (elements, definition order), replicated over dp_cp
-    (ZeRO-3 gathers, DP gradient buckets, which close at tensor boundaries)."""
-    tensors_expert: tuple[float, ...] = ()
-    """Routed-expert tensors, replicated over the expert-DP group."""
-
-    @property
-    def params_dense(self) -> float:
-        return sum(self.tensors_dense)
-
-    @property
-    def params_expert(self) -> float:
-        return sum(self.tensors_expert)
-
-    @property
-    def makes_grads(self) -> bool:
-        return "W" in self.letters
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,24 +384,3 @@ def build_template(times: OpTimes, chunk: int, kind: str, blocks: tuple[Block, .
                         block_grads=tuple(s.block_grads), sync_dims=frozenset(s.sync_dims), comms=tuple(comms),
                         net=tuple(c for c in comms if c.net), local=tuple(c for c in comms if c.use and not c.net),
                         extra=extra, contention_s=dict(s.contention))
-
-
-def concat(parts: list[tuple[tuple[Node, ...], str]]) -> tuple[tuple[Node, ...], tuple[str, ...]]:
-    """Join node lists (each with its letter) into one list with re-based deps; the roots of each later
-    list wait for the previous list's last compute node (ops.py's `_Seq.extend` rule)."""
-    nodes: list[Node] = []
-    letters: list[str] = []
-    last_compute = None
-    for lst, letter in parts:
-        off = len(nodes)
-        for n in lst:
-            deps = tuple(d + off for d in n.deps)
-            if not n.deps and last_compute is not None:
-                deps = (last_compute,)
-            nodes.append(Node(n.op, deps, n.tag))
-            letters.append(letter)
-        for j in range(len(nodes) - 1, off - 1, -1):
-            if isinstance(nodes[j].op, Compute):
-                last_compute = j
-                break
-    return tuple(nodes), tuple(letters)

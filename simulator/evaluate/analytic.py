@@ -1,0 +1,331 @@
+"""The analytic estimate: the plan's exact span, listed without an event loop. What `sweep` ranks with,
+and `run --estimator analytic`.
+
+It reads the same plan as the engine (`plan/lower.py`: each stage's steps, their blocks, the DP / ZeRO
+collectives and where they are released, the tail) and prices every pass with the same list scheduler
+(`evaluate/passes.py`). It then lists each stage's steps in order, one pipeline rank per stage (its
+TP / CP / DP peers do the same work at the same speed), as the engine's representative mode runs them:
+  - a pass starts when the rank is free and its input has arrived: the sender's pass end plus one PP
+    send on the sender's stream (`parallel.pp_p2p: blocking` holds the sender until delivery and a late
+    receiver for the transfer);
+  - DP / ZeRO collectives queue on the rank's dp stream in issue order, from their release (a block's
+    gradients complete, a ZeRO-3 prefetch, the step's start for ZeRO-1/2 gathers), and slow the backward
+    they run beside (`sm_share.py`); passes that wait on gathers are scheduled block by block;
+  - the tail (`TailOp`s) after the last micro-batch: buckets not overlapped, the tied-embedding
+    all-reduce (a rendezvous of its two stages), the wait for the dp stream, SP's norm-gradient
+    all-reduce, the optimizer, ZeRO-1/2's exposed gathers.
+What it leaves to the engine: links shared between concurrent transfers beyond one pass (DP buckets,
+PP sends and in-pass collectives on the same NIC), rendezvous with slower peers (`--full`), the memory
+timeline. Without those the two agree to rounding (tests/test_analytic.py).
+The closed forms this generalises, exact for uniform stages and enough micro-batches:
+  1F1B / AFAB      T = (m-1)*max_r(t_r) + sum_r t_r                  (NAR21 Eq. 1)
+  interleaved      T = m*max_r(t_r) + (p-1)*max_r(t_r)/v               (NAR21 §2.2.2)
+  ZB-H1            T = m*max_r(t_r) + (p-1)*(T_F + T_B - T_W)          (ZB Table 2; m >= p)
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+from ..costs import CostModel
+from ..layout import pair_shape, pp_rank_of_stage_rank
+from ..ops import Comm
+from ..plan.lower import Plan, StageProgram, Step, build_plan
+from ..scenario import Scenario
+from ..sm_share import in_turn, slowed_end
+from .passes import OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
+from .results import EngineResult, summarize
+
+
+class _Queued:
+    """One collective reserved on a dp stream: its members' data-ready time, start, end and dimension."""
+    __slots__ = ("ready", "start", "end", "dim")
+
+    def __init__(self, ready: float, start: float, end: float, dim: str):
+        self.ready, self.start, self.end, self.dim = ready, start, end, dim
+
+
+class _Rank:
+    """One stage's representative rank while it is listed: its clock, streams and accumulators (the names
+    `results.summarize` reads)."""
+
+    def __init__(self, stage: int, grank: int):
+        self.stage, self.grank = stage, grank
+        self.t = 0.0
+        self.pos = 0
+        self.dp_free = 0.0
+        self.send_free = 0.0
+        self.last_dp: _Queued | None = None
+        self.compute_s = self.recompute_s = self.optimizer_s = self.flops = 0.0
+        self.comm = defaultdict(float)
+        self.exposed = defaultdict(float)
+        self.count = defaultdict(int)
+        self.contention = defaultdict(float)
+        self.ops = 0
+        self.act_peak = 0.0
+        self.end = 0.0
+        self.gathers: dict = {}
+
+
+class Lister:
+    """Lists a plan's steps on one representative rank per stage (module docstring)."""
+
+    def __init__(self, sc: Scenario, cost: CostModel, plan: Plan, in_pass_sharing: bool = True):
+        self.sc, self.cost, self.plan = sc, cost, plan
+        self.times = OpTimes(sc, cost)
+        self.share = in_pass_sharing
+        self.blocking_p2p = sc.parallel.pp_p2p == "blocking"
+        self.overlap = plan.overlap_dp
+        self._templates: dict = {}
+        self._pairs: dict = {}
+        self._group_shapes = {g: self.times.shape(g) for g in ("dp_cp", "edp")}
+        self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s)) for s in range(sc.parallel.pp)]
+        self.mailbox: dict = {}
+
+    # ------------------------------------------------------------------ pricing
+    def template(self, chunk: int, kind: str) -> PassTemplate:
+        t = self._templates.get((chunk, kind))
+        if t is None:
+            t = self._templates[(chunk, kind)] = build_template(self.times, chunk, kind, self.plan.blocks[(chunk, kind)],
+                                                                share=self.share)
+        return t
+
+    def comm_dur(self, group: str, comm: Comm) -> float:
+        if group == "embd":
+            a, b = (self.ranks[s].grank for s in self._tied_pair())
+            return self.times.comm_on(comm, pair_shape(self.sc, a, b))
+        return self.times.comm_on(comm, self._group_shapes[group])
+
+    def _tied_pair(self) -> tuple[int, int]:
+        prog = next(p for p in self.plan.stages if p.tied_partner >= 0)
+        return prog.stage, prog.tied_partner
+
+    def p2p(self, src: int, dst: int) -> float:
+        d = self._pairs.get((src, dst))
+        if d is None:
+            comm = Comm("pp_send_recv", "pp", "send_recv", self.plan.pp_bytes)
+            shape = pair_shape(self.sc, self.ranks[src].grank, self.ranks[dst].grank)
+            d = self._pairs[(src, dst)] = self.times.comm_on(comm, shape)
+        return d
+
+    # ------------------------------------------------------------------ streams
+    def join(self, rk: _Rank, group: str, comm: Comm, ready: float) -> _Queued:
+        """Reserve a collective on the rank's dp stream (its peers are symmetric: the rendezvous is
+        immediate), in issue order."""
+        dur = self.comm_dur(group, comm)
+        start = max(ready, rk.dp_free)
+        q = _Queued(ready, start, start + dur, comm.dim)
+        rk.dp_free = q.end
+        rk.comm[comm.dim] += dur
+        rk.ops += 1
+        if dur > 0:
+            rk.count[comm.dim] += 1
+        rk.last_dp = q
+        return q
+
+    @staticmethod
+    def wait(rk: _Rank, q: _Queued, since: float) -> float:
+        """The compute stream, free since `since`, waits for `q`: exposed from when its data was ready."""
+        if q.end > since:
+            rk.exposed[q.dim] += max(0.0, min(q.end - max(since, q.ready), q.end - since))
+            return q.end
+        return since
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> list[_Rank]:
+        for rk, prog in zip(self.ranks, self.plan.stages):
+            rk.gathers = {c: [self.join(rk, g, comm, 0.0) for g, comm, _ in comms] for c, comms in prog.gathers_first}
+        progress = True
+        while progress:
+            progress = False
+            for rk, prog in zip(self.ranks, self.plan.stages):
+                while rk.pos < len(prog.steps):
+                    if not self._step(rk, prog, prog.steps[rk.pos]):
+                        break
+                    rk.pos += 1
+                    progress = True
+        stuck = [rk.stage for rk, prog in zip(self.ranks, self.plan.stages) if rk.pos < len(prog.steps)]
+        if stuck:
+            raise RuntimeError(f"analytic listing deadlock: stages {stuck} wait for a message never sent")
+        self._tails()
+        return self.ranks
+
+    def _step(self, rk: _Rank, prog: StageProgram, st: Step) -> bool:
+        """List one step; False if its input has not been sent yet."""
+        ready = rk.t
+        if st.recv_from >= 0:
+            msg = self.mailbox.pop((rk.stage, st.recv_key), None)
+            if msg is None:
+                return False
+            arrival, data_ready, transfer = msg
+            if self.blocking_p2p:  # a receive posted after the send began holds the rank for the transfer
+                arrival = max(arrival, ready + transfer)
+            if arrival > ready:
+                rk.exposed["pp"] += arrival - max(ready, data_ready)
+                ready = arrival
+        if st.gated:
+            end = self._gated(rk, prog, st, ready)
+        else:
+            tpl = self.template(st.chunk, st.kind)
+            grads, dp_free = [], rk.dp_free
+            if st.grad_sync and self.overlap:
+                for k, comm, _ in prog.dp[st.chunk].releases.get(st.kind, ()):
+                    at = ready + tpl.block_grads[k]
+                    self.join(rk, comm.group, comm, at)
+                    grads.append((at, comm))
+            end = ready + tpl.duration
+            _add(rk, tpl.compute_s, tpl.recompute_s, tpl.flops, tpl.comm_s, tpl.exposed_s, tpl.comm_count, len(tpl.slices))
+            if grads:
+                end = self._beside_grads(rk, ready, end, grads, dp_free)
+            if st.grad_sync and not self.overlap:
+                for _, comm, _ in prog.dp[st.chunk].releases.get(st.kind, ()):
+                    self.join(rk, comm.group, comm, end)
+        if st.await_sync and rk.last_dp is not None:
+            end = self.wait(rk, rk.last_dp, end)
+        rk.t = end
+        if st.send_to >= 0:
+            dur = self.p2p(rk.stage, st.send_to)
+            start = max(end, rk.send_free)
+            rk.send_free = start + dur
+            rk.comm["pp"] += dur
+            self.ranks[st.send_to].comm["pp"] += dur
+            rk.ops += 1
+            if dur > 0:
+                rk.count["pp"] += 1
+            kind = "F" if st.kind == "F" else "B"
+            self.mailbox[(st.send_to, (kind, st.chunk, st.mb))] = (start + dur, end, dur)
+            if self.blocking_p2p:  # the sender is held until its message is delivered
+                rk.t = self.wait(rk, _Queued(end, start, start + dur, "pp"), end)
+        return True
+
+    def _beside_grads(self, rk: _Rank, ready: float, end: float, grads: list, dp_free: float) -> float:
+        """A pass that released overlapped gradient buckets runs slower beside them (`sm_share.slowed_end`),
+        the buckets one after another on the dp stream from their releases; the slowdown is exposed DP."""
+        share = self.cost.sm_share(self._group_shapes[grads[0][1].group])
+        if share <= 0.0:
+            return end
+        beside = in_turn([(release, self.comm_dur(comm.group, comm)) for release, comm in grads], dp_free)
+        slowed = slowed_end(ready, end - ready, beside, share)
+        rk.exposed["dp"] += slowed - end
+        return slowed
+
+    def _gated(self, rk: _Rank, prog: StageProgram, st: Step, ready: float) -> float:
+        """A pass whose blocks wait on DP collectives (ZeRO-3 gathers, prefetched one block ahead with
+        overlap; ZeRO-1/2's first forward), scheduled block by block. Returns its end."""
+        blocks = self.plan.blocks[(st.chunk, st.kind)]
+        dp = prog.dp[st.chunk]
+        comms: list | None = [] if self.share else None
+        s = PassScheduler(self.times, ready, record=False, comms=comms)
+        gath = dp.z3_gather.get(st.kind, ())
+        releases = dp.releases.get(st.kind, ()) if st.grad_sync else ()
+        pending: dict = {}
+
+        def issue(k: int, at: float) -> None:
+            pending[k] = [self.join(rk, c.group, c, at) for c in gath[k]]
+
+        if gath and self.overlap:
+            issue(0, ready)
+        for k, blk in enumerate(blocks):
+            wait_for: list = []
+            if gath:
+                if k not in pending:
+                    issue(k, s.anchor)
+                wait_for = pending.pop(k)
+            elif st.param_gated and dp.param_gate[k] >= 0:
+                wait_for = [rk.gathers[st.chunk][dp.param_gate[k]]]
+            gate = gate_ready = None
+            for q in wait_for:
+                if gate is None or q.end > gate:
+                    gate, gate_ready = q.end, q.ready
+            start = s.block(blk, gate, "dp", gate_ready)
+            if gath and self.overlap and k + 1 < len(blocks):
+                issue(k + 1, start)
+            if self.overlap:
+                for kk, comm, _ in releases:
+                    if kk == k:
+                        self.join(rk, comm.group, comm, s.block_grads[-1])
+        end = s.finish()
+        if comms:  # in-pass sharing of the GPU's intra-node port, as a template has it
+            extra = shared_extra(comms)
+            if extra:
+                s = schedule_pass(self.times, blocks, ready, record=False, extra=extra, gates=s.gates)
+                end = s.end
+        if not self.overlap:
+            for _, comm, _ in releases:
+                self.join(rk, comm.group, comm, end)
+        _add(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, sum(len(b.nodes) for b in blocks),
+             s.contention)
+        return end
+
+    def _tails(self) -> None:
+        """Every stage's tail; the tied-embedding all-reduce is a rendezvous of its two stages, so both
+        tails run up to it first."""
+        pending = {}
+        for rk, prog in zip(self.ranks, self.plan.stages):
+            pending[rk.stage] = iter(prog.tail)
+            self._tail_until_tied(rk, pending[rk.stage])
+        tied = [rk for rk, prog in zip(self.ranks, self.plan.stages) if prog.tied_allreduce is not None]
+        if len(tied) == 2:
+            comm = self.plan.stages[tied[0].stage].tied_allreduce
+            ready = max(rk.t for rk in tied)
+            start = max([ready] + [rk.dp_free for rk in tied])
+            dur = self.comm_dur("embd", comm)
+            for rk in tied:
+                q = _Queued(ready, start, start + dur, comm.dim)
+                rk.dp_free, rk.last_dp = q.end, q
+                rk.comm[comm.dim] += dur
+                rk.ops += 1
+                rk.count[comm.dim] += 1 if dur > 0 else 0
+        for rk in self.ranks:
+            for op in pending[rk.stage]:
+                self._tail_op(rk, op)
+            rk.end = rk.t
+
+    def _tail_until_tied(self, rk: _Rank, ops) -> None:
+        for op in ops:
+            if op.kind == "issue" and op.comms and op.comms[0][0] == "embd":
+                return
+            self._tail_op(rk, op)
+
+    def _tail_op(self, rk: _Rank, op) -> None:
+        if op.kind == "issue":
+            for group, comm, _ in op.comms:
+                self.join(rk, group, comm, rk.t)
+        elif op.kind == "await":
+            if rk.last_dp is not None:
+                rk.t = self.wait(rk, rk.last_dp, rk.t)
+        elif op.kind == "inline":
+            dur = self.times(op.op)
+            rk.comm[op.op.dim] += dur
+            rk.exposed[op.op.dim] += dur
+            rk.count[op.op.dim] += 1
+            rk.ops += 1
+            rk.t += dur
+        else:
+            opt = self.times(op.op)
+            rk.optimizer_s += opt
+            rk.ops += 1
+            rk.t += opt
+
+
+def _add(rk: _Rank, compute_s: float, recompute_s: float, flops: float, comm: dict, exposed: dict, count: dict,
+         ops: int, contention: dict | None = None) -> None:
+    rk.compute_s += compute_s
+    rk.recompute_s += recompute_s
+    rk.flops += flops
+    rk.ops += ops
+    for d, v in comm.items():
+        rk.comm[d] += v
+    for d, v in exposed.items():
+        rk.exposed[d] += v
+    for d, v in count.items():
+        rk.count[d] += v
+
+
+def estimate(sc: Scenario, cost: CostModel, plan: Plan | None = None, *, in_pass_sharing: bool = True) -> EngineResult:
+    """One optimizer step of `sc`, listed from its plan (module docstring). `in_pass_sharing`: collectives of
+    different streams that overlap inside a pass share the GPU's intra-node port (the engine's default)."""
+    t0 = time.perf_counter()
+    plan = plan if plan is not None else build_plan(sc)
+    ranks = Lister(sc, cost, plan, in_pass_sharing).run()
+    return summarize(sc, ranks, [0.0] * sc.parallel.pp, events=0, wall_s=time.perf_counter() - t0, full=False)

@@ -1,0 +1,116 @@
+"""Blocks: what one pass of one pipeline chunk runs, as runs of op nodes per layer (or the embedding
+or the LM head), with the parameter tensors each block owns on its rank.
+
+A block's nodes come from the op vocabulary (`ops.layer_passes`, `embedding_forward/backward`,
+`head_forward/backward`); a pass (F, B, W, or a fused B+W) is its chunk's blocks in execution order.
+Both evaluators price passes from these blocks (`evaluate/passes.py`); nothing here is timed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..layout import chunk_layers, last_chunk
+from ..ops import (Compute, Node, embedding_backward, embedding_forward, embedding_rank_params, head_backward,
+                   head_forward, head_rank_tensors, layer_passes, layer_rank_tensors, shard)
+from ..scenario import Scenario
+
+PASS_KINDS = ("F", "B", "W", "BW")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A run of nodes that belongs to one layer (or to the embedding or the LM head) within a pass."""
+    key: str
+    """Label in traces: "L12", "emb", "head"."""
+    nodes: tuple[Node, ...]
+    letters: tuple[str, ...]
+    """Per node: "F", "B" or "W" (which of the layer's lists it came from); "R" for recomputation."""
+    tensors_dense: tuple[float, ...] = ()
+    """Parameter tensors of this block on the rank (elements, definition order), replicated over dp_cp
+    (ZeRO-3 gathers, DP gradient buckets, which close at tensor boundaries)."""
+    tensors_expert: tuple[float, ...] = ()
+    """Routed-expert tensors, replicated over the expert-DP group."""
+
+    @property
+    def params_dense(self) -> float:
+        return sum(self.tensors_dense)
+
+    @property
+    def params_expert(self) -> float:
+        return sum(self.tensors_expert)
+
+    @property
+    def makes_grads(self) -> bool:
+        return "W" in self.letters
+
+
+
+def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dict) -> dict:
+    """kind -> blocks of one chunk's passes. F: [embedding] + layers + [head];
+    B, W, BW: [head] + layers in reverse + [embedding] (the embedding's backward is a weight gradient)."""
+    z = cache.setdefault("shard", shard(sc))
+    layers = chunk_layers_of(sc, chunk)
+    first, last = chunk == 0, chunk == last_chunk(sc)
+
+    def lp(layer):
+        key = ("lp", sc.model.is_moe_layer(layer))
+        if key not in cache:
+            cache[key] = layer_passes(sc, layer, z)
+        return cache[key]
+
+    def block(key, parts, dense=(), expert=()):
+        nodes, letters = concat(parts)
+        return Block(key=key, nodes=nodes, letters=letters, tensors_dense=dense, tensors_expert=expert)
+
+    out = {k: [] for k in PASS_KINDS}
+    emb_p = (embedding_rank_params(sc),)
+    head_p = head_rank_tensors(sc, stage_has_embedding)
+    if first:
+        out["F"].append(block("emb", [(embedding_forward(sc, z), "F")], emb_p))
+    for layer in layers:
+        d, e = layer_rank_tensors(sc, layer)
+        out["F"].append(block(f"L{layer}", [(lp(layer).F, "F")], d, e))
+    if last:
+        hb, hw = head_backward(sc, z)
+        out["F"].append(block("head", [(head_forward(sc, z), "F")], head_p))
+        out["B"].append(block("head", [(hb, "B")], head_p))
+        out["W"].append(block("head", [(hw, "W")], head_p))
+        out["BW"].append(block("head", [(hb, "B"), (hw, "W")], head_p))
+    for layer in reversed(layers):
+        d, e = layer_rank_tensors(sc, layer)
+        p = lp(layer)
+        out["B"].append(block(f"L{layer}", [(p.B, "B")], d, e))
+        out["W"].append(block(f"L{layer}", [(p.W, "W")], d, e))
+        out["BW"].append(block(f"L{layer}", [(p.B, "B"), (p.W, "W")], d, e))
+    if first:
+        eb = embedding_backward(sc, z)
+        out["W"].append(block("emb", [(eb, "W")], emb_p))
+        out["BW"].append(block("emb", [(eb, "W")], emb_p))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def chunk_layers_of(sc: Scenario, chunk: int) -> list[int]:
+    sizes = chunk_layers(sc)
+    start = sum(sizes[:chunk])
+    return list(range(start, start + sizes[chunk]))
+
+
+def concat(parts: list[tuple[tuple[Node, ...], str]]) -> tuple[tuple[Node, ...], tuple[str, ...]]:
+    """Join node lists (each with its letter) into one list with re-based deps; the roots of each later
+    list wait for the previous list's last compute node (ops.py's `_Seq.extend` rule)."""
+    nodes: list[Node] = []
+    letters: list[str] = []
+    last_compute = None
+    for lst, letter in parts:
+        off = len(nodes)
+        for n in lst:
+            deps = tuple(d + off for d in n.deps)
+            if not n.deps and last_compute is not None:
+                deps = (last_compute,)
+            nodes.append(Node(n.op, deps, n.tag))
+            letters.append(letter)
+        for j in range(len(nodes) - 1, off - 1, -1):
+            if isinstance(nodes[j].op, Compute):
+                last_compute = j
+                break
+    return tuple(nodes), tuple(letters)
