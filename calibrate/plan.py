@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.ops import (Compute, embedding_backward, embedding_forward, head_backward, head_forward, layer_passes,
-                           optimizer_op, rank_params)
+from simulator.ops import Compute
+from simulator.plan.lower import build_plan, step_compute_ops
 from simulator.profile import COLLECTIVES, ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
 from simulator.scenario import Scenario, scenario_from_mapping
 
@@ -226,37 +226,10 @@ def default_plan(device_type: str, quick: bool, fp8: bool = False, devices: int 
 # ----------------------------------------------------------------------------------- a scenario's shapes
 
 def scenario_compute_ops(sc: Scenario) -> list[Compute]:
-    """The distinct compute ops of one training step on every pipeline rank of `sc` (one dense and one
-    MoE layer stand for all of their kind), including the embedding, LM head and loss, and the optimizer
-    step for each rank's parameters (and their ZeRO shard)."""
-    from simulator.layout import rank_chunks
-
-    ops: dict[tuple, Compute] = {}
-
-    def add(candidates) -> None:
-        for op in candidates:
-            if isinstance(op, Compute):
-                ops.setdefault((op.kind, op.name, op.dtype, op.shape, op.repeat), op)
-
-    kinds, optimizer_steps = {}, []
-    for pp_rank in range(sc.parallel.pp):
-        for _, layers in rank_chunks(sc, pp_rank):
-            for i in layers:
-                kinds.setdefault(sc.model.is_moe_layer(i), i)
-        params = rank_params(sc, pp_rank).total
-        optimizer_steps.append(optimizer_op(sc, params))
-        if sc.parallel.zero >= 1 and sc.dp > 1:
-            optimizer_steps.append(optimizer_op(sc, params / sc.dp))
-    # in a step's order: embedding, layers forward and backward, head and loss, optimizer
-    nodes = list(embedding_forward(sc))
-    passes = [layer_passes(sc, layer) for layer in kinds.values()]
-    nodes += [n for lp in passes for n in lp.F]
-    b, w = head_backward(sc)
-    nodes += list(head_forward(sc) + b + w)
-    nodes += [n for lp in passes for n in lp.B + lp.W]
-    nodes += list(embedding_backward(sc))
-    add([n.op for n in nodes] + optimizer_steps)
-    return list(ops.values())
+    """The distinct compute ops of one training step on every pipeline rank of `sc`, as the simulator's plan
+    runs them (`simulator.plan.lower.step_compute_ops`): layers, embedding, LM head and loss, recomputation,
+    and each rank's optimizer step on its shard."""
+    return list(step_compute_ops(build_plan(sc)))
 
 
 def elementwise_spec(sc: Scenario, op: Compute) -> ElementwiseSpec:

@@ -74,9 +74,6 @@ class CostModel:
     framework: dict = field(default_factory=dict)
     """How the step runs on the host, for the profile's `framework` table (Profile.framework_overhead):
     mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""
-    stats: dict = field(default_factory=lambda: {"compute_s": 0.0, "measured_s": 0.0, "framework_s": 0.0})
-    """Seconds of compute priced from measurements vs in total (the report's coverage figure); framework_s:
-    the part of the measured seconds that is the profile's framework (host) overhead."""
     _dp_topologies: dict = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ compute
@@ -106,20 +103,15 @@ class CostModel:
         t = None
         if self.profile is not None:
             t = self.profile.compute_time(op)
-        measured = t is not None
-        if measured and getattr(self.profile, "framework", None):
+        if t is not None and getattr(self.profile, "framework", None):
             # host time per op (autograd, DTensor dispatch) that the isolated kernel probes do not include
             fw = self.profile.framework_overhead(op, self.framework.get("mode", "eager"),
                                                  tuple(self.framework.get("dtensor_names", ())),
                                                  int(self.framework.get("param_tensors", 0)),
                                                  bool(self.framework.get("dtensor_params", False)))
-            self.stats["framework_s"] = self.stats.get("framework_s", 0.0) + fw
             t += fw
         if t is None:
             t = self.spec_compute_time(op)
-        self.stats["compute_s"] += t
-        if measured:
-            self.stats["measured_s"] += t
         return t
 
     # ------------------------------------------------------------------ communication

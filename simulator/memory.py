@@ -26,6 +26,7 @@ from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
 from .ops import (DROPOUT_MASK_BYTES, Shard, autocast_head_params, autocast_layer_params, embedding_rank_params,
                   head_rank_tensors, param_bytes, rank_params, shard)
 from .ops import layer_rank_params as ops_layer_rank_params
+from .plan.policy import sharding_policy
 from .scenario import Scenario
 
 GIB = 2 ** 30
@@ -130,9 +131,8 @@ def state_bytes_per_param(precision: str, grad_bytes: int, optimizer: str, zero:
     parameter is its own master (W = 4, K = Adam's 8); its bf16 copy is a buffer (`autocast_cache`)."""
     w = 4 if autocast else WEIGHT_BYTES[precision]
     k = (0 if precision == "fp32" or autocast else MASTER_BYTES) + (ADAM_STATE_BYTES if optimizer == "adamw" else 0)
-    n = max(1, group)
-    return StateBytes(weights=w / n if zero >= 3 else w, grads=grad_bytes / n if zero >= 2 else grad_bytes,
-                      optimizer=k / n if zero >= 1 else k)
+    dw, dg, dk = sharding_policy(zero).state_divisors(group)
+    return StateBytes(weights=w / dw, grads=grad_bytes / dg, optimizer=k / dk)
 
 
 def zero_groups(sc: Scenario) -> tuple[int, int]:
@@ -400,15 +400,16 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     dense_group, expert_group = groups or zero_groups(sc)
     units = [layer_rank_params(sc, i) for i in layers] + _end_unit_params(sc, pp_rank)
     unit = max(units, default=0.0)
-    if p.zero >= 2 and (dense_group > 1 or expert_group > 1):
+    pol = sharding_policy(p.zero)
+    if pol.grad_sync_every_micro_batch and (dense_group > 1 or expert_group > 1):
         out["dp_buckets"] = DP_BUCKETS_IN_FLIGHT * min(p.dp_bucket_mb * BUCKET_MB_BYTES, rp.total * tr.grad_bytes)
-    if p.zero in (1, 2) and dense_group > 1 and not p.zero_gather_inplace:
+    if pol.gathers_after_step and dense_group > 1 and not p.zero_gather_inplace:
         out["zero_gather"] = param_bytes(sc) * rp.total * (1 + 1 / dense_group)
-    if p.zero == 3:
+    if pol.gathers_per_block:
         out["zero3_params"] = ZERO3_LIVE_UNITS * unit * param_bytes(sc)
         out["zero3_grads"] = unit * tr.grad_bytes
     if tr.precision == "fp8":
-        out["fp8_weight_cache"] = FP8_WEIGHT_CACHE_BYTES * (ZERO3_LIVE_UNITS * unit if p.zero == 3 else rp.total)
+        out["fp8_weight_cache"] = FP8_WEIGHT_CACHE_BYTES * (ZERO3_LIVE_UNITS * unit if pol.gathers_per_block else rp.total)
     if tr.autocast:  # bf16 copies of the cast weights, from the first forward to the step's last backward
         out["autocast_cache"] = AUTOCAST_CACHE_BYTES * (sum(autocast_layer_params(sc, i) for i in layers)
                                                         + (autocast_head_params(sc, z) if rp.head else 0))

@@ -11,9 +11,8 @@ from .evaluate.analytic import estimate
 from .costs import build_cost_model
 from .flops import FLOP_CONVENTION, model_flops_per_step
 from .memory import memory_report
-from .ops import (Compute, embedding_backward, embedding_forward, head_backward, head_forward, layer_passes,
-                  rank_params, shard)
 from .params import active_params, total_params
+from .plan.lower import build_plan, step_compute_ops
 from .scenario import Scenario
 
 ESTIMATORS = ("engine", "analytic")
@@ -27,30 +26,15 @@ def _engine_available() -> bool:
     return True
 
 
-def measured_compute_fraction(sc: Scenario, cost) -> float:
-    """Share of one step's compute time (every op occurrence on every pipeline rank, weighted by how often
-    it runs) that the calibration profile priced from measurements rather than the spec roofline."""
-    z = shard(sc)
+def measured_compute_fraction(sc: Scenario, cost, plan=None) -> float:
+    """Share of one step's compute time (every op occurrence on every pipeline rank of the plan, weighted by
+    how often it runs) that the calibration profile priced from measurements rather than the spec roofline."""
     measured = total = 0.0
-    m = sc.micro_batches
-    for r in range(sc.parallel.pp):
-        lists = []
-        rp = rank_params(sc, r)
-        for layer in rp.layers:
-            lp = layer_passes(sc, layer, z)
-            lists += [lp.F, lp.B, lp.W]
-        if rp.embedding:
-            lists += [embedding_forward(sc, z), embedding_backward(sc, z)]
-        if rp.head:
-            hb, hw = head_backward(sc, z)
-            lists += [head_forward(sc, z), hb, hw]
-        for nodes in lists:
-            for n in nodes:
-                if isinstance(n.op, Compute):
-                    t = cost.compute_time(n.op) * m
-                    total += t
-                    if cost.profile.compute_time(n.op) is not None:
-                        measured += t
+    for op, n in step_compute_ops(plan if plan is not None else build_plan(sc)).items():
+        t = cost.compute_time(op) * n
+        total += t
+        if cost.profile.compute_time(op) is not None:
+            measured += t
     return measured / total if total else 0.0
 
 

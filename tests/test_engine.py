@@ -224,7 +224,7 @@ def _shipped(*overrides):
 
 
 def test_shipped_70b_agrees_with_the_analytic_estimate():
-    from simulator.analytic import estimate
+    from simulator.evaluate.analytic import estimate
     sc, cost = _shipped()
     r = simulate_engine(sc, cost)
     a = estimate(sc, cost)

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.analytic import estimate
+from simulator.evaluate.analytic import estimate
 from simulator.engine import run_engine, simulate_engine
 from simulator.errors import ScenarioError
 from simulator.scenario import scenario_from_mapping
@@ -187,7 +187,7 @@ def test_sp_all_reduces_the_norm_gradients_over_tp_once_per_step(estimator, pp):
     """Megatron's _allreduce_layernorm_grads / nanotron's tied-parameter sync: with SP the norm weights'
     gradients are summed over TP once per step, exposed, sized by the stage's norm weights (two per layer;
     the head stage adds the final norm); without SP nothing is added."""
-    from simulator.analytic import estimate
+    from simulator.evaluate.analytic import estimate
     sp = scenario(pp=pp, m=4, tp=4, sp=True)
     no_sp = replace(sp, parallel=replace(sp.parallel, sp=False))
     cost = SPNormCost(sp.topology, bw=1e6, alpha=1e-3)
@@ -335,7 +335,7 @@ def test_tp_linear_async_hides_the_column_linears_backward_collectives_under_the
     dgrad's reduce-scatter under the wgrad GEMM, so each column linear's backward takes 2 max(c, g) instead
     of 2 (c + g): the step shrinks by 2 min(c, g) per column linear (QKV, FC1), layer and micro-batch. The
     same collectives run either way."""
-    from simulator.analytic import estimate
+    from simulator.evaluate.analytic import estimate
     m, layers = 4, 4
     off = _tp_across_nodes(m=m, layers=layers)
     on = replace(off, parallel=replace(off.parallel, tp_linear_async=True))

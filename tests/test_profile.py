@@ -9,8 +9,7 @@ import pytest
 from simulator.costs import build_cost_model
 from simulator.errors import ScenarioError
 from simulator.layout import GroupShape
-from simulator.ops import Comm, Compute, embedding_backward, embedding_forward, head_backward, head_forward, \
-    layer_passes, optimizer_op, rank_params
+from simulator.ops import Comm, Compute
 from simulator.profile import COMM_ABOVE, GEMM_DIM_ABOVE, GEMM_DIM_BELOW, STREAM_ABOVE, STREAM_BELOW, \
     SCHEMA_VERSION, load_profile, profile_from_mapping
 from simulator.scenario import load_scenario
@@ -283,29 +282,15 @@ def test_a_collectives_in_step_cost_prices_it_where_measured():
 
 def scenario_coverage(sc) -> tuple[float, float]:
     """Price every compute op of one step on every pipeline rank (layers, embedding, head, optimizer) with the
-    scenario's cost model; return (measured seconds, total seconds) from CostModel.stats."""
-    from simulator.layout import rank_chunks
+    scenario's cost model, as often as the plan runs it; return (measured seconds, total seconds)."""
+    from simulator.plan.lower import build_plan, step_compute_ops
     cm = build_cost_model(sc)
-    m = sc.micro_batches
-    for pp_rank in range(sc.parallel.pp):
-        rp = rank_params(sc, pp_rank)
-        nodes = []
-        for _, layers in rank_chunks(sc, pp_rank):
-            for i in layers:
-                lp = layer_passes(sc, i)
-                nodes += list(lp.F + lp.B + lp.W)
-        if rp.embedding:
-            nodes += list(embedding_forward(sc) + embedding_backward(sc))
-        if rp.head:
-            b, w = head_backward(sc)
-            nodes += list(head_forward(sc) + b + w)
-        for n in nodes:
-            if isinstance(n.op, Compute):
-                for _ in range(m):
-                    cm.compute_time(n.op)
-        shard = sc.dp if sc.parallel.zero >= 1 else 1
-        cm.compute_time(optimizer_op(sc, rp.total / shard))
-    return cm.stats["measured_s"], cm.stats["compute_s"]
+    measured = total = 0.0
+    for op, n in step_compute_ops(build_plan(sc)).items():
+        t = cm.compute_time(op) * n
+        total += t
+        measured += t if cm.profile.compute_time(op) is not None else 0.0
+    return measured, total
 
 
 @pytest.mark.skipif(not CPU_PROFILE.exists(), reason="calibrate/profiles/cpu-host.json not generated yet")

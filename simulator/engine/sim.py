@@ -188,7 +188,7 @@ class Engine:
         self._comm_dur: dict = {}
         self._releases: dict = {}
         self._flow = 0
-        self.zero, self.overlap, self.overlap_gather = plan.zero, plan.overlap_dp, plan.gathers_gate_forwards
+        self.overlap = plan.overlap_dp
 
     # ------------------------------------------------------------------ pricing
     def times(self, speed: float) -> OpTimes:
@@ -460,7 +460,7 @@ class Engine:
         unlinked: list = []
         flows = PassFlows(self, rk, ready, ()) if linked else None
         s = PassScheduler(self.times(speed), ready, record=rk.rec is not None and self.record_slices, comms=comms)
-        z3 = self.zero == 3
+        z3 = self.plan.policy.gathers_per_block
         gath = dp.z3_gather.get(st.kind, ()) if z3 else ()
         releases = self._grad_releases(prog, st) if st.grad_sync else []
         pending: dict = {}

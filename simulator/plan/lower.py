@@ -22,6 +22,7 @@ Dense parameters sync over `dp_cp`, routed experts over `edp` (`ops.rank_params`
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -31,6 +32,7 @@ from ..ops import (Comm, Compute, bucket_release_blocks, dp_buckets, optimizer_o
 from ..scenario import Scenario
 from ..schedules import Action, chunk_rank, pipeline_schedule
 from .blocks import PASS_KINDS, Block, chunk_blocks
+from .policy import ShardingPolicy, sharding_policy
 
 FUSED_BACKWARD = ("afab", "1f1b", "interleaved-1f1b")
 """Schedules whose backward is one autograd pass per chunk (dgrad and wgrad interleaved layer by layer,
@@ -133,7 +135,8 @@ class Plan:
     blocks: dict
     """(chunk, kind) -> tuple[Block, ...] for kind in F, B, W, BW."""
     n_chunks: int
-    zero: int
+    policy: ShardingPolicy
+    """How DP shards and syncs the parameters (`plan/policy.py`)."""
     overlap_dp: bool
     gathers_gate_forwards: bool
     """ZeRO-1/2's parameter all-gather buckets start with the step and gate the first forwards (overlap_dp
@@ -154,10 +157,9 @@ def _split_buckets(buckets: list[float]) -> list[tuple[float, float, float]]:
     return out
 
 
-def _grad_buckets(sc: Scenario, blocks: tuple[Block, ...], zero: int, groups: dict) -> tuple[BucketComm, ...]:
+def _grad_buckets(sc: Scenario, blocks: tuple[Block, ...], coll: str, groups: dict) -> tuple[BucketComm, ...]:
     """Gradient buckets of a W/BW pass: bucket j is released by the block whose gradients complete byte
     (j+1)*size in backward order (MEG-DDP: buckets fill in reverse layer order)."""
-    coll = "all_reduce" if zero == 0 else "reduce_scatter"
     gb = sc.training.grad_bytes
     found = []
     for g, attr in (("dp_cp", "tensors_dense"), ("edp", "tensors_expert")):
@@ -244,8 +246,8 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
     cache: dict = {}
     blocks: dict = {}
     stages = []
-    zero, overlap = p.zero, sc.overlap_dp
-    gated = overlap and p.zero_gather == "bucketed"
+    pol, overlap = sharding_policy(p.zero), sc.overlap_dp
+    gated = overlap and p.zero_gather == "bucketed" and pol.gathers_after_step
     emb_stage, head_stage = owner[0], owner[-1]
     for r in range(pp):
         chunks = tuple(c for c, _ in rank_chunks(sc, r))
@@ -253,19 +255,21 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
         for c in chunks:
             for kind, bl in chunk_blocks(sc, c, has_emb, cache).items():
                 blocks[(c, kind)] = bl
-        steps = _steps(sched[r], r, owner, n_chunks, zero, overlap, act_bytes, fuse=p.pp_schedule in FUSED_BACKWARD,
+        steps = _steps(sched[r], r, owner, n_chunks, pol, overlap, act_bytes, fuse=p.pp_schedule in FUSED_BACKWARD,
                        gated=gated)
         dp = {}
         for c in chunks:
-            grads = _grad_buckets(sc, blocks[(c, "BW")], zero, group_sizes) if zero < 3 else ()
-            params, gate = _param_buckets(sc, blocks[(c, "F")], group_sizes) if zero in (1, 2) else ((), ())
-            z3g = {k: _zero3(sc, blocks[(c, k)], "all_gather", group_sizes) for k in PASS_KINDS} if zero == 3 else {}
-            z3s = {k: _zero3(sc, blocks[(c, k)], "reduce_scatter", group_sizes) for k in PASS_KINDS} if zero == 3 else {}
+            per_block = pol.gathers_per_block
+            grads = () if per_block else _grad_buckets(sc, blocks[(c, "BW")], pol.grad_collective, group_sizes)
+            params, gate = _param_buckets(sc, blocks[(c, "F")], group_sizes) if pol.gathers_after_step else ((), ())
+            z3g = {k: _zero3(sc, blocks[(c, k)], "all_gather", group_sizes) for k in PASS_KINDS} if per_block else {}
+            z3s = {k: _zero3(sc, blocks[(c, k)], "reduce_scatter", group_sizes) for k in PASS_KINDS} if per_block else {}
             dp[c] = ChunkDP(grads=grads, params=params, param_gate=gate, z3_gather=z3g, z3_scatter=z3s,
-                            releases=_releases(zero, c, blocks, grads, z3s))
+                            releases=_releases(pol, c, blocks, grads, z3s))
         dense = sum(b.params_dense for c in chunks for b in blocks[(c, "F")])
         expert = sum(b.params_expert for c in chunks for b in blocks[(c, "F")])
-        shard_params = dense / (group_sizes["dp_cp"] if zero >= 1 else 1) + expert / (group_sizes["edp"] if zero >= 1 else 1)
+        shard_params = (dense / pol.state_divisors(group_sizes["dp_cp"])[2]
+                        + expert / pol.state_divisors(group_sizes["edp"])[2])
         tied_partner, tied = -1, None
         if r in (emb_stage, head_stage):
             tied = tied_embedding_allreduce(sc)
@@ -276,10 +280,10 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
             if st.kind == "F" and st.chunk not in first:
                 first.append(st.chunk)
         stages.append(StageProgram(stage=r, steps=steps, chunks=chunks, dp=dp, optimizer=opt,
-                                   tail=_tail(zero, overlap, gated, chunks, dp, tied, sp_norm, opt),
-                                   gathers_first=tuple((c, _labelled(c, dp[c].params)) for c in first) if gated and zero in (1, 2) else (),
+                                   tail=_tail(pol, overlap, gated, chunks, dp, tied, sp_norm, opt),
+                                   gathers_first=tuple((c, _labelled(c, dp[c].params)) for c in first) if gated else (),
                                    tied_partner=tied_partner, tied_allreduce=tied, sp_norm_allreduce=sp_norm))
-    return Plan(sc=sc, stages=tuple(stages), blocks=blocks, n_chunks=n_chunks, zero=zero, overlap_dp=overlap,
+    return Plan(sc=sc, stages=tuple(stages), blocks=blocks, n_chunks=n_chunks, policy=pol, overlap_dp=overlap,
                 gathers_gate_forwards=gated, pp_bytes=pp_activation_bytes(sc))
 
 
@@ -287,11 +291,11 @@ def _labelled(chunk: int, buckets: tuple[BucketComm, ...]) -> tuple:
     return tuple((b.comm.group, b.comm, f"C{chunk} {b.label}") for b in buckets)
 
 
-def _releases(zero: int, chunk: int, blocks: dict, grads: tuple[BucketComm, ...], z3s: dict) -> dict:
+def _releases(pol: ShardingPolicy, chunk: int, blocks: dict, grads: tuple[BucketComm, ...], z3s: dict) -> dict:
     """pass kind -> (block index, collective, label) a syncing W/BW pass of `chunk` releases."""
     out = {}
     for kind in ("W", "BW"):
-        if zero == 3:
+        if pol.gathers_per_block:
             bl = blocks[(chunk, kind)]
             out[kind] = tuple((k, c, f"{bl[k].key} mb{{mb}} {c.name}") for k, cs in enumerate(z3s.get(kind, ()))
                               for c in cs)
@@ -300,13 +304,13 @@ def _releases(zero: int, chunk: int, blocks: dict, grads: tuple[BucketComm, ...]
     return out
 
 
-def _tail(zero: int, overlap: bool, gated: bool, chunks: tuple, dp: dict, tied: Comm | None, sp_norm: Comm | None,
+def _tail(pol: ShardingPolicy, overlap: bool, gated: bool, chunks: tuple, dp: dict, tied: Comm | None, sp_norm: Comm | None,
           opt: Compute) -> tuple[TailOp, ...]:
     """After the last micro-batch: ZeRO-0/1's gradient buckets when not overlapped, the tied-embedding
     all-reduce, wait for the dp stream, SP's norm-gradient all-reduce over TP, the optimizer, then
     (ZeRO-1/2 unless the gathers gate the next step's forwards) the parameter all-gathers, exposed."""
     out = []
-    if zero in (0, 1) and not overlap:
+    if not pol.grad_sync_every_micro_batch and not overlap:
         grads = tuple(x for c in chunks for x in _labelled(c, dp[c].grads))
         if grads:
             out.append(TailOp("issue", comms=grads))
@@ -316,14 +320,14 @@ def _tail(zero: int, overlap: bool, gated: bool, chunks: tuple, dp: dict, tied: 
     if sp_norm is not None:
         out.append(TailOp("inline", op=sp_norm, label="sp norm grads all_reduce"))
     out.append(TailOp("optimizer", op=opt))
-    if zero in (1, 2) and not gated:
+    if pol.gathers_after_step and not gated:
         params = tuple(x for c in chunks for x in _labelled(c, dp[c].params))
         if params:
             out += [TailOp("issue", comms=params), TailOp("await", label="parameter all-gather")]
     return tuple(out)
 
 
-def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, zero: int, overlap: bool,
+def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, pol: ShardingPolicy, overlap: bool,
            act_bytes: Callable[[int, int], float], fuse: bool, gated: bool) -> tuple[Step, ...]:
     """Fuse each B immediately followed by its W into one BW pass (`fuse`: schedules that do not split
     the backward), attach p2p partners, DP releases and memory (`gated`: each chunk's first forward waits
@@ -379,10 +383,26 @@ def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, zero:
             done.add((k, c, mb))
         ends = k in ("W", "BW")
         frees = k in ("B", "BW")  # memory.py: activations are released when the micro-batch's B ends
-        sync = ends and ((zero in (0, 1) and overlap and idx == last_bwd[c]) or zero == 2 or zero == 3)
+        sync = ends and (pol.grad_sync_every_micro_batch or (overlap and idx == last_bwd[c]))
         out.append(Step(kind=k, chunk=c, mb=mb, recv_from=recv_from, recv_key=recv_key, send_to=send_to, grad_sync=sync,
                         await_sync=sync and not overlap,
-                        param_gated=(k == "F" and zero in (1, 2) and gated and first_f[c] == idx),
-                        gated=(zero == 3 and k != "W") or (k == "F" and zero in (1, 2) and gated and first_f[c] == idx),
+                        param_gated=(k == "F" and gated and first_f[c] == idx),
+                        gated=(pol.gathers_per_block and k != "W") or (k == "F" and gated and first_f[c] == idx),
                         alloc=act_bytes(r, c) if k == "F" else 0.0, free=act_bytes(r, c) if frees else 0.0))
     return tuple(out)
+
+
+def step_compute_ops(plan: Plan) -> Counter:
+    """Every compute op of one step on one representative rank per stage, with how often it runs
+    (recomputation and the optimizer included): what calibration measures and what the report's
+    "measured share of compute" weighs."""
+    passes = Counter((st.chunk, st.kind) for prog in plan.stages for st in prog.steps)
+    out: Counter = Counter()
+    for key, n in passes.items():
+        for blk in plan.blocks[key]:
+            for node in blk.nodes:
+                if isinstance(node.op, Compute):
+                    out[node.op] += n
+    for prog in plan.stages:
+        out[prog.optimizer] += 1
+    return out

@@ -1,0 +1,95 @@
+"""Parameter groups and how data parallelism shards and synchronises them: one policy each, as data.
+
+A rank's parameters fall in groups (dense, routed experts, embedding, LM head); each group is replicated
+over one layout group (`layout.group_shape`): dense, embedding and head over `dp_cp`, routed experts
+over the expert-DP group `edp`. A sharding policy says what the data-parallel ranks of that group keep
+as a shard and which collectives run when:
+
+  policy   optimizer  grads   weights  gradient sync                    parameter gather
+  ddp      full       full    full     all-reduce, last backward        -
+  zero1    shard      full    full     reduce-scatter, last backward    all-gather after the optimizer
+  zero2    shard      shard   full     reduce-scatter, every backward   all-gather after the optimizer
+  zero3    shard      shard   shard    reduce-scatter per block, every  all-gather per block before F,
+                                       backward                         again before B (reshard)
+
+Sources: ZeRO §5.1-5.3 and §7.2 (Rajbhandari et al. 2020); Megatron-LM's distributed optimizer
+(`--use-distributed-optimizer`) is `zero1` here: gradients reduce-scattered once per step, parameters
+all-gathered after the step (Megatron `distrib_optimizer.py`); DeepSpeed stage 2 reduces after every
+backward since each rank keeps only its partition's accumulated gradients (deepspeedai/DeepSpeed#2252);
+FSDP2's `fully_shard(reshard_after_forward=True)` is `zero3`.
+
+The plan (`plan/lower.py`) asks a policy which collectives to emit and when, `memory.py` which states
+it divides; nothing else compares ZeRO stages.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardingPolicy:
+    """What the data-parallel ranks of one parameter group keep, and which collectives sync them."""
+    name: str
+    zero: int
+    """The ZeRO stage the policy is (`parallel.zero`)."""
+    shards_optimizer: bool
+    """Optimizer states (master weights, Adam moments) are 1/N per rank; the optimizer updates a shard."""
+    shards_grads: bool
+    """Accumulated gradients are 1/N per rank."""
+    shards_weights: bool
+    """Weights are 1/N per rank between uses, gathered per block (ZeRO-3 / FSDP)."""
+    grad_collective: str
+    """all_reduce | reduce_scatter."""
+    grad_sync_every_micro_batch: bool
+    """Gradients leave on every backward (a rank keeps only its shard's sum) rather than on the last."""
+    gathers_after_step: bool
+    """The updated parameter shards are all-gathered after the optimizer (ZeRO-1/2)."""
+    gathers_per_block: bool
+    """Each block's parameters are all-gathered before its forward and again before its backward, its
+    gradients reduce-scattered after its backward (ZeRO-3)."""
+
+    def state_divisors(self, group: int) -> tuple[float, float, float]:
+        """(weights, grads, optimizer) divisors over a group of `group` ranks (ZeRO §5.1-5.3)."""
+        n = float(max(1, group))
+        return (n if self.shards_weights else 1.0, n if self.shards_grads else 1.0,
+                n if self.shards_optimizer else 1.0)
+
+
+DDP = ShardingPolicy(name="ddp", zero=0, shards_optimizer=False, shards_grads=False, shards_weights=False,
+                     grad_collective="all_reduce", grad_sync_every_micro_batch=False, gathers_after_step=False,
+                     gathers_per_block=False)
+ZERO1 = ShardingPolicy(name="zero1", zero=1, shards_optimizer=True, shards_grads=False, shards_weights=False,
+                       grad_collective="reduce_scatter", grad_sync_every_micro_batch=False, gathers_after_step=True,
+                       gathers_per_block=False)
+ZERO2 = ShardingPolicy(name="zero2", zero=2, shards_optimizer=True, shards_grads=True, shards_weights=False,
+                       grad_collective="reduce_scatter", grad_sync_every_micro_batch=True, gathers_after_step=True,
+                       gathers_per_block=False)
+ZERO3 = ShardingPolicy(name="zero3", zero=3, shards_optimizer=True, shards_grads=True, shards_weights=True,
+                       grad_collective="reduce_scatter", grad_sync_every_micro_batch=True, gathers_after_step=False,
+                       gathers_per_block=True)
+POLICIES = {p.zero: p for p in (DDP, ZERO1, ZERO2, ZERO3)}
+"""`parallel.zero` -> its policy."""
+
+
+def sharding_policy(zero: int) -> ShardingPolicy:
+    """The policy of ZeRO stage `zero` (0-3)."""
+    try:
+        return POLICIES[zero]
+    except KeyError:
+        raise ValueError(f"no sharding policy for ZeRO stage {zero!r}; one of {sorted(POLICIES)}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ParamGroup:
+    """A kind of parameter and the layout group it is replicated (and sharded) over."""
+    name: str
+    replicated_over: str
+    """Layout group name (`layout.group_shape`): dp_cp or edp."""
+
+
+PARAM_GROUPS = (ParamGroup("dense", "dp_cp"), ParamGroup("expert", "edp"), ParamGroup("embedding", "dp_cp"),
+                ParamGroup("head", "dp_cp"))
+"""Routed experts are replicated over the expert-DP group (each expert lives on one EP rank of every
+dp x cp / ep replica); everything else over dp x cp (Megatron `expert_data_parallel` groups)."""
+DP_GROUPS = ("dp_cp", "edp")
+"""The two replication groups, in the order the plan and memory split parameters (dense, expert)."""
