@@ -33,7 +33,7 @@ from ..ops import Comm
 from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..scenario import Scenario
 from ..sm_share import in_turn, slowed_end
-from .passes import OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
+from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
 from .results import EngineResult, summarize
 
 
@@ -87,7 +87,7 @@ class Lister:
         t = self._templates.get((chunk, kind))
         if t is None:
             t = self._templates[(chunk, kind)] = build_template(self.times, chunk, kind, self.plan.blocks[(chunk, kind)],
-                                                                share=self.share)
+                                                                share=self.share, only_intra=False)
         return t
 
     def comm_dur(self, group: str, comm: Comm) -> float:
@@ -219,9 +219,11 @@ class Lister:
         gath = dp.z3_gather.get(st.kind, ())
         releases = dp.releases.get(st.kind, ()) if st.grad_sync else ()
         pending: dict = {}
+        joined: list = []
 
         def issue(k: int, at: float) -> None:
             pending[k] = [self.join(rk, c.group, c, at) for c in gath[k]]
+            joined.extend(zip(pending[k], gath[k]))
 
         if gath and self.overlap:
             issue(0, ready)
@@ -243,10 +245,12 @@ class Lister:
             if self.overlap:
                 for kk, comm, _ in releases:
                     if kk == k:
-                        self.join(rk, comm.group, comm, s.block_grads[-1])
+                        joined.append((self.join(rk, comm.group, comm, s.block_grads[-1]), comm))
         end = s.finish()
-        if comms:  # in-pass sharing of the GPU's intra-node port, as a template has it
-            extra = shared_extra(comms)
+        if comms:  # in-pass sharing of links, with the DP collectives in flight beside the pass
+            beside = [CommSlice(-1, i, "dp", "dp", q.start - ready, q.end - q.start, self.times.use(c))
+                      for i, (q, c) in enumerate(joined) if q.end > q.start and q.start < end]
+            extra = {key: x for key, x in shared_extra(comms + beside, only_intra=False).items() if key[0] >= 0}
             if extra:
                 s = schedule_pass(self.times, blocks, ready, record=False, extra=extra, gates=s.gates)
                 end = s.end

@@ -365,15 +365,17 @@ def shared_extra(comms: list, only_intra: bool = True) -> dict:
     return {(c.block, c.node): e - c.start - c.dur for c, e in zip(items, ends) if e - c.start - c.dur > 1e-15}
 
 
-def build_template(times: OpTimes, chunk: int, kind: str, blocks: tuple[Block, ...], share: bool = False) -> PassTemplate:
+def build_template(times: OpTimes, chunk: int, kind: str, blocks: tuple[Block, ...], share: bool = False,
+                   only_intra: bool = True) -> PassTemplate:
     """List-schedule a whole pass from an idle rank at t = 0; with `share`, collectives of different
-    streams that overlap on the GPU's intra-node links share them (module docstring)."""
+    streams that overlap on the GPU's intra-node links share them (module docstring); `only_intra=False`:
+    on every link they use (the analytic estimate, which has no link model to leave the others to)."""
     comms: list = []
     s = schedule_pass(times, blocks, comms=comms if share else None)
     extra: dict = {}
     if share:
         for _ in range(SHARE_ITERATIONS):
-            new = shared_extra(comms)
+            new = shared_extra(comms, only_intra)
             if new.keys() == extra.keys() and all(abs(new[k] - extra[k]) <= 1e-9 * new[k] + 1e-15 for k in new):
                 break
             extra, comms = new, []
