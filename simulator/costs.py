@@ -8,7 +8,6 @@ behind the same two methods, so the analytic estimate and the engine never chang
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
 from . import collectives
@@ -24,14 +23,6 @@ GEMM_HALF_EFFICIENCY_S = 2.0e-6
 """A GEMM whose ideal time at peak is this short reaches half its peak efficiency: small GEMMs do not
 fill the device (wave quantisation, launch and tail). 2 us = 2e9 FLOPs on an H100; as a time it carries
 over to other devices (on the CPU profile the fitted knee is ~1e6 FLOPs at ~0.12 TFLOP/s, ~8 us)."""
-EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
-                   "tp_host_s", "tp_host_per_rank_s", "dp_comm_overhead_s", "dp_ring_step_latency_us",
-                   "comm_sm_share")
-"""`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
-FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py). dp_comm_overhead_s: seconds
-added to every DP collective; dp_ring_step_latency_us: the per-step floor of DP rings across nodes
-(reduce-scatter, all-gather) in place of the topology's `fabric.ring_step_latency_us`; comm_sm_share:
-the share of a GPU's compute rate that an in-flight collective takes (`sm_share.py`)."""
 ATTENTION_EFFICIENCY = {"fwd": 0.55, "bwd": 0.45}
 """FlashAttention-2/3 on H100: FA2 ~35 % of peak, FA3 fwd up to 75 % (FA3 abstract); a middle value."""
 ATTENTION_HEAD_DIM_FACTOR = ((64, 0.895), (128, 1.0))
@@ -225,20 +216,3 @@ def bytes_fmt(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1000
     return f"{n:.1f} TB"
-
-
-def log_interp(x: float, xs: list[float], ys: list[float]) -> float:
-    """Piecewise-linear interpolation of log(y) over log(x), clamped to the end slopes."""
-    if len(xs) == 1:
-        return ys[0] * x / xs[0]
-    lx = [math.log(v) for v in xs]
-    ly = [math.log(max(v, 1e-30)) for v in ys]
-    t = math.log(x)
-    if t <= lx[0]:
-        i = 0
-    elif t >= lx[-1]:
-        i = len(lx) - 2
-    else:
-        i = max(j for j in range(len(lx) - 1) if lx[j] <= t)
-    slope = (ly[i + 1] - ly[i]) / (lx[i + 1] - lx[i]) if lx[i + 1] != lx[i] else 0.0
-    return math.exp(ly[i] + slope * (t - lx[i]))

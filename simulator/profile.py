@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Optional
 
 from .collectives import COLLECTIVES
-from .costs import log_interp
 from .errors import ScenarioError
 from .layout import GroupShape
 from .ops import Comm, Compute
@@ -716,3 +715,20 @@ def _interp_overhead(points: list[tuple[float, float]], nbytes: float) -> float:
     i = next((j for j in range(1, len(points)) if nbytes <= points[j][0]), len(points) - 1)
     (x0, y0), (x1, y1) = points[i - 1], points[i]
     return max(0.0, y0 + (y1 - y0) * (nbytes - x0) / (x1 - x0))
+
+
+def log_interp(x: float, xs: list[float], ys: list[float]) -> float:
+    """Piecewise-linear interpolation of log(y) over log(x), clamped to the end slopes."""
+    if len(xs) == 1:
+        return ys[0] * x / xs[0]
+    lx = [math.log(v) for v in xs]
+    ly = [math.log(max(v, 1e-30)) for v in ys]
+    t = math.log(x)
+    if t <= lx[0]:
+        i = 0
+    elif t >= lx[-1]:
+        i = len(lx) - 2
+    else:
+        i = max(j for j in range(len(lx) - 1) if lx[j] <= t)
+    slope = (ly[i + 1] - ly[i]) / (lx[i + 1] - lx[i]) if lx[i + 1] != lx[i] else 0.0
+    return math.exp(ly[i] + slope * (t - lx[i]))

@@ -16,6 +16,16 @@ from .model import ModelSpec, load_model, model_to_mapping
 from .schema import from_mapping
 from .topology import Topology, load_topology
 
+EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
+                   "tp_host_s", "tp_host_per_rank_s", "dp_comm_overhead_s", "dp_ring_step_latency_us",
+                   "comm_sm_share")
+"""`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
+FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py). dp_comm_overhead_s: seconds
+added to every DP collective; dp_ring_step_latency_us: the per-step floor of DP rings across nodes
+(reduce-scatter, all-gather) in place of the topology's `fabric.ring_step_latency_us`; comm_sm_share:
+the share of a GPU's compute rate that an in-flight collective takes (`sm_share.py`)."""
+
+
 SCHEDULES = ("afab", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 
@@ -248,7 +258,6 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     training = from_mapping(Training, top.training, "training")
     cluster = from_mapping(Cluster, top.cluster, "cluster")
     parallel = from_mapping(Parallel, top.parallel, "parallel")
-    from .costs import EFFICIENCY_KEYS  # noqa: PLC0415 (costs imports scenario's neighbours)
     for key, value in cluster.efficiency.items():
         if key not in EFFICIENCY_KEYS:
             raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(EFFICIENCY_KEYS))
