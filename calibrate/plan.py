@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.ops import Compute
+from simulator.opgraph import Compute
 from simulator.plan.lower import build_plan, step_compute_ops
 from simulator.profile import COLLECTIVES, ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
 from simulator.scenario import Scenario, scenario_from_mapping

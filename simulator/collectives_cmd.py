@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from .collectives import COLLECTIVES, estimate
+from .collectives import estimate
+from .nccl_algorithms import COLLECTIVES
 from .errors import ScenarioError
 from .topology import Topology, load_topology
 

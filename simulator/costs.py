@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from . import collectives
 from .layout import GroupShape
-from .ops import Comm, Compute
+from .opgraph import Comm, Compute
 from .topology import Topology
 
 # --- spec-based efficiency curves (the "default profile") --------------------------------------
@@ -197,7 +197,7 @@ PARAM_TENSORS_PER_LAYER = 9
 def framework_context(sc) -> dict:
     """The `CostModel.framework` of a scenario: DTensor modules under TP, DTensor parameters under TP or
     ZeRO (FSDP2 shards parameters as DTensors), and the parameter tensors on the busiest pp rank."""
-    from .ops import rank_params  # noqa: PLC0415
+    from .sharded_params import rank_params  # noqa: PLC0415
     p = sc.parallel
     tensors = 0
     for r in range(p.pp):

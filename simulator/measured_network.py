@@ -2,8 +2,8 @@
 
 nanotron measures, before training, 1 GiB fp32 all-reduce / all-gather / reduce-scatter over the 8 GPUs
 of one node and over every GPU of the job (`trainer.measure_bandwidth`; nccl-tests reports the same
-busbw). Three of those numbers pin what the collectives model prices (`collectives.shares`,
-`collectives.ring_latency`):
+busbw). Three of those numbers pin what the collectives model prices (`nccl_algorithms.shares`,
+`nccl_algorithms.ring_latency`):
 
 - inside a node: `node.bandwidth_gbs` is scaled until the modelled 8-GPU all-reduce reaches the measured
   busbw (only downwards: a measurement above the model's NVLink leaves the spec as it is);
@@ -36,7 +36,7 @@ import math
 from functools import lru_cache
 from typing import Callable, Optional
 
-from . import collectives
+from . import collectives, nccl_algorithms
 from .topology import Topology
 
 PROBE_BYTES = 4 * 256 * 2 ** 20
@@ -124,7 +124,7 @@ def measured_topology(topology: Topology, nodes: int, gpus_per_node: int,
         t = _with_node(t, bandwidth_gbs=nominal * scale)
     if nodes < 2 or t.node.nics == 0 or not (job_busbw or job_gather_busbw):
         return t
-    spec_eff = t.node.nic_p2p_efficiency or t.node.nic_efficiency or collectives.NIC_EFFICIENCY
+    spec_eff = t.node.nic_p2p_efficiency or t.node.nic_efficiency or nccl_algorithms.NIC_EFFICIENCY
     t = _with_fabric(t, ring_core_gbs=0.0)
     t = _with_node(t, nic_p2p_efficiency=spec_eff)
     if job_gather_busbw and ring_latency_share(t, nodes, gpus_per_node) < LATENCY_SHARE_MIN:

@@ -35,10 +35,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
-from .collectives import COLLECTIVES
+from .nccl_algorithms import COLLECTIVES
 from .errors import ScenarioError
 from .layout import GroupShape
-from .ops import Comm, Compute
+from .opgraph import Comm, Compute
 from .schema import from_mapping
 
 SCHEMA_VERSION = 1

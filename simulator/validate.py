@@ -377,7 +377,7 @@ def busbw_check(cases: list[Case]) -> list[dict]:
     for c in cases:
         if c.run is not None and c.run.busbw:
             by_nodes[(c.run.nodes, network_state(c.run))].append(c.run)
-    from .collectives import busbw_factor  # noqa: PLC0415
+    from .nccl_algorithms import busbw_factor  # noqa: PLC0415
     from .measured_network import PROBE_BYTES  # noqa: PLC0415
 
     rows = []

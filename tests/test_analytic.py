@@ -220,7 +220,7 @@ def test_tied_embeddings_on_two_stages_add_one_gradient_all_reduce(estimator):
     of the table's gradient between the first and the last stage, here across two nodes."""
     from simulator.costs import build_cost_model
     from simulator.layout import pair_shape, pp_rank_of_stage_rank
-    from simulator.ops import tied_embedding_allreduce
+    from simulator.step_ops import tied_embedding_allreduce
     from simulator.run import simulate
     tied, untied = _tied_scenario(True, pp=2, dp=16), _tied_scenario(False, pp=2, dp=16)
     op = tied_embedding_allreduce(tied)

@@ -25,7 +25,7 @@ from calibrate.run import RunOptions, _run_task, calibrate, profile_text  # noqa
 from calibrate.timing import RandomPool, measure, summarize  # noqa: E402
 from calibrate.plan import Budget  # noqa: E402
 from rich.console import Console  # noqa: E402
-from simulator.ops import layer_passes  # noqa: E402
+from simulator.layer_ops import layer_passes  # noqa: E402
 from simulator.profile import load_profile  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 

@@ -224,7 +224,7 @@ def test_tp_and_cp_collectives_overlapping_in_a_pass_share_nvlink():
     sharing, at T each without; the compute that consumes both starts that much later."""
     from simulator.plan.blocks import Block
     from simulator.evaluate.passes import OpTimes, build_template
-    from simulator.ops import Comm, Compute, Node
+    from simulator.opgraph import Comm, Compute, Node
 
     class InPass(UniformCost):
         def comm_time(self, op, group):

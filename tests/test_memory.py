@@ -5,7 +5,7 @@ import pytest
 
 from simulator import memory as mem
 from simulator.layout import rank_chunks
-from simulator.ops import rank_params
+from simulator.sharded_params import rank_params
 from simulator.errors import ScenarioError
 from simulator.scenario import load_scenario, scenario_from_mapping
 

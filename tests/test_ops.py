@@ -2,8 +2,10 @@
 import pytest
 
 from simulator.flops import model_flops_per_step
-from simulator.ops import (Comm, Compute, dp_buckets, head_backward, head_forward, layer_passes, layer_rank_params,
-                           layer_rank_tensors, param_gather_buckets, rank_params, rank_tensors, shard)
+from simulator.step_ops import dp_buckets, head_backward, head_forward, param_gather_buckets
+from simulator.sharded_params import layer_rank_params, layer_rank_tensors, rank_params, rank_tensors
+from simulator.layer_ops import layer_passes
+from simulator.opgraph import Comm, Compute, shard
 from simulator.scenario import load_scenario
 
 FLASH_MODEL_SHARE = 3 / 3.5  # FA runs fwd + 2.5x bwd; the model convention counts 3x fwd (MODELING.md 2.4)
@@ -205,7 +207,7 @@ def test_ring_hops_block_where_communication_takes_the_compute_cores_turn():
 def test_gpt_layers_add_learned_positions_not_rope_and_drop_out_before_each_residual():
     """GPT (Megatron) has no rotary pass; its bias-dropout-add writes a byte mask per element on top of the
     residual's three passes (KOR22 §4.1). Llama pays RoPE and a plain residual add."""
-    from simulator.ops import RESIDUAL_PASSES
+    from simulator.opgraph import RESIDUAL_PASSES
     from simulator.validate import case_scenario, reference_cases
     gpt = case_scenario(next(c for c in reference_cases() if c.id == "megatron_kor22:22b-full"))
     llama = load_scenario("scenarios/70b_512gpu.yaml")
@@ -221,7 +223,7 @@ def test_autocast_casts_each_weight_once_a_step_and_each_gradient_every_micro_ba
     """Over a step of m micro-batches: one fp32 -> bf16 cast of the layer's weights (6 B/param, served from
     autocast's cache afterwards), m casts of the bf16 gradient to fp32 (6 each) and m - 1 adds into .grad
     (12 each; the first gradient is kept as it is)."""
-    from simulator.ops import autocast_layer_params
+    from simulator.sharded_params import autocast_layer_params
     sc = load_scenario("scenarios/replay/gpu/1b-accum.yaml")
     m = sc.micro_batches
     assert m == 4

@@ -111,7 +111,7 @@ def test_efficiency_overrides_are_validated():
 
 def test_internode_tp_overhead_applies_only_when_tp_leaves_the_node():
     from simulator.costs import build_cost_model
-    from simulator.ops import Comm
+    from simulator.opgraph import Comm
     sc = load(["cluster.efficiency={tp_internode_overhead_s: 0.001}"])
     cost = build_cost_model(sc)
     op = Comm("x", "tp", "all_gather", 1e6)
@@ -123,7 +123,7 @@ def test_internode_tp_overhead_applies_only_when_tp_leaves_the_node():
 
 def test_internode_tp_overhead_grows_with_the_nodes_tp_spans():
     from simulator.costs import build_cost_model
-    from simulator.ops import Comm
+    from simulator.opgraph import Comm
     sc = load(["cluster.efficiency={tp_internode_overhead_s: 0.001}", "cluster.nodes=4", "parallel.tp=32",
                "parallel.dp=1"])
     op = Comm("x", "tp", "all_gather", 1e6)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from simulator.costs import build_cost_model  # noqa: E402
 from simulator.errors import ScenarioError  # noqa: E402
-from simulator.ops import Compute  # noqa: E402
+from simulator.opgraph import Compute  # noqa: E402
 from simulator.scenario import Scenario, load_scenario, scenario_from_mapping  # noqa: E402
 
 TOLERANCE = 0.10

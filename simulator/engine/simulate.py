@@ -25,7 +25,8 @@ from ..memory import buffer_bytes, buffers_total, chunk_activation_bytes, static
 from ..scenario import Scenario
 from ..plan.lower import build_plan
 from ..evaluate.results import EngineResult, summarize
-from .sim import Engine, RankState, Recorder
+from .sim import Engine
+from .state import RankState, Recorder
 
 
 def _static(sc: Scenario) -> list[float]:

@@ -29,7 +29,7 @@ from collections import defaultdict
 
 from ..costs import CostModel
 from ..layout import pair_shape, pp_rank_of_stage_rank
-from ..ops import Comm
+from ..opgraph import Comm
 from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..scenario import Scenario
 from ..sm_share import in_turn, slowed_end

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from ..collectives import link_busy
 from ..costs import CostModel
 from ..layout import GroupShape, group_shape
-from ..ops import Comm, Compute
+from ..opgraph import Comm, Compute
 from ..scenario import Scenario
 from ..sm_share import beside_end
 from .links import fluid_ends
