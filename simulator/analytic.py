@@ -32,7 +32,7 @@ from .ops import (Comm, Compute, Node, bucket_release_blocks, dp_buckets, embedd
                   pp_activation_bytes, rank_blocks, rank_params, shard, sp_norm_grad_allreduce,
                   tied_embedding_allreduce)
 from .scenario import Scenario
-from .schedules import SPLIT_BACKWARD, chunk_rank, makespan, pipeline_schedule
+from .schedules import chunk_rank, makespan, pipeline_schedule, schedule_spec
 from .sm_share import beside_end, in_turn, slowed_end
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
@@ -194,7 +194,7 @@ def stage_times(sc: Scenario, cost: CostModel) -> list[StageTime]:
                 secs = bwd_secs[kind]
             blocks.append((sum(dense), sum(expert), secs))
         F.host_bound()
-        if sc.parallel.pp_schedule in SPLIT_BACKWARD:
+        if schedule_spec(sc.parallel.pp_schedule).splits_backward:
             B.host_bound()
             W.host_bound()
         else:
@@ -249,12 +249,12 @@ def pipeline_time(sc: Scenario, stages: list[StageTime], p2p_one: float = 0.0) -
     s = sc.parallel.pp_schedule
     # each chunk's passes: its rank's split evenly over the rank's chunks (one chunk per rank at vpp = 1)
     owner = [stages[chunk_rank(s, p, v, c)] for c in range(p * v)]
-    if s in SPLIT_BACKWARD:
+    if schedule_spec(s).splits_backward:
         back, weight = tuple(st.B.duration / v for st in owner), tuple(st.W.duration / v for st in owner)
     else:
         back, weight = tuple((st.B.duration + st.W.duration) / v for st in owner), 0.0
     span = exact_span(s, p, v, m, tuple(st.F.duration / v for st in owner), back, weight)
-    if s == "1f1b" and p2p_one > 0:
+    if schedule_spec(s).p2p_in_steady_state and p2p_one > 0:
         per_neighbour = 2 if sc.parallel.pp_p2p == "blocking" else 1
         period = max(st.total + per_neighbour * p2p_one * (1 if st.pp_rank in (0, p - 1) else 2) for st in stages)
         span += (m - 1) * (period - worst)
@@ -412,13 +412,13 @@ def estimate(sc: Scenario, cost: CostModel) -> AnalyticResult:
         # ZeRO-2 without overlap: every backward waits for its micro-batch's reduce-scatters (on the pass
         # that completes the gradients: W when the schedule splits the backward)
         for st in stages:
-            (st.W if p.pp_schedule in SPLIT_BACKWARD else st.B).duration += dp_syncs[st.pp_rank].sync
+            (st.W if schedule_spec(p.pp_schedule).splits_backward else st.B).duration += dp_syncs[st.pp_rank].sync
     # PP p2p on the first traversal (forward and backward), per boundary; 1F1B's steady state in pipeline_time
     p2p = p2p_one = 0.0
     if p.pp > 1:
         same_node = group_shape(sc, "pp").intra_node
         p2p_one = cost.p2p_time(pp_activation_bytes(sc), same_node)
-        hops = (p.pp - 1) * (1 if p.pp_schedule not in ("zbv", "dualpipev") else 2)
+        hops = schedule_spec(p.pp_schedule).p2p_hops(p.pp)
         p2p = 2 * hops * p2p_one
         pp_comm_total = 2 * m * p.vpp * p2p_one
     else:

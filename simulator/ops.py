@@ -20,7 +20,7 @@ from typing import Sequence, Union
 
 from .params import final_norm_params, layer_params, norm_params
 from .scenario import Scenario
-from .schedules import SPLIT_BACKWARD
+from .schedules import schedule_spec
 
 ACT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activations stay bf16 under fp8 training (DSV3 §3.3)
 GEMM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
@@ -402,7 +402,7 @@ def tp_linear_async(sc: Scenario) -> bool:
     engines): that cost is `cluster.efficiency.comm_sm_share` (`sm_share.py`)."""
     p = sc.parallel
     return (p.tp_linear_async and p.sp and p.tp > 1 and not sc.overlap_tp and sc.topology.node.comm_overlaps_compute
-            and p.pp_schedule not in SPLIT_BACKWARD)
+            and not schedule_spec(p.pp_schedule).splits_backward)
 
 
 def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasses:

@@ -29,14 +29,10 @@ from ..ops import (Comm, Compute, bucket_release_blocks, dp_buckets, embedding_b
                    head_forward, head_rank_tensors, layer_passes, layer_rank_tensors, optimizer_op, param_bytes,
                    param_gather_buckets, pp_activation_bytes, shard, sp_norm_grad_allreduce, tied_embedding_allreduce)
 from ..scenario import Scenario
-from ..schedules import Action, chunk_rank, pipeline_schedule
+from ..schedules import Action, chunk_rank, pipeline_schedule, schedule_spec
 from .templates import Block, concat
 
 PASS_KINDS = ("F", "B", "W", "BW")
-FUSED_BACKWARD = ("afab", "1f1b", "interleaved-1f1b")
-"""Schedules whose backward is one autograd pass per chunk (dgrad and wgrad interleaved layer by layer,
-the input gradient sent when it ends: Megatron's non-split schedules). The split schedules (ZB-H1,
-ZB-V, DualPipeV) run B and W as separate passes even when adjacent, and send after B (ZB §2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +270,7 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
         for c in chunks:
             for kind, bl in chunk_blocks(sc, c, has_emb, cache).items():
                 blocks[(c, kind)] = bl
-        steps = _steps(sched[r], r, owner, n_chunks, zero, overlap, act_bytes, fuse=p.pp_schedule in FUSED_BACKWARD,
+        steps = _steps(sched[r], r, owner, n_chunks, zero, overlap, act_bytes, fuse=not schedule_spec(p.pp_schedule).splits_backward,
                        gated=gated)
         dp = {}
         for c in chunks:
