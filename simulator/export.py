@@ -13,13 +13,9 @@ import yaml
 
 from .errors import ScenarioError
 from .scenario import Scenario
+from .schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec
 
 FRAMEWORKS = ("torchtitan", "megatron", "nanotron")
-
-TORCH_SCHEDULES = {"afab": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "zbv": "ZBVZeroBubble",
-                   "dualpipev": "DualPipeV"}
-"""`torch.distributed.pipelining.schedules.get_schedule_class` names (ECOSYSTEM.md 2.3). ZB-H1 with one
-stage per rank has no torch schedule (InterleavedZeroBubble needs several)."""
 TORCHTITAN_FLAVORS = {"llama3-8b": "8B", "llama3-70b": "70B", "llama3-405b": "405B"}
 """torchtitan's llama3 flavors for clustersim's presets of the same models."""
 MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
@@ -27,27 +23,34 @@ MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 DTYPE = {"bf16": "bfloat16", "fp32": "float32", "fp8": "bfloat16"}
 
 
+def framework_schedules(framework: str) -> list[str]:
+    """The framework's names of the schedules it runs (`ScheduleSpec.frameworks`), in registry order."""
+    return [n for n in (spec.framework_name(framework) for spec in SCHEDULES.values()) if n]
+
+
 def unsupported(sc: Scenario, framework: str) -> list[str]:
     """Why `framework` cannot run this layout ([] = it can)."""
     p, t = sc.parallel, sc.training
+    if framework not in FRAMEWORKS:
+        raise ScenarioError("--export", f"unknown framework {framework!r}", " | ".join(FRAMEWORKS))
     out = []
+    no_schedule = p.pp > 1 and schedule_spec(p.pp_schedule).framework_name(framework) is None
+    runs = framework_schedules(framework)
     if framework == "torchtitan":
-        if p.pp > 1 and p.pp_schedule not in TORCH_SCHEDULES:
-            out.append(f"pipeline schedule {p.pp_schedule} (torch pipelining has {', '.join(TORCH_SCHEDULES.values())})")
+        if no_schedule:
+            out.append(f"pipeline schedule {p.pp_schedule} (torch pipelining has {', '.join(runs)})")
     elif framework == "megatron":
-        if p.pp > 1 and p.pp_schedule not in ("1f1b", "interleaved-1f1b"):
-            out.append(f"pipeline schedule {p.pp_schedule} (Megatron-LM runs 1F1B and interleaved 1F1B)")
-    elif framework == "nanotron":
+        if no_schedule:
+            out.append(f"pipeline schedule {p.pp_schedule} (Megatron-LM runs {join_names(runs, 'and')})")
+    else:
         if p.zero > 1:
             out.append(f"ZeRO-{p.zero} (nanotron's optimizer.zero_stage is 0 or 1)")
-        if p.pp > 1 and p.pp_schedule not in ("1f1b", "afab"):
-            out.append(f"pipeline schedule {p.pp_schedule} (nanotron's pp_engine is 1f1b or afab)")
+        if no_schedule:
+            out.append(f"pipeline schedule {p.pp_schedule} (nanotron's pp_engine is {join_names(runs)})")
         if t.recompute == "selective" and t.attention != "flash":
             out.append("selective recomputation (nanotron recomputes whole layers or nothing)")
         if t.precision == "fp8":
             out.append("fp8 training")
-    else:
-        raise ScenarioError("--export", f"unknown framework {framework!r}", " | ".join(FRAMEWORKS))
     return out
 
 
@@ -96,7 +99,7 @@ def to_torchtitan(sc: Scenario, label: str = "") -> str:
               f"enable_async_tensor_parallel = {'true' if p.overlap_tp and p.tp > 1 else 'false'}",
               f"pipeline_parallel_degree = {p.pp}"]
     if p.pp > 1:
-        lines += [f'pipeline_parallel_schedule = "{TORCH_SCHEDULES[p.pp_schedule]}"',
+        lines += [f'pipeline_parallel_schedule = "{schedule_spec(p.pp_schedule).framework_name("torchtitan")}"',
                   f"pipeline_parallel_microbatch_size = {t.micro_batch}"]
         if p.vpp > 1:
             lines.append(f"pipeline_parallel_layers_per_stage = {m.layers // (p.pp * p.vpp)}")
@@ -116,7 +119,7 @@ def megatron_args(sc: Scenario) -> list[str]:
          "--context-parallel-size", str(p.cp), "--expert-model-parallel-size", str(p.ep)]
     if p.sp and p.tp > 1:
         a.append("--sequence-parallel")
-    if p.pp_schedule == "interleaved-1f1b":
+    if p.vpp > 1 and schedule_spec(p.pp_schedule).framework_name("megatron"):  # Megatron's interleaved 1F1B
         a += ["--num-layers-per-virtual-pipeline-stage", str(m.layers // (p.pp * p.vpp))]
     a += ["--micro-batch-size", str(t.micro_batch), "--global-batch-size", str(t.global_batch),
           "--seq-length", str(t.seq_len), "--max-position-embeddings", str(t.seq_len)]
@@ -171,9 +174,10 @@ def to_megatron(sc: Scenario, label: str = "") -> str:
 def to_nanotron(sc: Scenario, label: str = "") -> str:
     """The layout sections of a nanotron config (YAML): parallelism, tokens, optimizer, model."""
     p, t, m = sc.parallel, sc.training, sc.model
+    engine = schedule_spec(p.pp_schedule if p.pp > 1 else DEFAULT_SCHEDULE).framework_name("nanotron")
     doc = {
         "general": {"project": "clustersim", "run": sc.name},
-        "parallelism": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "pp_engine": p.pp_schedule if p.pp > 1 else "1f1b",
+        "parallelism": {"dp": p.dp, "tp": p.tp, "pp": p.pp, "pp_engine": engine,
                         "tp_mode": "REDUCE_SCATTER" if p.sp else "ALL_REDUCE",
                         "tp_linear_async_communication": bool((p.overlap_tp or p.tp_linear_async) and p.sp),
                         "context_parallel_size": p.cp, "expert_parallel_size": p.ep,

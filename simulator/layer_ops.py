@@ -13,7 +13,7 @@ from dataclasses import replace
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
                       LayerPasses, OpList, Shard, elementwise, gemm, residual_add, shard, tp_collective)
 from .scenario import Scenario
-from .schedules import SPLIT_BACKWARD
+from .schedules import schedule_spec
 from .sharded_params import autocast_layer_params, layer_rank_params, param_bytes
 
 # ----------------------------------------------------------------------------------- attention
@@ -219,7 +219,7 @@ def tp_linear_async(sc: Scenario) -> bool:
     engines): that cost is `cluster.efficiency.comm_sm_share` (`sm_share.py`)."""
     p = sc.parallel
     return (p.tp_linear_async and p.sp and p.tp > 1 and not sc.overlap_tp and sc.topology.node.comm_overlaps_compute
-            and p.pp_schedule not in SPLIT_BACKWARD)
+            and not schedule_spec(p.pp_schedule).splits_backward)
 
 
 def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasses:

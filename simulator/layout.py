@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .scenario import Scenario
+from .schedules import schedule_spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,15 +113,10 @@ def chunk_layers(sc: Scenario) -> list[int]:
 
 
 def chunk_owner(sc: Scenario, chunk: int) -> tuple[int, int]:
-    """(pp rank, local chunk index) of pipeline chunk `chunk` (0 = first, holds the embedding).
-
-    Interleaved 1F1B: chunk c sits on rank c % p (Megatron virtual pipeline). V schedules (zbv,
-    dualpipev): chunks 0..p-1 on ranks 0..p-1, chunks p..2p-1 on ranks p-1..0, so rank 0 holds both the
-    first and the last chunk (ZB-V, DualPipeV)."""
+    """(pp rank, local chunk index) of pipeline chunk `chunk` (0 = first, holds the embedding): the
+    schedule's placement (`ScheduleSpec.place`: round-robin c % p, or V-shaped)."""
     p = sc.parallel
-    if p.pp_schedule in ("zbv", "dualpipev"):
-        return (chunk, 0) if chunk < p.pp else (2 * p.pp - 1 - chunk, 1)
-    return chunk % p.pp, chunk // p.pp
+    return schedule_spec(p.pp_schedule).place(p.pp, chunk)
 
 
 def rank_chunks(sc: Scenario, pp_rank: int) -> list[tuple[int, list[int]]]:

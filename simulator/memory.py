@@ -29,6 +29,7 @@ from .opgraph import DROPOUT_MASK_BYTES, Shard, shard
 from .sharded_params import layer_rank_params as ops_layer_rank_params
 from .plan.policy import sharding_policy
 from .scenario import Scenario
+from .schedules import schedule_spec
 
 GIB = 2 ** 30
 """Bytes per GiB (CONTRACT.md: GiB = 2^30 bytes)."""
@@ -309,33 +310,11 @@ def chunk_activation_bytes(sc: Scenario, pp_rank: int, chunk: int) -> float:
 
 def inflight_per_chunk(sc: Scenario, pp_rank: int) -> dict[int, float]:
     """Per pipeline chunk on the rank: micro-batches whose F has run and whose B has not, at the
-    rank's peak (p = pp, i = pp_rank, m = micro-batches, v = vpp).
-
-    afab: m (NAR21 §2.2.1). 1f1b and zb-h1: min(p - i, m) (NAR21; ZB Table 2; W's stash not counted).
-    interleaved-1f1b: Megatron's warm-up W = 2(p-i-1) + (v-1)p forwards plus the first steady one,
-    capped at m*v, spread over local chunks in groups of p micro-batches (`get_pp_rank_microbatches`);
-    rank 0 holds p + (p-1)/v micro-batch-equivalents (KOR22 §4.2.3).
-    zbv: 2p chunk-passes per rank, the ZB-V scheduler's memory cap (sail-sg `zbv.py`: max_mem =
-    2 * n_stage * f_mem), i.e. 1x of 1F1B (ZB README): 2p-i-1 on the down chunk, i+1 on the up chunk.
-    dualpipev: 2p+1 chunk-passes (DualPipe README: "PP+1" activations for PP = 2p stages): down chunk
-    2p-i, up chunk i+1 (DualPipe `dualpipev.py` steps 1-4: 2(p-i-1) + (i+1) down, i+1 up, then one
-    more forward overlapped with a backward)."""
-    p, i, m, v = sc.parallel.pp, pp_rank, sc.micro_batches, sc.parallel.vpp
+    rank's peak: the schedule's `ScheduleSpec.inflight` (schedules.py has each formula with its source:
+    NAR21, KOR22 §4.2.3, ZB, DualPipe)."""
+    p = sc.parallel
     chunks = [c for c, _ in rank_chunks(sc, pp_rank)]
-    s = sc.parallel.pp_schedule
-    if s == "afab":
-        counts = [m]
-    elif s in ("1f1b", "zb-h1"):
-        counts = [min(p - i, m)]
-    elif s == "interleaved-1f1b":
-        held = min(2 * (p - i - 1) + (v - 1) * p + 1, m * v)
-        counts = [sum(1 for k in range(held) if (k // p) % v == local) for local in range(v)]
-    elif s == "zbv":
-        counts = [min(2 * p - i - 1, m), min(i + 1, m)]
-    elif s == "dualpipev":
-        counts = [min(2 * p - i, m), min(i + 1, m)]
-    else:
-        raise ValueError(f"unknown pipeline schedule {s!r}")
+    counts = schedule_spec(p.pp_schedule).inflight(pp_rank, p.pp, p.vpp, sc.micro_batches)
     return {c: float(n) for c, n in zip(chunks, counts)}
 
 

@@ -13,6 +13,7 @@ import yaml
 
 from .errors import ScenarioError
 from .model import ModelSpec, load_model, model_to_mapping
+from .schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
 
@@ -25,8 +26,6 @@ added to every DP collective; dp_ring_step_latency_us: the per-step floor of DP 
 (reduce-scatter, all-gather) in place of the topology's `fabric.ring_step_latency_us`; comm_sm_share:
 the share of a GPU's compute rate that an in-flight collective takes (`sm_share.py`)."""
 
-
-SCHEDULES = ("afab", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 
@@ -91,9 +90,10 @@ class Parallel:
     zero: int = field(default=0, metadata={"choices": (0, 1, 2, 3)})
     sp: bool = False
     """Sequence parallel in the TP regions (Megatron SP; nanotron tp_mode REDUCE_SCATTER)."""
-    pp_schedule: str = field(default="1f1b", metadata={"choices": SCHEDULES})
+    pp_schedule: str = field(default=DEFAULT_SCHEDULE, metadata={"choices": SCHEDULES})
+    """A name in the schedule registry (`schedules.SCHEDULES`)."""
     vpp: int = field(default=1, metadata={"min": 1})
-    """Model chunks per pp rank (interleaved: >= 2; zbv and dualpipev: 2)."""
+    """Model chunks per pp rank, as the schedule allows (`ScheduleSpec.vpp`: interleaved >= 2, V-shaped 2)."""
     pp_layers: Optional[list[int]] = None
     """Layers per model chunk, pp*vpp entries in pipeline order."""
     pp_p2p: str = field(default="async", metadata={"choices": ("async", "blocking")})
@@ -329,19 +329,16 @@ def validate_layout(sc: Scenario) -> Scenario:
             raise ScenarioError("parallel.ep", f"{p.ep} does not divide dp*cp = {p.dp * p.cp}", "a divisor of dp*cp")
     # pipeline
     s = p.pp_schedule
-    if s in ("afab", "1f1b", "zb-h1") and p.vpp != 1:
-        raise ScenarioError("parallel.vpp", f"{p.vpp} with pp_schedule {s}", "1 (use interleaved-1f1b, zbv or dualpipev for chunks)")
-    if s == "interleaved-1f1b" and p.vpp < 2:
-        raise ScenarioError("parallel.vpp", f"{p.vpp} with interleaved-1f1b", ">= 2 model chunks per pp rank")
-    if s in ("zbv", "dualpipev") and p.vpp != 2:
-        raise ScenarioError("parallel.vpp", f"{p.vpp} with {s}", "2 (V-shaped placement: two chunks per pp rank)")
-    if p.pp_p2p == "blocking" and s != "1f1b":
-        raise ScenarioError("parallel.pp_p2p", f"blocking with pp_schedule {s}", "async (blocking sends are modelled for 1f1b)")
+    spec = schedule_spec(s)
+    if spec.vpp_error(p.vpp):
+        raise ScenarioError("parallel.vpp", f"{p.vpp} with pp_schedule {s}", vpp_allowed(s))
+    if p.pp_p2p == "blocking" and not spec.p2p_in_steady_state:
+        modelled = join_names(n for n, x in SCHEDULES.items() if x.p2p_in_steady_state)
+        raise ScenarioError("parallel.pp_p2p", f"blocking with pp_schedule {s}", f"async (blocking sends are modelled for {modelled})")
     m_micro = t.global_batch // (p.dp * t.micro_batch)
-    if s == "interleaved-1f1b" and p.pp > 1 and m_micro % p.pp:
-        raise ScenarioError("training.global_batch", f"interleaved-1f1b needs micro-batches ({m_micro}) to be a multiple of pp ({p.pp})")
-    if s == "dualpipev" and m_micro < 2 * p.pp:
-        raise ScenarioError("training.global_batch", f"dualpipev needs at least 2*pp = {2 * p.pp} micro-batches, got {m_micro}")
+    problem = spec.microbatch_error(p.pp, m_micro)
+    if problem:
+        raise ScenarioError("training.global_batch", problem)
     chunks = p.pp * p.vpp
     if p.pp_layers is not None:
         if len(p.pp_layers) != chunks:

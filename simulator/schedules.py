@@ -1,15 +1,17 @@
-"""Pipeline schedules as per-rank action lists.
+"""Pipeline schedules: one `ScheduleSpec` per schedule in one registry, `SCHEDULES`.
 
-`pipeline_schedule(name, pp, vpp, m)` says, for every pipeline rank, in which order it runs the
-forward (F), input-grad backward (B) and weight-grad backward (W) of each (chunk, micro-batch). The
-SimPy engine executes these lists and enforces the data dependencies; `makespan` here is a small
-list-scheduling oracle (the engine tests', and the analytic estimate's exact 1F1B / AFAB span), not the
-engine. Chunk placement agrees with `layout.chunk_owner` (see `chunk_rank`). Schedules that do not split the backward emit B immediately
-followed by W of the same (chunk, micro-batch). MODELING.md section 6 has the bubble formulas.
+A spec says everything the rest of the simulator needs to know about a schedule: the chunk counts and
+micro-batch counts it is defined for, where its chunks sit, whether it splits the backward, how many
+micro-batches each rank holds, its per-rank action lists, and its names in torch and in the training
+frameworks the sweep exports to. Every other module asks the spec (`schedule_spec(name).splits_backward`)
+instead of comparing names, so a new schedule is one entry here (and its tests).
 
-For the engine: in schedules that do not split the backward (`not splits_backward(name)`: afab, 1f1b,
-interleaved-1f1b) the input gradient goes upstream only after the whole backward, W included; sending
-it when B ends would understate their bubble (1F1B p=4 m=8 at equal F/B/W: 20.0 % instead of 27.3 %).
+The action lists say, for every pipeline rank, in which order it runs the forward (F), input-grad
+backward (B) and weight-grad backward (W) of each (chunk, micro-batch). The SimPy engine executes these
+lists and enforces the data dependencies; `makespan` here is a small list-scheduling oracle (the engine
+tests', and the analytic estimate's exact span), not the engine. Chunk placement is `ScheduleSpec.place`,
+which `layout.chunk_owner` asks too. Schedules that do not split the backward emit B immediately followed
+by W of the same (chunk, micro-batch). MODELING.md section 6 has the bubble formulas.
 
 Naming against torch's schedule IR (`torch.distributed.pipelining`, ECOSYSTEM.md 2.5): torch's
 `cBm` (full backward) is our B then W, torch's `cIm` is our B, torch's `cWm` is our W; torch's
@@ -17,21 +19,10 @@ stage index is our chunk index.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-SCHEDULES = ("afab", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
-"""Schedule names as in the scenario contract (`parallel.pp_schedule`)."""
-
 KINDS = ("F", "B", "W")
-V_SHAPED = ("zbv", "dualpipev")
-SPLIT_BACKWARD = ("zb-h1", "zbv", "dualpipev")
-"""Schedules that run the weight-grad pass W apart from the input-grad pass B."""
-
-
-def splits_backward(name: str) -> bool:
-    """True where the upstream gradient may leave when B ends (zero-bubble schedules)."""
-    return name in SPLIT_BACKWARD
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,63 +36,135 @@ class Action:
     """Micro-batch 0..m-1."""
 
 
-# ------------------------------------------------------------------------------- placement
-
-def chunk_rank(name: str, pp: int, vpp: int, chunk: int) -> int:
-    """Pipeline rank that holds `chunk`.
-
-    V schedules (ZB-V, DualPipeV): chunks 0..pp-1 on ranks 0..pp-1, then pp..2pp-1 on ranks pp-1..0.
-    Otherwise chunk c on rank c % pp (Megatron virtual pipeline, NAR21 §2.2.2; c = rank when vpp = 1)."""
-    if not 0 <= chunk < pp * vpp:
-        raise ValueError(f"chunk {chunk} outside 0..{pp * vpp - 1}")
-    if name in V_SHAPED:
-        return chunk if chunk < pp else 2 * pp - 1 - chunk
-    return chunk % pp
+RankActions = Callable[[int, int, int, int], list[Action]]
+"""(rank, pp, vpp, m) -> the rank's actions in execution order."""
+RankInflight = Callable[[int, int, int, int], list[int]]
+"""(rank, pp, vpp, m) -> per local chunk of the rank (local order), the micro-batches whose F has run and
+whose B has not at the rank's peak."""
 
 
-def check_schedule_args(name: str, pp: int, vpp: int, m: int) -> None:
-    """Raise ValueError unless (name, pp, vpp, m) is a combination the schedule is defined for."""
-    if name not in SCHEDULES:
-        raise ValueError(f"unknown pipeline schedule {name!r}; one of {', '.join(SCHEDULES)}")
-    if pp < 1 or m < 1:
-        raise ValueError(f"pp = {pp} and m = {m} must be >= 1")
-    if name in ("afab", "1f1b", "zb-h1") and vpp != 1:
-        raise ValueError(f"{name} needs vpp = 1, got {vpp}")
-    if name in V_SHAPED and vpp != 2:
-        raise ValueError(f"{name} needs vpp = 2 (V shape), got {vpp}")
-    if name == "interleaved-1f1b":
-        if vpp < 2:
-            raise ValueError(f"interleaved-1f1b needs vpp >= 2, got {vpp}")
-        if m % pp:
-            raise ValueError(f"interleaved-1f1b needs m ({m}) to be a multiple of pp ({pp})")
-    if name == "dualpipev" and m < 2 * pp:
-        raise ValueError(f"dualpipev needs m >= 2*pp = {2 * pp}, got {m}")
+def join_names(names: Iterable[str], word: str = "or") -> str:
+    """['a', 'b', 'c'] -> 'a, b or c' (for error messages)."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {word} {names[-1]}"
 
 
-# ------------------------------------------------------------------------------- schedules
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSpec:
+    """One pipeline schedule: what it is defined for, how it places and runs chunks, what it holds."""
+    name: str
+    """As in the scenario contract (`parallel.pp_schedule`)."""
+    actions: RankActions
+    """The rank-list builder: one rank's actions for (rank, pp, vpp, m) (call `rank_lists` for all ranks)."""
+    inflight: RankInflight
+    """Activations held: per local chunk of a rank, micro-batches in flight at its peak (`memory.py`)."""
+    vpp: int | None = 1
+    """Model chunks per pp rank the schedule is built for; None: any number >= `min_vpp`."""
+    min_vpp: int = 1
+    """Fewest chunks per rank when `vpp` is None."""
+    vpp_note: str = ""
+    """Why `vpp` is fixed, said in the error when a scenario asks for another."""
+    v_shaped: bool = False
+    """Placement. True: chunks 0..p-1 on ranks 0..p-1, then p..2p-1 on ranks p-1..0, so rank 0 holds both
+    the first and the last chunk (ZB-V, DualPipeV). False: chunk c on rank c % p (Megatron's virtual
+    pipeline, NAR21 §2.2.2; c = rank when vpp = 1)."""
+    splits_backward: bool = False
+    """True: W runs as its own pass apart from B and the input gradient goes upstream when B ends (ZB §2;
+    ZB-H1, ZB-V, DualPipeV), even where W follows at once. False: one autograd backward per chunk (dgrad
+    and wgrad interleaved layer by layer, Megatron's non-split schedules), so the input gradient leaves
+    only after the whole backward, W included; sending it when B ends would understate the bubble (1F1B
+    p=4 m=8 at equal F/B/W: 20.0 % instead of 27.3 %)."""
+    m_multiple_of_pp: bool = False
+    """Micro-batches must come in whole groups of pp (Megatron's interleaved order)."""
+    min_m_per_pp: int = 0
+    """Micro-batches must be at least this many times pp (DualPipeV: 2)."""
+    p2p_in_steady_state: bool = False
+    """One chunk per rank and at most its distance to the last stage in flight, so every PP send shows in
+    the steady state: `parallel.pp_p2p: blocking` (nanotron's blocking sends) is modelled only for such a
+    schedule."""
+    torch_class: str | None = None
+    """The class in `torch.distributed.pipelining` that `calibrate replay` runs (ECOSYSTEM.md 2.3)."""
+    torch_m_at_least_pp: bool = False
+    """torch's class refuses fewer than pp micro-batches (Schedule1F1B)."""
+    torch_m_whole_rounds: bool = False
+    """torch's class runs micro-batches in whole rounds of pp (its interleaved schedules)."""
+    frameworks: tuple[tuple[str, str], ...] = ()
+    """(framework, the framework's name for this schedule) for each of `export.FRAMEWORKS` that runs it;
+    torchtitan's is torch's `get_schedule_class` name (ECOSYSTEM.md 2.3), nanotron's its `pp_engine`."""
+    sweep_preference: int
+    """Order in which `sweep` tries schedules on a structure's first try (lowest first; unique)."""
+    sweep_default: bool = True
+    """In the sweep's default space (otherwise only with `--fix parallel.pp_schedule=...`)."""
+    sweep_note: str = ""
+    """Why the schedule is outside the sweep's default space."""
 
-def pipeline_schedule(name: str, pp: int, vpp: int, m: int) -> list[list[Action]]:
-    """Per pipeline rank, the actions in execution order."""
-    check_schedule_args(name, pp, vpp, m)
-    if name == "afab":
-        return [_afab(r, m) for r in range(pp)]
-    if name == "1f1b":
-        return [_one_f_one_b(r, pp, m) for r in range(pp)]
-    if name == "interleaved-1f1b":
-        return [_interleaved(r, pp, vpp, m) for r in range(pp)]
-    if name == "zb-h1":
-        return [_zb_h1(r, pp, m) for r in range(pp)]
-    if name == "zbv":
-        return [_zbv(r, pp, m) for r in range(pp)]
-    return [_dualpipev(r, pp, m) for r in range(pp)]
+    # ------------------------------------------------------------------ what it is defined for
 
+    def vpp_error(self, vpp: int) -> str | None:
+        """Why `vpp` chunks per rank do not fit the schedule (None: they do)."""
+        if self.vpp is not None and vpp != self.vpp:
+            return f"{self.name} needs vpp = {self.vpp}, got {vpp}"
+        if self.vpp is None and vpp < self.min_vpp:
+            return f"{self.name} needs vpp >= {self.min_vpp}, got {vpp}"
+        return None
+
+    def microbatch_error(self, pp: int, m: int) -> str | None:
+        """Why `m` micro-batches over `pp` ranks do not fit the schedule (None: they do)."""
+        if self.m_multiple_of_pp and m % pp:
+            return f"{self.name} needs micro-batches ({m}) to be a multiple of pp ({pp})"
+        if m < self.min_m_per_pp * pp:
+            return f"{self.name} needs at least {self.min_m_per_pp}*pp = {self.min_m_per_pp * pp} micro-batches, got {m}"
+        return None
+
+    def check(self, pp: int, vpp: int, m: int) -> str | None:
+        """Why (pp, vpp, m) is not a combination the schedule is defined for (None: it is)."""
+        if pp < 1 or m < 1:
+            return f"pp = {pp} and m = {m} must be >= 1"
+        return self.vpp_error(vpp) or self.microbatch_error(pp, m)
+
+    def vpp_candidates(self, layers_per_rank: int) -> list[int]:
+        """Chunk counts the sweep tries for a rank of `layers_per_rank` layers: the fixed one, or every
+        divisor >= `min_vpp` (smallest first)."""
+        if self.vpp is not None:
+            return [self.vpp]
+        return [v for v in range(self.min_vpp, layers_per_rank + 1) if layers_per_rank % v == 0]
+
+    # ------------------------------------------------------------------ placement and communication
+
+    def place(self, pp: int, chunk: int) -> tuple[int, int]:
+        """(pp rank, local chunk index on that rank) of pipeline chunk `chunk` (see `v_shaped`)."""
+        if self.v_shaped:
+            return (chunk, 0) if chunk < pp else (2 * pp - 1 - chunk, 1)
+        return chunk % pp, chunk // pp
+
+    def chunk_rank(self, pp: int, vpp: int, chunk: int) -> int:
+        """Pipeline rank that holds `chunk` (ValueError outside 0..pp*vpp-1)."""
+        if not 0 <= chunk < pp * vpp:
+            raise ValueError(f"chunk {chunk} outside 0..{pp * vpp - 1}")
+        return self.place(pp, chunk)[0]
+
+    def framework_name(self, framework: str) -> str | None:
+        """The framework's name for this schedule; None where the framework does not run it."""
+        return dict(self.frameworks).get(framework)
+
+    # ------------------------------------------------------------------ the action lists
+
+    def rank_lists(self, pp: int, vpp: int, m: int) -> list[list[Action]]:
+        """Per pipeline rank, the actions in execution order (ValueError where `check` objects)."""
+        problem = self.check(pp, vpp, m)
+        if problem:
+            raise ValueError(problem)
+        return [self.actions(r, pp, vpp, m) for r in range(pp)]
+
+
+# ------------------------------------------------------------------------------- the schedules
 
 def _bw(chunk: int, mb: int) -> list[Action]:
     """A backward that is not split: B and W back to back."""
     return [Action("B", chunk, mb), Action("W", chunk, mb)]
 
 
-def _afab(rank: int, m: int) -> list[Action]:
+def _afab(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     """GPipe / all-forward-all-backward (NAR21 §2.2.1): every forward, then every backward in
     micro-batch order (as torch `ScheduleGPipe`)."""
     out = [Action("F", rank, i) for i in range(m)]
@@ -110,7 +173,12 @@ def _afab(rank: int, m: int) -> list[Action]:
     return out
 
 
-def _one_f_one_b(rank: int, pp: int, m: int) -> list[Action]:
+def _afab_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
+    """m: every forward runs before the first backward (NAR21 §2.2.1)."""
+    return [m]
+
+
+def _one_f_one_b(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     """1F1B / PipeDream-Flush (NAR21 §2.2.1, Megatron `forward_backward_pipelining_without_interleaving`):
     pp-1-rank warm-up forwards, then alternate F and B, then drain the remaining backwards."""
     warm = min(pp - 1 - rank, m)
@@ -121,6 +189,12 @@ def _one_f_one_b(rank: int, pp: int, m: int) -> list[Action]:
     for i in range(m - warm, m):
         out += _bw(rank, i)
     return out
+
+
+def _one_f_one_b_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
+    """min(p - i, m) on rank i: its p-1-i warm-up forwards and the first steady one (NAR21 §2.2.1). ZB-H1
+    holds the same (ZB Table 2); the smaller stash a split backward keeps from B until W is not counted."""
+    return [min(pp - rank, m)]
 
 
 def _interleaved(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
@@ -141,6 +215,14 @@ def _interleaved(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     for k in range(total - warm, total):
         out += _bw(bwd[k], bwd_mb[k])
     return out
+
+
+def _interleaved_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
+    """Megatron's warm-up W = 2(p-i-1) + (v-1)p forwards plus the first steady one, capped at m*v, spread
+    over local chunks in groups of p micro-batches (`get_pp_rank_microbatches`); rank 0 holds
+    p + (p-1)/v micro-batch-equivalents (KOR22 §4.2.3)."""
+    held = min(2 * (pp - rank - 1) + (vpp - 1) * pp + 1, m * vpp)
+    return [sum(1 for k in range(held) if (k // pp) % vpp == local) for local in range(vpp)]
 
 
 class _Lane:
@@ -179,7 +261,7 @@ class _Lane:
         return self._next.get((kind, chunk), 0)
 
 
-def _zb_h1(rank: int, pp: int, m: int) -> list[Action]:
+def _zb_h1(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     """ZB-H1 (Qi et al., ICLR'24 "Zero Bubble Pipeline Parallelism" §3.1, Fig. 3): 1F1B's F/B order
     with the backward split into B and W. Rank r runs its first r B's without their W; from then on
     each B is followed by the oldest waiting W, so r W's stay queued and fill the cool-down bubble,
@@ -205,7 +287,7 @@ def _zb_h1(rank: int, pp: int, m: int) -> list[Action]:
     return lane.actions
 
 
-def _zbv(rank: int, pp: int, m: int) -> list[Action]:
+def _zbv(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     """ZB-V (Qi et al., arXiv:2401.10241 §6; sail-sg `handcrafted_zb_v.py`, torch
     `ScheduleZBVZeroBubble`): V-shaped 2 chunks per rank, hand-built for T_F = T_B = T_W.
     Warm-up 2(pp-rank)-1 forwards of the down chunk, rank times (F up, F down), then pp-rank times
@@ -243,7 +325,13 @@ def _zbv(rank: int, pp: int, m: int) -> list[Action]:
     return [a for a in lane.actions if a.mb < m]
 
 
-def _dualpipev(rank: int, pp: int, m: int) -> list[Action]:
+def _zbv_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
+    """2p chunk-passes per rank, the ZB-V scheduler's memory cap (sail-sg `zbv.py`: max_mem =
+    2 * n_stage * f_mem), i.e. 1x of 1F1B (ZB README): 2p-i-1 on the down chunk, i+1 on the up chunk."""
+    return [min(2 * pp - rank - 1, m), min(rank + 1, m)]
+
+
+def _dualpipev(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     """DualPipeV, the V-shaped "cut-in-half" DualPipe (DeepSeek-V3 report §3.2.1;
     deepseek-ai/DualPipe `dualpipev.py`, torch `ScheduleDualPipeV`), 8 steps per rank.
     The overlapped forward+backward pairs of step 4/5 are emitted F first, then B and W (a rank is
@@ -281,6 +369,85 @@ def _dualpipev(rank: int, pp: int, m: int) -> list[Action]:
     while lane.w():                             # 8: the remaining W's
         pass
     return lane.actions
+
+
+def _dualpipev_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
+    """2p+1 chunk-passes (DualPipe README: "PP+1" activations for PP = 2p stages): down chunk 2p-i, up
+    chunk i+1 (DualPipe `dualpipev.py` steps 1-4: 2(p-i-1) + (i+1) down, i+1 up, then one more forward
+    overlapped with a backward)."""
+    return [min(2 * pp - rank, m), min(rank + 1, m)]
+
+
+# ------------------------------------------------------------------------------- the registry
+
+V_NOTE = "V-shaped placement: two chunks per pp rank"
+
+SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in (
+    ScheduleSpec(name="afab", actions=_afab, inflight=_afab_inflight, torch_class="ScheduleGPipe",
+                 frameworks=(("torchtitan", "GPipe"), ("nanotron", "afab")),
+                 sweep_preference=5, sweep_default=False, sweep_note="same bubble as 1f1b, more activations"),
+    ScheduleSpec(name="1f1b", actions=_one_f_one_b, inflight=_one_f_one_b_inflight, p2p_in_steady_state=True,
+                 torch_class="Schedule1F1B", torch_m_at_least_pp=True,
+                 frameworks=(("torchtitan", "1F1B"), ("megatron", "1F1B"), ("nanotron", "1f1b")), sweep_preference=0),
+    ScheduleSpec(name="interleaved-1f1b", actions=_interleaved, inflight=_interleaved_inflight, vpp=None, min_vpp=2,
+                 m_multiple_of_pp=True, torch_class="ScheduleInterleaved1F1B", torch_m_whole_rounds=True,
+                 frameworks=(("torchtitan", "Interleaved1F1B"), ("megatron", "interleaved 1F1B")), sweep_preference=2),
+    # torchtitan has no ZB-H1 (its InterleavedZeroBubble wants several stages per rank); calibrate replay
+    # runs that class with one stage per rank (ZB-H1-like: B and W split, W fills the bubble)
+    ScheduleSpec(name="zb-h1", actions=_zb_h1, inflight=_one_f_one_b_inflight, splits_backward=True,
+                 torch_class="ScheduleInterleavedZeroBubble", torch_m_whole_rounds=True, sweep_preference=1),
+    ScheduleSpec(name="zbv", actions=_zbv, inflight=_zbv_inflight, vpp=2, vpp_note=V_NOTE, v_shaped=True,
+                 splits_backward=True, torch_class="ScheduleZBVZeroBubble",
+                 frameworks=(("torchtitan", "ZBVZeroBubble"),), sweep_preference=3),
+    ScheduleSpec(name="dualpipev", actions=_dualpipev, inflight=_dualpipev_inflight, vpp=2, vpp_note=V_NOTE,
+                 v_shaped=True, splits_backward=True, min_m_per_pp=2, torch_class="ScheduleDualPipeV",
+                 frameworks=(("torchtitan", "DualPipeV"),), sweep_preference=4),
+)}
+"""Every pipeline schedule by its contract name, in the contract's order (`parallel.pp_schedule`).
+Read only: the scenario's choices, the sweep's space and the exports all come from here."""
+
+DEFAULT_SCHEDULE = "1f1b"
+"""The contract's default `parallel.pp_schedule`, also what the sweep lists for a layout without a pipeline."""
+
+
+def schedule_spec(name: str) -> ScheduleSpec:
+    """The registry's spec of schedule `name` (ValueError for an unknown name)."""
+    try:
+        return SCHEDULES[name]
+    except KeyError:
+        raise ValueError(f"unknown pipeline schedule {name!r}; one of {', '.join(SCHEDULES)}") from None
+
+
+def vpp_allowed(name: str) -> str:
+    """What `parallel.vpp` may be with schedule `name`, in words (the scenario's error)."""
+    spec = schedule_spec(name)
+    if spec.vpp is None:
+        return f">= {spec.min_vpp} model chunks per pp rank"
+    if spec.vpp == 1:
+        return f"1 (use {join_names(s.name for s in SCHEDULES.values() if s.vpp != 1)} for chunks)"
+    return f"{spec.vpp} ({spec.vpp_note})" if spec.vpp_note else str(spec.vpp)
+
+
+def splits_backward(name: str) -> bool:
+    """True where the upstream gradient may leave when B ends (zero-bubble schedules)."""
+    return schedule_spec(name).splits_backward
+
+
+def chunk_rank(name: str, pp: int, vpp: int, chunk: int) -> int:
+    """Pipeline rank that holds `chunk` under schedule `name` (`ScheduleSpec.place`)."""
+    return schedule_spec(name).chunk_rank(pp, vpp, chunk)
+
+
+def check_schedule_args(name: str, pp: int, vpp: int, m: int) -> None:
+    """Raise ValueError unless (name, pp, vpp, m) is a combination the schedule is defined for."""
+    problem = schedule_spec(name).check(pp, vpp, m)
+    if problem:
+        raise ValueError(problem)
+
+
+def pipeline_schedule(name: str, pp: int, vpp: int, m: int) -> list[list[Action]]:
+    """Per pipeline rank, the actions in execution order."""
+    return schedule_spec(name).rank_lists(pp, vpp, m)
 
 
 # ------------------------------------------------------------------------------- analysis

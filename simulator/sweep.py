@@ -30,7 +30,8 @@ from .flops import model_flops_per_step
 from .memory import GIB, MemoryReport, memory_report, stage_memory, state_bytes_per_param
 from .model import model_to_mapping
 from .params import layer_params, total_params
-from .scenario import SCHEDULES, Scenario, apply_overrides, read_yaml, scenario_from_mapping, validate_layout
+from .scenario import Scenario, apply_overrides, read_yaml, scenario_from_mapping, validate_layout
+from .schedules import DEFAULT_SCHEDULE, SCHEDULES, schedule_spec
 from .schema import to_mapping
 
 # ----------------------------------------------------------------------------------- search space
@@ -47,12 +48,10 @@ ZERO_ORDER = (1, 2, 3, 0)
 """Preference when a structure is first tried: ZeRO-1 costs no more communication than plain DP
 (reduce-scatter + all-gather vs all-reduce, ZeRO §7.2.1) with a sharded optimizer step; 2 and 3 only
 if memory needs them; 0 holds the most memory, so it is tried last."""
-SCHEDULE_ORDER = ("1f1b", "zb-h1", "interleaved-1f1b", "zbv", "dualpipev", "afab")
-"""Preference for the first try of a structure: 1F1B holds the fewest activations of the schedules
-(MODELING.md 3.4) except ZB-V, which ties; phase 2 tries the others."""
-DEFAULT_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev")
-"""afab is left out by default: the same bubble as 1F1B with m instead of p micro-batches of
-activations (MODELING.md 6), so it never ranks above 1F1B; `--fix parallel.pp_schedule=afab` adds it."""
+# Schedules: the registry's `ScheduleSpec.sweep_preference` orders a structure's first try (1F1B first: it
+# holds the fewest activations of the schedules, MODELING.md 3.4, except ZB-V, which ties; phase 2 tries
+# the others); `sweep_default` False leaves a schedule out unless fixed (AFAB: the same bubble as 1F1B with
+# m instead of p micro-batches of activations, MODELING.md 6, so it never ranks above 1F1B).
 MIN_TOKENS_PER_CP_RANK = 1024
 """Default CP degrees keep at least this many tokens per CP rank: below it the ring's K/V exchange
 outlasts each attention step (USP CP section). An assumption that bounds the default space;
@@ -171,28 +170,22 @@ def _tp_ok(sc: Scenario, tp: int) -> bool:
 def _schedules(sc: Scenario, pp: int, m_micro: int, fixed: dict) -> list[tuple[str, int]]:
     """(schedule, vpp) pairs valid for `pp` pipeline ranks and `m_micro` micro-batches."""
     layers = sc.model.layers
-    if pp == 1:
-        names = fixed.get("pp_schedule", ("1f1b",))
-        name = next((s for s in SCHEDULE_ORDER if s in names and s in ("1f1b", "afab", "zb-h1")), None)
+    if pp == 1:  # no pipeline: one schedule stands for all, the most preferred that runs one chunk
+        names = [s for s in fixed.get("pp_schedule", (DEFAULT_SCHEDULE,)) if not schedule_spec(s).vpp_error(1)]
+        name = min(names, key=lambda s: schedule_spec(s).sweep_preference, default=None)
         return [(name, 1)] if name and 1 in fixed.get("vpp", (1,)) else []
     out = []
-    for s in fixed.get("pp_schedule", DEFAULT_SCHEDULES):
-        if s in ("afab", "1f1b", "zb-h1"):
-            vpps = [1]
-        elif s in ("zbv", "dualpipev"):
-            vpps = [2]
-        else:
-            vpps = [v for v in _divisors(layers // pp) if v >= 2]
-            if "vpp" not in fixed:
-                vpps = vpps[:MAX_DEFAULT_VPP_CHOICES]
+    for s in fixed.get("pp_schedule", [n for n, spec in SCHEDULES.items() if spec.sweep_default]):
+        spec = schedule_spec(s)
+        vpps = spec.vpp_candidates(layers // pp)
+        if spec.vpp is None and "vpp" not in fixed:
+            vpps = vpps[:MAX_DEFAULT_VPP_CHOICES]
         for v in vpps:
             if "vpp" in fixed and v not in fixed["vpp"]:
                 continue
             if layers % (pp * v):
                 continue
-            if s == "interleaved-1f1b" and m_micro % pp:
-                continue
-            if s == "dualpipev" and m_micro < 2 * pp:
+            if spec.microbatch_error(pp, m_micro):
                 continue
             out.append((s, v))
     return out
@@ -264,7 +257,7 @@ def default_space_note(sc: Scenario, fixed: dict) -> str:
     if "vpp" not in fixed:
         parts.append(f"the {MAX_DEFAULT_VPP_CHOICES} smallest interleaved chunk counts")
     if "pp_schedule" not in fixed:
-        parts.append("no afab (same bubble as 1f1b, more activations)")
+        parts += [f"no {spec.name} ({spec.sweep_note})" for spec in SCHEDULES.values() if not spec.sweep_default]
     return ("default search space: " + ", ".join(parts) + "; --fix KEY=VALUES widens or narrows it") if parts else "search space as fixed"
 
 
@@ -680,9 +673,9 @@ def _variant(lay: Layout) -> tuple:
 
 
 def _canonical(group: list[Layout]) -> tuple:
-    """Phase 1's variant: SCHEDULE_ORDER's first schedule, the fewest chunks, sequence parallel on
-    where it is allowed (the same traffic as TP without it, less memory: KOR22 §4.2.2)."""
-    return min({_variant(l) for l in group}, key=lambda v: (SCHEDULE_ORDER.index(v[0]), v[1], not v[2]))
+    """Phase 1's variant: the most preferred schedule (`ScheduleSpec.sweep_preference`), the fewest chunks,
+    sequence parallel on where it is allowed (the same traffic as TP without it, less memory: KOR22 §4.2.2)."""
+    return min({_variant(l) for l in group}, key=lambda v: (schedule_spec(v[0]).sweep_preference, v[1], not v[2]))
 
 
 def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOptions, runner=None,

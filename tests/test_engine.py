@@ -7,7 +7,7 @@ import pytest
 from simulator.costs import CostModel
 from simulator.engine import run_engine, simulate_engine
 from simulator.evaluate.analytic import estimate
-from simulator.plan.lower import FUSED_BACKWARD
+from simulator.schedules import schedule_spec
 from simulator.memory import chunk_activation_bytes, memory_report
 from simulator.scenario import scenario_from_mapping
 
@@ -96,7 +96,7 @@ def test_step_time_equals_the_schedule_oracle(schedule, vpp, pp, m):
     layers_per_chunk = 2
     sc = scenario(pp, m, schedule, vpp, layers=layers_per_chunk * pp * vpp)
     t = layers_per_chunk * LAYER
-    if schedule in FUSED_BACKWARD:  # one autograd backward per chunk: the gradient leaves after its W too
+    if not schedule_spec(schedule).splits_backward:  # one autograd backward per chunk: the gradient leaves after its W too
         want, _ = makespan(pipeline_schedule(schedule, pp, vpp, m), pp, vpp, t, 2 * t, 0.0)
     else:
         want, _ = makespan(pipeline_schedule(schedule, pp, vpp, m), pp, vpp, t, t, t)

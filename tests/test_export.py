@@ -7,10 +7,14 @@ import pytest
 import yaml
 
 from simulator.errors import ScenarioError
-from simulator.export import (TORCH_SCHEDULES, export_best, export_layout, megatron_args, to_megatron, to_nanotron,
+from simulator.export import (export_best, export_layout, megatron_args, to_megatron, to_nanotron,
                               to_torchtitan, unsupported)
 from simulator.scenario import load_scenario
 from simulator.sweep import Evaluation, Layout, candidate_scenario, layout_of, sweep_base
+
+TORCHTITAN_SCHEDULES = {"afab": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "zbv": "ZBVZeroBubble",
+                        "dualpipev": "DualPipeV"}
+"""torch.distributed.pipelining's `get_schedule_class` names torchtitan's `pipeline_parallel_schedule` takes."""
 
 S70 = "scenarios/70b_512gpu.yaml"
 LAYOUTS = [
@@ -54,7 +58,7 @@ def test_torchtitan_toml_names_the_degrees(sc):
     assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"],
             par["expert_parallel_degree"]) == (p.tp, p.pp, p.cp, p.ep)
     if p.pp > 1:
-        assert par["pipeline_parallel_schedule"] == TORCH_SCHEDULES[p.pp_schedule]
+        assert par["pipeline_parallel_schedule"] == TORCHTITAN_SCHEDULES[p.pp_schedule]
         assert par["pipeline_parallel_microbatch_size"] == sc.training.micro_batch
     assert doc["activation_checkpoint"]["mode"] == sc.training.recompute
     assert doc["training"]["global_batch_size"] == sc.training.global_batch

@@ -1,13 +1,13 @@
 """Pipeline schedules: coverage, placement, dependencies, bubbles (MODELING.md 6), activations held
 (MODELING.md 3.4), and agreement with torch.distributed.pipelining's schedule IR (ECOSYSTEM.md 2.5)."""
 from collections import Counter
-from dataclasses import replace
+from dataclasses import fields, replace
 from types import SimpleNamespace
 
 import pytest
 
 from simulator.layout import chunk_owner
-from simulator.scenario import SCHEDULES as CONTRACT_SCHEDULES
+from simulator.scenario import Parallel
 from simulator.schedules import (
     SCHEDULES, Action, check_schedule_args, chunk_rank, peak_inflight, pipeline_schedule,
     makespan,
@@ -40,8 +40,10 @@ def idle(name, pp, m, t_f, t_b, t_w):
     return span - busy[0], 1 - busy[0] / span
 
 
-def test_schedule_names_are_the_contract_names():
-    assert SCHEDULES == CONTRACT_SCHEDULES
+def test_the_scenario_accepts_exactly_the_registry_names():
+    choices = next(f for f in fields(Parallel) if f.name == "pp_schedule").metadata["choices"]
+    assert choices is SCHEDULES
+    assert list(SCHEDULES) == ["afab", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"]
 
 
 @pytest.mark.parametrize("name", SCHEDULES)

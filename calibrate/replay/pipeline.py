@@ -1,5 +1,5 @@
 """Pipeline parallelism with torch.distributed.pipelining: one `PipelineStage` per local model chunk and
-the scenario's schedule class (plan.TORCH_SCHEDULES). Chunk placement is the simulator's
+the scenario's schedule class (`ScheduleSpec.torch_class`). Chunk placement is the simulator's
 (`simulator.layout.rank_chunks`: round-robin for interleaved 1F1B, V-shaped for ZBV and DualPipeV), which
 is also what torch's schedules expect. `scale_grads=False`: the loss function already divides by the
 step's token count, so micro-batch gradients are summed as in the reference. `return_outputs=False`: a
@@ -16,8 +16,6 @@ import torch
 import torch.distributed as dist
 
 from .llama import Transformer
-
-SINGLE_STAGE = ("ScheduleGPipe", "Schedule1F1B")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -42,8 +40,9 @@ def build_pipeline(parts: list[tuple[int, Transformer]], *, schedule: str, stage
                    group: dist.ProcessGroup, device: torch.device, loss_fn: Callable) -> Pipeline:
     import torch.distributed.pipelining as pipelining
     stages = [pipelining.PipelineStage(mod, chunk, stages_total, device, group=group) for chunk, mod in parts]
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
     cls = getattr(pipelining, schedule)
-    target = stages[0] if schedule in SINGLE_STAGE else stages
+    target = stages[0] if issubclass(cls, PipelineScheduleSingle) else stages  # GPipe, 1F1B: one stage per rank
     sched = cls(target, micro_batches, loss_fn=loss_fn, scale_grads=False)
     chunks = [c for c, _ in parts]
     return Pipeline(schedule=sched, has_first=0 in chunks, has_last=stages_total - 1 in chunks)

@@ -14,20 +14,10 @@ from typing import Optional
 
 from simulator.errors import ScenarioError
 from simulator.scenario import Scenario
+from simulator.schedules import schedule_spec
 
 MAX_CPU_RANKS = 8
 """More CPU processes than this on one host only measures the scheduler; refuse (issue 6)."""
-
-TORCH_SCHEDULES = {
-    "afab": "ScheduleGPipe",
-    "1f1b": "Schedule1F1B",
-    "interleaved-1f1b": "ScheduleInterleaved1F1B",
-    "zb-h1": "ScheduleInterleavedZeroBubble",
-    "zbv": "ScheduleZBVZeroBubble",
-    "dualpipev": "ScheduleDualPipeV",
-}
-"""Contract schedule name -> class in torch.distributed.pipelining (ECOSYSTEM.md 2.3). zb-h1 with one
-stage per rank runs torch's InterleavedZeroBubble (ZB-H1-like: B and W split, W fills the bubble)."""
 
 DEFAULT_RTOL = {"fp32": 1e-4, "bf16": 2e-2}
 """Per-step loss tolerance against the single-process reference. fp32: the differences are
@@ -120,11 +110,14 @@ def _check_layout(sc: Scenario) -> None:
     if p.cp > 1 and sc.dp > 1 and abs(order.index("cp") - order.index("dp")) != 1:
         _fail("parallel.order", f"{p.order!r}: cp and dp must be neighbours for the gradient (dp x cp) mesh",
               "e.g. tp-cp-ep-dp-pp")
-    m = sc.micro_batches
-    if p.pp > 1 and p.pp_schedule == "1f1b" and m < p.pp:
-        _fail("training.global_batch", f"torch's Schedule1F1B needs at least pp = {p.pp} micro-batches, got {m}",
+    m, spec = sc.micro_batches, schedule_spec(p.pp_schedule)
+    if p.pp > 1 and spec.torch_class is None:
+        _fail("parallel.pp_schedule", f"{p.pp_schedule} has no torch.distributed.pipelining class to replay it",
+              "a schedule with a torch class (schedules.ScheduleSpec.torch_class)")
+    if p.pp > 1 and spec.torch_m_at_least_pp and m < p.pp:
+        _fail("training.global_batch", f"torch's {spec.torch_class} needs at least pp = {p.pp} micro-batches, got {m}",
               f"global_batch >= {p.pp} * dp * micro_batch")
-    if p.pp > 1 and p.pp_schedule in ("interleaved-1f1b", "zb-h1") and m % max(1, m // p.pp):
+    if p.pp > 1 and spec.torch_m_whole_rounds and m % max(1, m // p.pp):
         _fail("training.global_batch", f"{p.pp_schedule} in torch needs micro-batches ({m}) in whole rounds of pp = {p.pp}",
               "a multiple of pp micro-batches")
 
@@ -178,7 +171,7 @@ def plan_replay(sc: Scenario, options: ReplayOptions) -> ReplayPlan:
     if sc.cluster.nodes > 1 and "WORLD_SIZE" not in os.environ:
         _fail("cluster.nodes", f"{sc.cluster.nodes} nodes: one command starts one node", "nodes: 1, or launch every node with torchrun")
     threads = o.threads or max(1, (os.cpu_count() or 1) // world)
-    schedule = TORCH_SCHEDULES[sc.parallel.pp_schedule] if sc.parallel.pp > 1 else None
+    schedule = schedule_spec(sc.parallel.pp_schedule).torch_class if sc.parallel.pp > 1 else None
     rtol = o.rtol if o.rtol is not None else DEFAULT_RTOL[dtype]
     return ReplayPlan(scenario=sc, options=o, device=device, backend="gloo" if device == "cpu" else "nccl",
                       world=world, dtype=dtype, threads=threads, schedule=schedule, rtol=rtol, notes=tuple(notes))

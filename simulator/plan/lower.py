@@ -32,14 +32,9 @@ from ..step_ops import (bucket_release_blocks, dp_buckets, optimizer_op, param_g
 from ..sharded_params import param_bytes
 from ..opgraph import Comm, Compute
 from ..scenario import Scenario
-from ..schedules import Action, chunk_rank, pipeline_schedule
+from ..schedules import Action, chunk_rank, pipeline_schedule, schedule_spec
 from .blocks import PASS_KINDS, Block, chunk_blocks
 from .policy import ShardingPolicy, sharding_policy
-
-FUSED_BACKWARD = ("afab", "1f1b", "interleaved-1f1b")
-"""Schedules whose backward is one autograd pass per chunk (dgrad and wgrad interleaved layer by layer,
-the input gradient sent when it ends: Megatron's non-split schedules). The split schedules (ZB-H1,
-ZB-V, DualPipeV) run B and W as separate passes even when adjacent, and send after B (ZB §2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +252,8 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
         for c in chunks:
             for kind, bl in chunk_blocks(sc, c, has_emb, cache).items():
                 blocks[(c, kind)] = bl
-        steps = _steps(sched[r], r, owner, n_chunks, pol, overlap, act_bytes, fuse=p.pp_schedule in FUSED_BACKWARD,
+        steps = _steps(sched[r], r, owner, n_chunks, pol, overlap, act_bytes,
+                       fuse=not schedule_spec(p.pp_schedule).splits_backward,
                        gated=gated)
         dp = {}
         for c in chunks:
