@@ -81,6 +81,7 @@ class Lister:
         self._group_shapes = {g: self.times.shape(g) for g in ("dp_cp", "edp")}
         self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s)) for s in range(sc.parallel.pp)]
         self.mailbox: dict = {}
+        self._memo: dict = {}
 
     # ------------------------------------------------------------------ pricing
     def template(self, chunk: int, kind: str) -> PassTemplate:
@@ -164,7 +165,7 @@ class Lister:
                 rk.exposed["pp"] += arrival - max(ready, data_ready)
                 ready = arrival
         if st.gated:
-            end = self._gated(rk, prog, st, ready)
+            end = self._gated_memo(rk, prog, st, ready)
         else:
             tpl = self.template(st.chunk, st.kind)
             grads, dp_free = [], rk.dp_free
@@ -208,6 +209,29 @@ class Lister:
         slowed = slowed_end(ready, end - ready, beside, share)
         rk.exposed["dp"] += slowed - end
         return slowed
+
+    def _gated_memo(self, rk: _Rank, prog: StageProgram, st: Step, ready: float) -> float:
+        """`_gated`, computed once per (stage, chunk, kind, sync, dp-stream backlog): the pass and the
+        collectives it queues are the same up to a shift in time when the dp stream is as far behind at its
+        start (ZeRO-3's steady state: every micro-batch after the first few). A ZeRO-1/2 first forward,
+        gated on the step's own gathers, is not shift-invariant and is listed each time."""
+        if st.param_gated:
+            return self._gated(rk, prog, st, ready)
+        key = (rk.stage, st.chunk, st.kind, st.grad_sync, round(max(0.0, rk.dp_free - ready), 12))
+        hit = self._memo.get(key)
+        if hit is None:
+            before = _snapshot(rk)
+            end = self._gated(rk, prog, st, ready)
+            last = rk.last_dp
+            self._memo[key] = (end - ready, rk.dp_free - ready, _delta(before, _snapshot(rk)),
+                               None if last is None else (last.ready - ready, last.start - ready, last.end - ready, last.dim))
+            return end
+        dur, dp_free, delta, last = hit
+        _apply(rk, delta)
+        rk.dp_free = max(rk.dp_free, ready + dp_free)
+        if last is not None:
+            rk.last_dp = _Queued(ready + last[0], ready + last[1], ready + last[2], last[3])
+        return ready + dur
 
     def _gated(self, rk: _Rank, prog: StageProgram, st: Step, ready: float) -> float:
         """A pass whose blocks wait on DP collectives (ZeRO-3 gathers, prefetched one block ahead with
@@ -310,6 +334,31 @@ class Lister:
             rk.optimizer_s += opt
             rk.ops += 1
             rk.t += opt
+
+
+_SCALARS = ("compute_s", "recompute_s", "optimizer_s", "flops", "ops")
+_DICTS = ("comm", "exposed", "count")
+
+
+def _snapshot(rk: _Rank) -> tuple:
+    return tuple(getattr(rk, a) for a in _SCALARS) + tuple(dict(getattr(rk, a)) for a in _DICTS)
+
+
+def _delta(before: tuple, after: tuple) -> tuple:
+    n = len(_SCALARS)
+    scalars = tuple(a - b for a, b in zip(after[:n], before[:n]))
+    dicts = tuple({k: v - b.get(k, 0) for k, v in a.items() if v != b.get(k, 0)} for a, b in zip(after[n:], before[n:]))
+    return scalars + dicts
+
+
+def _apply(rk: _Rank, delta: tuple) -> None:
+    n = len(_SCALARS)
+    for a, v in zip(_SCALARS, delta[:n]):
+        setattr(rk, a, getattr(rk, a) + v)
+    for a, d in zip(_DICTS, delta[n:]):
+        acc = getattr(rk, a)
+        for k, v in d.items():
+            acc[k] += v
 
 
 def _add(rk: _Rank, compute_s: float, recompute_s: float, flops: float, comm: dict, exposed: dict, count: dict,
