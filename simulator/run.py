@@ -1,7 +1,7 @@
 """`simulate(sc)`: one scenario in, the contract's report (a plain dict) out.
 
 The discrete-event engine (`simulator/engine`) produces the numbers by default; `estimator="analytic"`
-uses the closed-form fast path of `analytic.py`. Either way the report says which one it was.
+lists the same plan without events (`evaluate/analytic.py`). Either way the report says which one it was.
 """
 from __future__ import annotations
 

@@ -4,11 +4,10 @@ GEMM that overlaps one runs on the SMs left over.
 
 A compute op progresses at rate 1 - s while a collective of its rank is in flight beside it and at full
 rate otherwise, s = `cluster.efficiency.comm_sm_share` (`CostModel.sm_share`; 0 by default: no
-slowdown). Counted: the TP / CP / EP collectives inside a pass (`analytic.pass_time`,
-`engine.templates`) and the gradient buckets overlapped with the backward that releases them
-(`overlap_dp`: the engine, `engine.sim`, on every such pass, i.e. ZeRO-2's every backward; the analytic,
-`analytic.estimate`, on the last one, as it prices the DP sync once per step); not yet: ZeRO's parameter gathers overlapped with forwards, ZeRO-3's
-per-layer traffic, PP sends. This is why Megatron's `--tp-comm-overlap` moves the TP transfers to copy
+slowdown). Counted: the TP / CP / EP collectives inside a pass (`evaluate/passes.py`) and the gradient
+buckets overlapped with the backward that releases them (`overlap_dp`: on every pass that releases them,
+i.e. ZeRO-2's every backward; both evaluators, `evaluate/analytic.py` and `engine/sim.py`); not yet:
+ZeRO's parameter gathers overlapped with forwards, ZeRO-3's per-layer traffic, PP sends. This is why Megatron's `--tp-comm-overlap` moves the TP transfers to copy
 engines (userbuffers); nanotron's async column linears and DDP hooks overlap them with SM kernels.
 """
 from __future__ import annotations

@@ -302,7 +302,7 @@ def test_every_schedule_takes_the_span_the_engine_runs(schedule, vpp, pp, m):
 def test_zero3_gathers_routed_experts_over_the_expert_dp_group(parallel):
     """An MoE model's routed experts are replicated over the expert-DP group, not over dp x cp: ZeRO-3
     gathers and reduce-scatters them there, the dense parameters over dp x cp (the engine's
-    `lower._zero3`). Without overlap every collective is exposed, so the two estimators agree on the DP
+    `plan.lower._zero3`). Without overlap every collective is exposed, so the two estimators agree on the DP
     time; before, the analytic moved every parameter over dp x cp: 2.89x and 0.66x the engine's step here."""
     from simulator.run import simulate
     raw = {"name": "moe", "model": {"arch": "llama", "layers": 8, "hidden": 2048, "ffn_hidden": 7168, "heads": 16,

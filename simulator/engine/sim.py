@@ -2,7 +2,7 @@
 
 Each step (one pass of one chunk for one micro-batch) is one timed segment on the rank's compute
 stream: it starts when the compute stream is free and its input has arrived (PP receive), runs its
-template's duration (`templates.py`: TP/CP/EP collectives and their exposed time are inside), then
+template's duration (`evaluate/passes.py`: TP/CP/EP collectives and their exposed time are inside), then
 issues its PP send. Events exist only where ranks or streams interact: a receive that has not been
 sent yet, a rendezvous whose peers have not arrived (full mode), a ZeRO gate, the DP/optimizer
 barrier, and one timeout per step to advance the clock. DP/ZeRO collectives reserve time on the dp

@@ -1,5 +1,5 @@
 """Pass templates: one pass (F, B, W or a fused B+W of one chunk for one micro-batch) list-scheduled
-once over its op graph, so the engine can run it as a single timed segment.
+once over its op graph (the plan's blocks), so both evaluators can run it as a single timed segment.
 
 Every micro-batch of a chunk runs the same ops (the op dataclasses are frozen and identical), so the
 relative timeline of a pass is computed once here and replayed m times by the engine: this is the
@@ -7,7 +7,7 @@ coarsening that keeps the SimPy event count at "one event per pass plus one per 
 interaction" instead of one per op. The op-level timeline survives in the template's `slices`, which
 the trace expands back into one slice per op.
 
-Scheduling rule (the same list scheduling as `analytic.pass_time`, extended across layers): nodes run
+Scheduling rule (list scheduling over the whole pass): nodes run
 in list order; a node starts at max(its deps' ends, its stream's free time); compute ops share the
 rank's compute stream, a `Comm` uses its dimension's stream (tp, cp, ep); nothing starts before the host
 has issued it (a host clock that advances by `CostModel.host_time` per collective). A pass is a sequence of

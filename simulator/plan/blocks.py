@@ -1,7 +1,7 @@
 """Blocks: what one pass of one pipeline chunk runs, as runs of op nodes per layer (or the embedding
 or the LM head), with the parameter tensors each block owns on its rank.
 
-A block's nodes come from the op vocabulary (`ops.layer_passes`, `embedding_forward/backward`,
+A block's nodes come from the op vocabulary (`layer_ops.layer_passes`, `step_ops.embedding_forward/backward`,
 `head_forward/backward`); a pass (F, B, W, or a fused B+W) is its chunk's blocks in execution order.
 Both evaluators price passes from these blocks (`evaluate/passes.py`); nothing here is timed.
 """
@@ -99,7 +99,7 @@ def chunk_layers_of(sc: Scenario, chunk: int) -> list[int]:
 
 def concat(parts: list[tuple[tuple[Node, ...], str]]) -> tuple[tuple[Node, ...], tuple[str, ...]]:
     """Join node lists (each with its letter) into one list with re-based deps; the roots of each later
-    list wait for the previous list's last compute node (ops.py's `_Seq.extend` rule)."""
+    list wait for the previous list's last compute node (`opgraph.OpList.extend`'s rule)."""
     nodes: list[Node] = []
     letters: list[str] = []
     last_compute = None

@@ -1,23 +1,24 @@
 """Lowering: scenario + pipeline schedule -> one program per pipeline stage.
 
 A stage's program is its schedule's actions in execution order (`schedules.pipeline_schedule`), each
-turned into a `Step`: which pass template it runs (the op lists of `ops.layer_passes` for the chunk's
+turned into a `Step`: which pass template it runs (the op lists of `layer_ops.layer_passes` for the chunk's
 layers, plus `embedding_forward/backward` on chunk 0 and `head_forward/backward` on the last chunk),
-what it receives from and sends to other stages (`ops.pp_activation_bytes` each way, NAR21 §2.2), and
+what it receives from and sends to other stages (`step_ops.pp_activation_bytes` each way, NAR21 §2.2), and
 which data-parallel traffic it releases. The per-step work after the last micro-batch (gradient
 buckets when not overlapped, the tied-embedding all-reduce, SP's norm-gradient all-reduce over TP, the
-optimizer `ops.optimizer_op`, the parameter all-gathers that follow it) is the stage's `tail`, in order.
+optimizer `step_ops.optimizer_op`, the parameter all-gathers that follow it) is the stage's `tail`, in order.
 Nothing here is timed: both evaluators read this plan (`evaluate/analytic.py` lists it, `evaluate/engine`
 replays it on a timeline) and price its ops through the cost model (`evaluate/passes.py`).
 
-DP / ZeRO traffic (MODELING.md 4.1; ZeRO §7.2; MEG-DO; MEG-DDP for buckets):
-  ZeRO-0  all-reduce of gradient buckets (`ops.dp_buckets`) on the last micro-batch's backward;
+DP / ZeRO traffic (MODELING.md 4.1; ZeRO §7.2; MEG-DO; MEG-DDP for buckets), as the sharding policy
+(`plan/policy.py`) says:
+  ZeRO-0  all-reduce of gradient buckets (`step_ops.dp_buckets`) on the last micro-batch's backward;
   ZeRO-1  reduce-scatter of the buckets there, all-gather of the updated parameters (in buckets, or
           one collective after the optimizer with `parallel.zero_gather: whole`);
   ZeRO-2  as ZeRO-1 but the reduce-scatter runs on every micro-batch's backward;
   ZeRO-3  per block (layer, embedding, head): all-gather of its parameters before its forward and again
           before its backward, reduce-scatter of its gradients on every micro-batch.
-Dense parameters sync over `dp_cp`, routed experts over `edp` (`ops.rank_params` split).
+Dense parameters sync over `dp_cp`, routed experts over `edp` (`sharded_params.rank_params` split).
 """
 from __future__ import annotations
 
@@ -139,13 +140,13 @@ class Plan:
     """ZeRO-1/2's parameter all-gather buckets start with the step and gate the first forwards (overlap_dp
     with `zero_gather: bucketed`); else they run after the optimizer, exposed."""
     pp_bytes: float
-    """Bytes of one PP send (activations forward, their gradient backward): `ops.pp_activation_bytes`."""
+    """Bytes of one PP send (activations forward, their gradient backward): `step_ops.pp_activation_bytes`."""
 
 
 # ----------------------------------------------------------------------------------- DP / ZeRO
 
 def _split_buckets(buckets: list[float]) -> list[tuple[float, float, float]]:
-    """Consecutive buckets (`ops.dp_buckets`, `ops.param_gather_buckets`) placed end to end:
+    """Consecutive buckets (`step_ops.dp_buckets`, `step_ops.param_gather_buckets`) placed end to end:
     [(bytes, start byte, end byte)]."""
     out, pos = [], 0.0
     for b in buckets:
