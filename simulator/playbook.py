@@ -1,7 +1,7 @@
 """The Ultra-Scale Playbook's nanotron benchmark runs as clustersim scenarios.
 
 `read_runs` parses `nanotron_ultrascale_runs.csv` (4,104 runs of Llama-style models on 1-64 nodes of
-8 x H100, see `../shared/data/playbook/README.md`) into `PlaybookRun` rows; `build_scenario` turns one
+8 x H100, see `validation/data/playbook/README.md`) into `PlaybookRun` rows; `build_scenario` turns one
 row into the `Scenario` nanotron actually ran. `validate.py` simulates them and scores the error.
 
 What the runs did, and where each choice below comes from (nanotron branch `nouamane/bench2`, the
@@ -60,7 +60,9 @@ from typing import Optional
 from .errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CSV = ROOT.parent / "shared" / "data" / "playbook" / "nanotron_ultrascale_runs.csv"
+DEFAULT_CSV = ROOT / "validation" / "data" / "playbook" / "nanotron_ultrascale_runs.csv"
+"""Shipped with the repository (provenance in its README); found from this file, so it works from a clone
+and from an editable install."""
 CSV_ENV = "CLUSTERSIM_PLAYBOOK_CSV"
 """Environment variable that overrides where the CSV is read from."""
 TOPOLOGY = "aws-p5"
@@ -304,7 +306,7 @@ def run_from_row(row: dict, line: int = 0) -> PlaybookRun:
 
 
 def csv_path(path: str | Path | None = None) -> Path:
-    """The CSV to read: `path`, else $CLUSTERSIM_PLAYBOOK_CSV, else the shared data directory."""
+    """The CSV to read: `path`, else $CLUSTERSIM_PLAYBOOK_CSV, else the copy in validation/data/playbook/."""
     return Path(path or os.environ.get(CSV_ENV) or DEFAULT_CSV)
 
 
