@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-top", type=int, default=0, metavar="K",
                     help="as sweep does: re-simulate each group's K best analytic layouts with the engine and pick by it")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--csv", help="the playbook CSV (default: the shared data directory)")
+    ap.add_argument("--csv", help="the playbook CSV (default: validation/data/playbook/nanotron_ultrascale_runs.csv)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     runs = [r for r in read_runs(args.csv) if r.status == "Success" and r.tokens_per_s_per_gpu
