@@ -4,7 +4,7 @@
     python -m calibrate --device cpu [--out FILE] [--scenario FILE] [--quick] [--threads T] [--cpu-ranks R]
     python -m calibrate replay SCENARIO ...      (calibrate/replay/cli.py)
 
-Exit codes (CONTRACT.md): 0 success; 2 bad input (one line on stderr); 1 anything else.
+Exit codes (docs/interface.md): 0 success; 2 bad input (one line on stderr); 1 anything else.
 """
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ def _get(cfg: dict, *keys, default=None):
 def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -> ModelSpec:
     """Normalise a Hugging Face `config.json` (Llama, Mistral, Qwen, GPT-2/GPT-3/GPT-NeoX-style, Mixtral,
     Qwen-MoE, DeepSeek-V2/V3) into a ModelSpec. Field names: transformers' configuration_*.py files
-    (see ECOSYSTEM.md 2.2)."""
+    (see docs/ecosystem.md §2.2)."""
     if not isinstance(cfg, dict):
         raise ScenarioError(path, "a Hugging Face config must be a JSON object")
     mtype = str(cfg.get("model_type", "")).lower()

@@ -352,7 +352,7 @@ def nanotron_pp_layers(layers: int, hidden: int, ffn_hidden: int, heads: int, vo
 
 
 def scenario_mapping(run: PlaybookRun, topology: str = TOPOLOGY, network: str = NETWORK) -> dict:
-    """The scenario (CONTRACT.md keys) nanotron ran for this row; with `network: measured`, a job outside the
+    """The scenario (docs/scenario.md keys) nanotron ran for this row; with `network: measured`, a job outside the
     healthy network state gets the slow state's host floor (`SLOW_STATE_TP_HOST`)."""
     efficiency = dict(NANOTRON_EFFICIENCY)
     if network == "measured" and network_state(run) in ("slow", "degraded node"):

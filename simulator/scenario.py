@@ -1,4 +1,4 @@
-"""Scenario files (CONTRACT.md): YAML read with safe_load, `--set dotted.key=value` overrides, strict
+"""Scenario files (docs/scenario.md): YAML read with safe_load, `--set dotted.key=value` overrides, strict
 validation of every key and of the layout as a whole. The result is a frozen `Scenario` with the model
 and topology resolved; everything downstream takes it as plain data.
 """
@@ -293,7 +293,7 @@ def _divides(a: int, b: int) -> bool:
 
 
 def validate_layout(sc: Scenario) -> Scenario:
-    """Cross-key checks (CONTRACT.md "Every key is validated"); fills dp when omitted."""
+    """Cross-key checks (the layout rules at the top of docs/scenario.md); fills dp when omitted."""
     m, t, p = sc.model, sc.training, sc.parallel
     gpus = sc.gpus
     fixed = p.tp * p.pp * p.cp

@@ -75,3 +75,23 @@ def test_both_estimators_print_the_same_keys_but_what_only_a_timeline_measures(r
     engine, analytic = key_paths(reports["engine"]), key_paths(reports["analytic"])
     assert engine - analytic == {"memory.timeline_peak_gib", "contention_s.<dim>"}
     assert analytic - engine == set()
+
+
+DOC_REF = re.compile(r"docs/([a-z_]+)\.md(?:,? §(\d+(?:\.\d+)?))?")
+
+
+def test_every_docs_reference_in_the_repository_names_an_existing_page_and_section():
+    """`docs/modeling.md §3.2` in a comment, docstring, topology or page: the page exists and has a heading
+    numbered 3.2."""
+    missing, checked = [], 0
+    for path in ROOT.rglob("*"):
+        if path.suffix not in (".py", ".yaml", ".md") or ".git" in path.parts or not path.is_file():
+            continue
+        for m in DOC_REF.finditer(path.read_text()):
+            checked += 1
+            page = ROOT / "docs" / f"{m.group(1)}.md"
+            if not page.exists():
+                missing.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
+            elif m.group(2) and not re.search(rf"^#+ {re.escape(m.group(2))}\.? ", page.read_text(), re.M):
+                missing.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
+    assert missing == [] and checked > 50

@@ -6,7 +6,7 @@ from simulator.ops import (Comm, Compute, dp_buckets, head_backward, head_forwar
                            layer_rank_tensors, param_gather_buckets, rank_params, rank_tensors, shard)
 from simulator.scenario import load_scenario
 
-FLASH_MODEL_SHARE = 3 / 3.5  # FA runs fwd + 2.5x bwd; the model convention counts 3x fwd (MODELING.md 2.4)
+FLASH_MODEL_SHARE = 3 / 3.5  # FA runs fwd + 2.5x bwd; the model convention counts 3x fwd (docs/modeling.md §2.4)
 
 
 def model_flops_from_ops(sc):
@@ -78,7 +78,7 @@ def test_tp_without_sp_all_reduces_twice_each_way():
 
 
 def test_tp_bytes_per_layer_match_megatron_volume():
-    """4 collectives of S_a = 2sbh bytes per layer forward (MODELING.md 4.2)."""
+    """4 collectives of S_a = 2sbh bytes per layer forward (docs/modeling.md §4.2)."""
     sc = load_scenario("scenarios/70b_512gpu.yaml")
     lp = layer_passes(sc, 0)
     s_a = 2 * 4096 * 8192

@@ -5,9 +5,9 @@ Run from anywhere: `python validation/memory_reference.py`. Checks:
     (22B, 175B, 530B, 1T; s = 2048, t = 8), exact; and KOR22 §5's "selective removes 70 %" for GPT-3;
   * ZeRO §5.1-5.3 bytes/param (K = 12, 16-bit grads) and the 7.5B example at N_d = 64
     (120 GB -> 31.4 / 16.6 / 1.9 GB);
-  * Megatron distributed-optimizer table (MEG-DO, MODELING.md 3.1): bf16 params + fp32 grads 18 and
+  * Megatron distributed-optimizer table (MEG-DO, docs/modeling.md §3.1): bf16 params + fp32 grads 18 and
     6 + 12/d, fp32 16 and 8 + 8/d;
-  * the Llama-3-70B worked example of MODELING.md section 8.
+  * the Llama-3-70B worked example of docs/modeling.md §8.
 The GPT scenarios are built with `scenario_from_mapping` from a model mapping (arch gpt).
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ ZERO_PAPER_GB = {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}
 """ZeRO §5 / Figure 1: model states of a 7.5B model at N_d = 64 (rounded to 0.1 GB in the paper)."""
 ZERO_ROUNDING_GB = 0.05
 MODELING_70B = {"states_gb": 9.01, "act_34_gb": 11.41, "eager_gb": 65.1, "logits_mb": 263.0}
-"""MODELING.md 8.2 (stage 0 of Llama-3-70B, TP8 PP8 DP8, s = 4096, b = 1, 1F1B, SP, selective/flash)."""
+"""docs/modeling.md §8.2 (stage 0 of Llama-3-70B, TP8 PP8 DP8, s = 4096, b = 1, 1F1B, SP, selective/flash)."""
 ROUNDED = 0.005
 """Relative tolerance against numbers printed to 3 significant digits."""
 
@@ -136,7 +136,7 @@ def llama70b_rows() -> list[tuple]:
     states = sum(static_bytes(sc, 0).values())
     rows.append(("70B stage 0 model states (7.5 B/param)", states / 1e9, MODELING_70B["states_gb"], "GB",
                  close(states / 1e9, MODELING_70B["states_gb"], ROUNDED)))
-    per_layer = s * b * (12 * h + 4 * m.kv_dim + 6 * m.ffn_hidden) / t  # MODELING.md 3.2 (33.5 sbh/t here)
+    per_layer = s * b * (12 * h + 4 * m.kv_dim + 6 * m.ffn_hidden) / t  # docs/modeling.md §3.2 (33.5 sbh/t here)
     act = activation_bytes_in_flight(sc, 0)
     ref = p * L_stage * per_layer + p * ids
     rows.append(("70B stage 0 activations = 80 x sb(12h+4h_kv+6f)/t + ids", act / 1e9, ref / 1e9, "GB", close(act, ref, EXACT)))

@@ -26,7 +26,7 @@ TORCH_SCHEDULES = {
     "zbv": "ScheduleZBVZeroBubble",
     "dualpipev": "ScheduleDualPipeV",
 }
-"""Contract schedule name -> class in torch.distributed.pipelining (ECOSYSTEM.md 2.3). zb-h1 with one
+"""Contract schedule name -> class in torch.distributed.pipelining (docs/ecosystem.md §2.3). zb-h1 with one
 stage per rank runs torch's InterleavedZeroBubble (ZB-H1-like: B and W split, W fills the bubble)."""
 
 DEFAULT_RTOL = {"fp32": 1e-4, "bf16": 2e-2}
