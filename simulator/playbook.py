@@ -69,7 +69,8 @@ TOPOLOGY = "aws-p5"
 """8 x H100 per node, NVLink inside, 32 x 100 Gb/s EFA between nodes (topologies/aws-p5.yaml)."""
 FIT_LABELS = ("1B", "3B", "8B")
 VALIDATION_LABELS = ("80B", "469G")
-"""The README's split: fit and tune only on 1B/3B/8B; 80B and 469G are reported, never tuned to."""
+"""The data's split (validation/data/playbook/README.md): fit and tune only on 1B/3B/8B; 80B and 469G are reported,
+never tuned to."""
 TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
 NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.0e-4,

@@ -1,4 +1,4 @@
-"""Accuracy on real training runs: writes the results tables and the plot the README links to.
+"""Accuracy on real training runs: writes the results tables and the plot docs/accuracy.md links to.
 
     python validation/playbook_accuracy.py [--sample N] [--estimator analytic|engine] [--out DIR] [--plot FILE]
 
