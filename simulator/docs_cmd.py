@@ -15,11 +15,13 @@ import sys
 import typing
 from pathlib import Path
 
-from .model import MLASpec, MoESpec, ModelSpec
+from .model import PRESET_DIR, MLASpec, MoESpec, ModelSpec
 from .scenario import Cluster, Parallel, Training
-from .topology import DatacenterLink, DatacenterSpec, FabricSpec, GPUSpec, NodeSpec, Topology
+from .topology import TOPOLOGY_DIR, DatacenterLink, DatacenterSpec, FabricSpec, GPUSpec, NodeSpec, Topology
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "scenario.md"
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "scenario.md"
+EXAMPLE = ROOT / "scenarios" / "70b_512gpu.yaml"
 
 SCENARIO_SECTIONS = (("training", Training), ("cluster", Cluster), ("parallel", Parallel))
 MODEL_SECTIONS = (("model", ModelSpec), ("model.moe", MoESpec), ("model.mla", MLASpec))
@@ -37,18 +39,19 @@ one line naming the key path, what was wrong and what is allowed. `--set KEY=VAL
 overrides any key by its dotted path (`--set parallel.tp=4`, `--set model.layers=40`); the value is read
 as YAML.
 
-```yaml
-name: Llama-3-70B on 512 H100, TP8 PP8 DP8   # free text
-model: llama3-70b      # a preset, a path to a Hugging Face config.json, or a mapping (see "model")
-training: {...}
-cluster: {...}
-parallel: {...}
-```
+The top level holds `name` (free text), `model` (a preset, a path to a Hugging Face `config.json`, or a
+mapping: see "Model"), and the sections `training`, `cluster` and `parallel` below.
 
-Besides the per-key checks, the layout as a whole must hold together: dp x tp x pp x cp equals the GPUs
-(nodes x gpus_per_node), tp divides the heads and KV heads, ep divides the experts and dp x cp, the
-layers split over pp x vpp chunks (or `pp_layers` says how), and global_batch is a multiple of
-dp x micro_batch.
+Besides the per-key checks, the layout as a whole must hold together (`scenario.validate_layout`):
+- dp x tp x pp x cp equals the GPUs (nodes x gpus_per_node); `order` names each of tp, cp, ep, dp, pp once;
+- tp divides the attention heads and the FFN sizes, and divides or is a multiple of the KV heads;
+- global_batch is a multiple of dp x micro_batch; seq_len is a multiple of tp x cp with sp, and of 2 x cp
+  with cp > 1 (zig-zag);
+- ep divides the experts and dp x cp (and is 1 for a dense model);
+- vpp is 1 except with interleaved-1f1b (>= 2, micro-batches a multiple of pp), zbv and dualpipev (2;
+  dualpipev needs at least 2 x pp micro-batches); `pp_p2p: blocking` only with 1f1b;
+- the layers split evenly over pp x vpp chunks, or `pp_layers` gives pp x vpp entries summing to them;
+- fp8 needs a GPU with FP8 tensor cores; `autocast` needs bf16, zero 0 and fp32 gradients.
 """
 
 MODEL_INTRO = """
@@ -153,14 +156,21 @@ def undocumented() -> list[str]:
     return out
 
 
+def shipped(directory: Path, suffix: str) -> str:
+    """The names a scenario can use for the files shipped in `directory`, as a sentence."""
+    return ", ".join(f"`{p.stem}`" for p in sorted(directory.glob(f"*{suffix}"))) + "."
+
+
 def render() -> str:
-    lines = [HEADER, "## Scenario file", ""]
+    lines = [HEADER, f"The shipped example, `{EXAMPLE.relative_to(ROOT)}`:", "", "```yaml",
+             EXAMPLE.read_text().rstrip(), "```", "",
+             "Scenarios in `scenarios/`: " + shipped(EXAMPLE.parent, ".yaml"), "", "## Scenario file", ""]
     for path, cls in SCENARIO_SECTIONS:
         lines += section(path, cls)
-    lines.append(MODEL_INTRO)
+    lines += [MODEL_INTRO, "Presets: " + shipped(PRESET_DIR, ".json"), ""]
     for path, cls in MODEL_SECTIONS:
         lines += section(path, cls)
-    lines.append(TOPOLOGY_INTRO)
+    lines += [TOPOLOGY_INTRO, "Shipped topologies: " + shipped(TOPOLOGY_DIR, ".yaml"), ""]
     for path, cls in TOPOLOGY_SECTIONS:
         lines += section(path, cls)
     return "\n".join(lines).rstrip() + "\n"
