@@ -1,5 +1,8 @@
 """The repository stands alone: a copy of its tracked files, away from any sibling directory, runs the
-playbook validation, and no Python file builds a path into `../shared`."""
+playbook validation, no Python file builds a path into `../shared`, and the shipped data is the file its
+provenance names."""
+import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -26,7 +29,7 @@ def test_playbook_validation_runs_from_a_copy_of_the_repository(tmp_path):
     for f in tracked_files():
         (clone / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, clone / f)
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYTHONPATH", "CLUSTERSIM_PLAYBOOK_CSV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CLUSTERSIM_PLAYBOOK_CSV")}
     r = subprocess.run([sys.executable, "-m", "simulator", "validate", "--set", "playbook", "--sample", "50"],
                        cwd=clone, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -39,3 +42,9 @@ def test_no_python_file_reads_the_shared_directory():
     hits = [f"{p.relative_to(ROOT)}:{i}" for p in ROOT.rglob("*.py") if ".git" not in p.parts
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+def test_shipped_playbook_csv_is_the_one_its_provenance_names():
+    data = ROOT / "validation" / "data" / "playbook"
+    named = re.findall(r"sha256 of the CSV:\s*`([0-9a-f]{64})`", (data / "README.md").read_text())
+    assert named and hashlib.sha256((data / "nanotron_ultrascale_runs.csv").read_bytes()).hexdigest() == named[0]
