@@ -4,7 +4,7 @@
     python -m calibrate --device cpu [--out FILE] [--scenario FILE] [--quick] [--threads T] [--cpu-ranks R]
     python -m calibrate replay SCENARIO ...      (calibrate/replay/cli.py)
 
-Exit codes (CONTRACT.md): 0 success; 2 bad input (one line on stderr); 1 anything else.
+Exit codes (docs/interface.md): 0 success; 2 bad input (one line on stderr); 1 anything else.
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE", help="profile to write (default: calibrate/profiles/<device>.json)")
     p.add_argument("--scenario", metavar="FILE",
                    help="measure exactly the GEMM, attention and memory-bound shapes this scenario's ops need")
-    p.add_argument("--quick", action="store_true", help="a small sweep (under a minute on a 2-core CPU)")
+    p.add_argument("--quick", action="store_true",
+                   help="a small sweep of shapes and sizes (about 70 CPU-seconds on CPU; wall time depends on the load)")
     p.add_argument("--threads", type=int, metavar="T",
                    help="CPU: torch threads per process (default 1: one core per rank, as torchrun sets it)")
     p.add_argument("--cpu-ranks", type=int, default=2, metavar="R",

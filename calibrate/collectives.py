@@ -1,5 +1,5 @@
 """Collective probe: all-reduce, all-gather, reduce-scatter, all-to-all and send/recv over sizes and group
-sizes, reported as nccl-tests does (time, algbw, busbw; ECOSYSTEM.md 2.4).
+sizes, reported as nccl-tests does (time, algbw, busbw; docs/ecosystem.md §2.4).
 
 One process per device is started with torch.multiprocessing (spawn): NCCL over the visible GPUs, or
 gloo over CPU processes on 127.0.0.1. Every power-of-two group size up to the world is measured on ranks
@@ -33,7 +33,7 @@ BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
     "all_to_all": lambda n: (n - 1) / n,
     "send_recv": lambda n: 1.0,
 }
-"""busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md, ECOSYSTEM.md 2.4)."""
+"""busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md, docs/ecosystem.md §2.4)."""
 
 
 def group_sizes(world: int) -> list[int]:

@@ -8,7 +8,7 @@ from collections import defaultdict
 from rich.table import Table
 
 ADAMW_BYTES_PER_PARAM = 28
-"""fp32 AdamW traffic: read param, grad, m, v (16 B), write param, m, v (12 B); MODELING.md 7.4 adds the
+"""fp32 AdamW traffic: read param, grad, m, v (16 B), write param, m, v (12 B); docs/modeling.md §7.4 adds the
 bf16 copy and the grad-norm read (~30-34 B) that a plain torch.optim.AdamW step does not do."""
 
 

@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--plot", metavar="FILE", help="write a timeline plot (PNG/SVG/PDF)")
     run.add_argument("--memory-plot", metavar="FILE", help="write memory over time per stage (PNG/SVG/PDF)")
     run.set_defaults(func=cmd_run)
-    for name in ("collectives_cmd", "sweep_cmd", "compare_cmd", "validate_cmd"):
+    for name in ("collectives_cmd", "sweep_cmd", "compare_cmd", "validate_cmd", "docs_cmd"):
         try:
             module = __import__(f"simulator.{name}", fromlist=["add_parser"])
         except ModuleNotFoundError as e:

@@ -14,10 +14,10 @@ API (what `CostModel` and the engine call):
 nccl-tests size S (the whole gathered buffer for all_gather / reduce_scatter, a rank's send buffer for
 all_to_all, the message for send_recv); `group` a `layout.GroupShape` or a list of global ranks.
 
-Model (MODELING.md 5): time = latency + S / algbw for each applicable (algorithm, protocol), fastest
+Model (docs/modeling.md §5): time = latency + S / algbw for each applicable (algorithm, protocol), fastest
 wins, as NCCL's tuner does (NVIDIA/nccl src/graph/tuning.cc). Algorithms: ring (all-reduce, all-gather,
 reduce-scatter), double binary tree (all-reduce), NVLS and NVLS-tree (all-reduce where `node.nvls`),
-hierarchical (intra-node ring, inter-node ring on the rails, intra-node ring; MODELING.md 5.4), pairwise
+hierarchical (intra-node ring, inter-node ring on the rails, intra-node ring; docs/modeling.md §5.4), pairwise
 all-to-all, and send/recv (each member sends to the next, as a pipeline does). algbw is set by the
 bottleneck link class - per-GPU NVLink/PCIe, PCIe switch uplinks, the node's NICs, the leaf-to-spine
 uplinks of a leaf domain, the WAN link between sites - after sharing (static contention):

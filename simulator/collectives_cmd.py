@@ -1,5 +1,5 @@
 """`python -m simulator collectives TOPOLOGY [--nodes N] [--json]`: an nccl-tests-like table of predicted
-collective performance (ECOSYSTEM.md 2.4 columns: size, count, type, time, algbw, busbw) for intra-node
+collective performance (docs/ecosystem.md §2.4 columns: size, count, type, time, algbw, busbw) for intra-node
 groups of 2..gpus_per_node GPUs and inter-node groups across N nodes, from `collectives.estimate`.
 
 Groups are contiguous ranks (a node's first k GPUs), the same GPU of each of N nodes (nccl-tests with

@@ -35,7 +35,7 @@ attention op; eager attention is bound by its scores' HBM traffic anyway. Playbo
 34.8 %, median APE 5.71 -> 5.66 %, the 1B's (head dim 64) one-node tp 1 runs 1.03 -> 1.01 of measured; the
 GEMM efficiency stays 0.55 (0.56 / 0.57: median 5.64 / 5.71 %)."""
 HBM_EFFICIENCY = 0.80
-"""Streaming memory-bound kernels reach 80-90 % of HBM peak (MODELING.md 7.3, assumption)."""
+"""Streaming memory-bound kernels reach 80-90 % of HBM peak (docs/modeling.md §7.3, assumption)."""
 KERNEL_OVERHEAD_S = 4e-6
 """Per-kernel launch/tail gap on the GPU stream (assumption, a few microseconds)."""
 

@@ -1,6 +1,6 @@
 """A layout as a training framework's launch config: torchtitan TOML, Megatron-LM flags, nanotron YAML.
 
-Each writer takes a validated `Scenario` and names the same degrees (ECOSYSTEM.md 2.3 maps the
+Each writer takes a validated `Scenario` and names the same degrees (docs/ecosystem.md §2.3 maps the
 names). A framework that cannot run a layout says why (`unsupported`); `export_best` then takes the
 best-ranked layout it can run. Approximations are stated as comments in the file and as warnings.
 """
@@ -19,7 +19,7 @@ FRAMEWORKS = ("torchtitan", "megatron", "nanotron")
 TORCHTITAN_FLAVORS = {"llama3-8b": "8B", "llama3-70b": "70B", "llama3-405b": "405B"}
 """torchtitan's llama3 flavors for clustersim's presets of the same models."""
 MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
-"""Megatron-FSDP `--data-parallel-sharding-strategy` for ZeRO-2 and ZeRO-3 (ECOSYSTEM.md 2.3)."""
+"""Megatron-FSDP `--data-parallel-sharding-strategy` for ZeRO-2 and ZeRO-3 (docs/ecosystem.md §2.3)."""
 DTYPE = {"bf16": "bfloat16", "fp32": "float32", "fp8": "bfloat16"}
 
 

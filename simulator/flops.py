@@ -1,7 +1,7 @@
 """Training FLOPs. Convention (stated in every report): matmul FLOPs only, 2 per multiply-add, backward =
 2x forward, attention counted causally (only the lower triangle), LM head counted, embedding lookup not,
 recomputation not (that is HFU, not MFU). This is Megatron-LM's `num_floating_point_operations`
-(MODELING.md 2.3): per token 6*N + 6*L*h_q*s; PaLM/Korthikanti count attention non-causally (12*L*h_q*s).
+(docs/modeling.md §2.3): per token 6*N + 6*L*h_q*s; PaLM/Korthikanti count attention non-causally (12*L*h_q*s).
 """
 from __future__ import annotations
 

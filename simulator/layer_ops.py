@@ -3,8 +3,8 @@ any recomputation in front) and weight-grad W, kept apart so zero-bubble schedul
 (`layer_passes`). Each entry is a `Node` (`opgraph.py`): an op and the indices of the nodes in the same
 list it waits for.
 
-Where Megatron puts TP/SP collectives: NAR21 §3.2, KOR22 §4.2.2 and MODELING.md 4.2; CP: MODELING.md
-4.3 (RFA); EP: 4.5 (MEG-MAP). Memory-bound byte counts: MODELING.md 7.3 (derived).
+Where Megatron puts TP/SP collectives: NAR21 §3.2, KOR22 §4.2.2 and docs/modeling.md §4.2; CP: docs/modeling.md
+4.3 (RFA); EP: 4.5 (MEG-MAP). Memory-bound byte counts: docs/modeling.md §7.3 (derived).
 """
 from __future__ import annotations
 

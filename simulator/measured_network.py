@@ -40,7 +40,7 @@ from . import collectives, nccl_algorithms
 from .topology import Topology
 
 PROBE_BYTES = 4 * 256 * 2 ** 20
-"""nanotron's probe: torch.ones(256 Mi) fp32 = 1 GiB (ECOSYSTEM.md: nccl-tests busbw)."""
+"""nanotron's probe: torch.ones(256 Mi) fp32 = 1 GiB (docs/ecosystem.md: nccl-tests busbw)."""
 NIC_EFFICIENCY_RANGE = (1e-3, 1.0)
 INTRA_SCALE_RANGE = (1e-3, 1.0)
 TREES = ("tree", "nvls_tree")

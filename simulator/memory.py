@@ -11,7 +11,7 @@ and whose backward (B) has not, at the rank's worst moment. For the discrete-eve
 `chunk_activation_bytes(c)` when F of (c, micro-batch) starts and free it when its B ends; the
 transient buffers live only inside one layer's (or the loss's) pass; the rest are held all step.
 
-Sources (MODELING.md): model states §3.1 (ZeRO §5.1-5.3, MEG-DO); per-layer activations §3.2 (KOR22
+Sources (docs/modeling.md): model states §3.1 (ZeRO §5.1-5.3, MEG-DO); per-layer activations §3.2 (KOR22
 Eq. 1-4, Table 2; Llama-style bookkeeping derived there); ends of the pipeline §3.3 (KOR22 §4.3,
 MEG-MEM); micro-batches in flight §3.4 (NAR21, KOR22 §4.2.3, ZB, DualPipe README); buffers §3.5.
 Neighbours: `ops.rank_params` (parameters per rank), `ops.shard` (per-rank tensor sizes), `layout`
@@ -32,7 +32,7 @@ from .scenario import Scenario
 from .schedules import schedule_spec
 
 GIB = 2 ** 30
-"""Bytes per GiB (CONTRACT.md: GiB = 2^30 bytes)."""
+"""Bytes per GiB (docs/report.md: GiB = 2^30 bytes)."""
 
 # ----------------------------------------------------------------------------------- constants
 
@@ -66,7 +66,7 @@ its default post-top-k softmax keeps only top_k per token, so this is the larger
 DP_BUCKETS_IN_FLIGHT = 2
 """ZeRO-2/3: one gradient bucket being reduce-scattered while the next fills (DeepSpeed keeps two
 `ipg` buffers with `overlap_comm`; DS-CFG). ZeRO-0/1 reduce in place in Megatron's contiguous
-fp32 grad buffer, whose buckets are views (MEG-DDP; MODELING.md 3.5): no extra memory."""
+fp32 grad buffer, whose buckets are views (MEG-DDP; docs/modeling.md §3.5): no extra memory."""
 ZERO3_LIVE_UNITS = 2
 """ZeRO-3 / FSDP: the gathered parameters of the current layer plus the prefetched next one."""
 CUDA_CONTEXT_BYTES = 400e6
@@ -145,7 +145,7 @@ def zero_groups(sc: Scenario) -> tuple[int, int]:
 
 def static_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None = None) -> dict[str, float]:
     """Weights, gradients and optimizer states on one rank of pipeline stage `pp_rank`:
-    dense parameters sharded over dp*cp, routed experts over the expert-DP group (MODELING.md 3.1).
+    dense parameters sharded over dp*cp, routed experts over the expert-DP group (docs/modeling.md §3.1).
     V schedules hold each chunk once: DualPipeV's "2x parameters" (DualPipe README) is per device
     with 2 of the 2*pp stages, i.e. this rank's own two chunks, not a second copy.
     `groups`: `zero_groups(sc)` if already known (it is the same for every stage)."""
@@ -197,7 +197,7 @@ def _moe_rows(sc: Scenario, z: Shard) -> tuple[int, float]:
 
 def _mlp_terms(sc: Scenario, z: Shard, ffn_per_rank: float, rows: float, prefix: str) -> dict[str, float]:
     """Stored tensors of one FFN after its input: GeLU input and FC2 input (KOR22 §4.1: 8sbh + 8sbh
-    at f = 4h), or SwiGLU gate, up and FC2 input (MODELING.md 3.2: 6sbf)."""
+    at f = 4h), or SwiGLU gate, up and FC2 input (docs/modeling.md §3.2: 6sbf)."""
     ab = z.ab
     if sc.model.gated_mlp:
         return {f"{prefix}gate": ab * rows * ffn_per_rank, f"{prefix}up": ab * rows * ffn_per_rank,
@@ -212,13 +212,13 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     2sbh, attention dropout mask sbh, FC1 input 2sbh, GeLU input 8sbh, FC2 input 8sbh, MLP dropout mask
     sbh = 34sbh; eager attention adds softmax output 2as^2b, its dropout mask as^2b, dropout output
     2as^2b (Eq. 1). TP splits all but the norm inputs, linear inputs and masks (Eq. 2: 10 + 24/t);
-    SP splits those too (Eq. 4). Llama (MODELING.md 3.2, derived): RMSNorm inputs, QKV input, Q, K, V
+    SP splits those too (Eq. 4). Llama (docs/modeling.md §3.2, derived): RMSNorm inputs, QKV input, Q, K, V
     (GQA widths), out-proj input, FC1 input, gate, up, FC2 input = sb(12h + 4h_kv + 6f); no dropout, so
     eager attention stores only the softmax output (2as^2b), which is also the AV input.
     Flash attention stores no scores, only an fp32 log-sum-exp. Selective recompute drops the score
     terms (KOR22 Table 2) and the LSE (the core attention is re-run from Q, K, V). Full recompute keeps
     only the layer input: 2sbh, or 2sbh/t with SP since the tensor between layers is sequence-sharded
-    in Megatron (MODELING.md 3.2, derived; KOR22 Table 2 gives 2sbh for its non-SP layout).
+    in Megatron (docs/modeling.md §3.2, derived; KOR22 Table 2 gives 2sbh for its non-SP layout).
     CP: local s/c queries against all s keys. MoE layer: router input and fp32 probabilities, the
     dispatched rows (tokens x top_k x ep_imbalance) through the expert FFN, the returned expert outputs
     kept for the probability-weighted combine, and shared experts as a dense FFN."""
@@ -337,7 +337,7 @@ def activation_bytes_in_flight(sc: Scenario, pp_rank: int) -> float:
 # ----------------------------------------------------------------------------------- buffers
 
 def _layer_transients(sc: Scenario, layer: int, z: Shard) -> dict[str, float]:
-    """Temporaries alive during one layer's pass (MODELING.md 3.5): SP all-gathered input (2sbh);
+    """Temporaries alive during one layer's pass (docs/modeling.md §3.5): SP all-gathered input (2sbh);
     ring CP: the next K/V chunk plus the dK/dV travelling back in backward (RFA); all-gather CP: the
     gathered K/V and the full dK/dV before the reduce-scatter; EP all-to-all send buffer; eager
     attention: the raw QK^T scores, plus the recomputed score tensors under selective recompute;
@@ -466,7 +466,7 @@ class MemoryReport:
     per_stage: list[StageMemory]
 
     def to_json(self) -> dict:
-        """The contract's `memory` object (CONTRACT.md `run --json`)."""
+        """The contract's `memory` object (docs/report.md)."""
         return {"capacity_gib": self.capacity_gib, "peak_gib": self.peak_gib, "fits": self.fits,
                 "per_stage": [s.as_gib() for s in self.per_stage]}
 

@@ -47,9 +47,13 @@ class MLASpec:
     q_lora_rank: int = 0
     """0 = no low-rank query projection."""
     kv_lora_rank: int = 512
+    """Rank of the compressed K/V latent."""
     qk_nope_head_dim: int = 128
+    """Per-head query/key size without rotary position."""
     qk_rope_head_dim: int = 64
+    """Per-head query/key size that carries the rotary position."""
     v_head_dim: int = 128
+    """Per-head value size."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,21 +61,29 @@ class ModelSpec:
     arch: str = field(metadata={"choices": ("llama", "gpt")})
     """llama: RMSNorm, SwiGLU, RoPE, GQA, no biases. gpt: LayerNorm and linear biases, 4h GeLU MLP, learned positions."""
     layers: int = field(metadata={"min": 1})
+    """Transformer layers."""
     hidden: int = field(metadata={"min": 1})
+    """Model (hidden) dimension."""
     ffn_hidden: int = field(metadata={"min": 1})
     """Dense FFN inner size (SwiGLU: each of gate/up)."""
     heads: int = field(metadata={"min": 1})
+    """Query heads."""
     kv_heads: Optional[int] = None
     """KV heads (GQA groups); null = heads (plain multi-head attention)."""
     vocab: int = field(metadata={"min": 1})
+    """Vocabulary size (as padded by the framework)."""
     tie_embeddings: bool = False
+    """The LM head shares the input embedding's weights."""
     head_dim: Optional[int] = None
     """Per-head size; null = hidden / heads."""
     positions: int = field(default=0, metadata={"min": 0})
     """Learned position-embedding rows (GPT-2/3); 0 for rotary models."""
     moe: Optional[MoESpec] = None
+    """Mixture of experts (see `model.moe`); null = dense model."""
     mla: Optional[MLASpec] = None
+    """DeepSeek latent attention (see `model.mla`); null = standard attention."""
     name: str = "custom"
+    """Label for reports; a preset sets its own."""
 
     # --- derived sizes -------------------------------------------------------------------
     @property
@@ -152,7 +164,7 @@ def _get(cfg: dict, *keys, default=None):
 def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -> ModelSpec:
     """Normalise a Hugging Face `config.json` (Llama, Mistral, Qwen, GPT-2/GPT-3/GPT-NeoX-style, Mixtral,
     Qwen-MoE, DeepSeek-V2/V3) into a ModelSpec. Field names: transformers' configuration_*.py files
-    (see ECOSYSTEM.md 2.2)."""
+    (see docs/ecosystem.md §2.2)."""
     if not isinstance(cfg, dict):
         raise ScenarioError(path, "a Hugging Face config must be a JSON object")
     mtype = str(cfg.get("model_type", "")).lower()

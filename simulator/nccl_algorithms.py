@@ -18,9 +18,9 @@ PROTOCOLS = ("LL", "LL128", "Simple")
 
 # --- achievable bandwidth, large messages ------------------------------------------------------
 NVLINK4_GBS = 450.0
-"""H100/H200 NVLink4 per GPU per direction (900 GB/s bidirectional; MODELING.md 2.5)."""
+"""H100/H200 NVLink4 per GPU per direction (900 GB/s bidirectional; docs/modeling.md §2.5)."""
 RING_BUSBW_H100_GBS = 370.0
-"""~370 GB/s busbw for ring AG/RS/AR on 8 x H100 (nccl-tests #212, NVIDIA maintainer; MODELING.md 5.3)."""
+"""~370 GB/s busbw for ring AG/RS/AR on 8 x H100 (nccl-tests #212, NVIDIA maintainer; docs/modeling.md §5.3)."""
 NVLS_BUSBW_H100_GBS = 480.0
 """~480 GB/s all-reduce busbw with NVLink SHARP on 8 x H100 (nccl-tests #212, #290: 476; #272 H200: 475)."""
 BUS_EFFICIENCY = {"nvswitch": RING_BUSBW_H100_GBS / NVLINK4_GBS, "nvlink": RING_BUSBW_H100_GBS / NVLINK4_GBS,
@@ -31,7 +31,7 @@ NVLS_EFFICIENCY = (NVLS_BUSBW_H100_GBS / (2 * 7 / 8)) * (1 + 1 / 8) / NVLINK4_GB
 """NVLS all-reduce moves S(1 + 1/n) per GPU per direction (multimem ld_reduce of its 1/n slice from the
 switch, then st multicast); fitted so 8 x H100 gives 480 GB/s busbw (algbw 274): 0.686 of NVLink."""
 NIC_EFFICIENCY = 47.0 / 50.0
-"""46-48 GB/s achieved per 400 Gb/s NDR NIC (nccl-tests #290, NVIDIA maintainer; MODELING.md 5.3)."""
+"""46-48 GB/s achieved per 400 Gb/s NDR NIC (nccl-tests #290, NVIDIA maintainer; docs/modeling.md §5.3)."""
 WAN_EFFICIENCY = 1.0
 """Long-haul links priced at nominal rate, as Epoch AI's decentralized-training estimate does (assumption)."""
 
@@ -63,7 +63,7 @@ NCCL_P2P_LL_THRESHOLD = 16384
 
 
 def busbw_factor(collective: str, n: int) -> float:
-    """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md; ECOSYSTEM.md 2.4): all-reduce 2(n-1)/n,
+    """nccl-tests bus-bandwidth factor (doc/PERFORMANCE.md; docs/ecosystem.md §2.4): all-reduce 2(n-1)/n,
     all-gather / reduce-scatter / all-to-all (n-1)/n, send/recv 1."""
     if collective == "all_reduce":
         return 2 * (n - 1) / n
@@ -356,7 +356,7 @@ def _nvls(topology, L, sh) -> list[Candidate]:
 
 
 def _hierarchical(topology, L, sh, collective) -> list[Candidate]:
-    """MODELING.md 5.4, phases one after another: all-reduce = ring reduce-scatter in the node, ring
+    """docs/modeling.md §5.4, phases one after another: all-reduce = ring reduce-scatter in the node, ring
     all-reduce of the S/p shards across nodes (p rails at once), ring all-gather in the node;
     all-gather = across nodes then in the node; reduce-scatter = the reverse. A candidate for the
     all-reduce only (`candidates`): NCCL runs all-gather and reduce-scatter as flat rings."""

@@ -4,7 +4,7 @@ with stream semantics (`OpList`), and the per-rank sizes every op is built from 
 The lists themselves are built by `layer_ops.py` (one transformer layer's F, B and W passes) and
 `step_ops.py` (the pipeline's ends and the per-step work); the parameters a rank holds by
 `sharded_params.py`. Compute ops run on the rank's compute stream in list order; a `Comm` runs on its
-dimension's stream. Memory-bound byte counts: MODELING.md 7.3 (derived).
+dimension's stream. Memory-bound byte counts: docs/modeling.md §7.3 (derived).
 """
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ class OpList:
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """Per-rank sizes of one micro-batch (MODELING.md section 0 notation)."""
+    """Per-rank sizes of one micro-batch (docs/modeling.md §0 notation)."""
     b: int
     s: int
     """Local sequence length s/c."""
@@ -151,18 +151,18 @@ def shard(sc: Scenario) -> Shard:
 
 
 def gemm(name: str, m: int, n: int, k: int, z: Shard, repeat: int = 1) -> Compute:
-    """2mnk FLOPs; bytes = operands and result once each (NAR21 App.; MODELING.md 7.1)."""
+    """2mnk FLOPs; bytes = operands and result once each (NAR21 App.; docs/modeling.md §7.1)."""
     return Compute(name, "gemm", 2.0 * m * n * k * repeat, float((m * k + k * n) * z.gb + m * n * z.ab) * repeat,
                    z.dtype, (m, n, k), repeat)
 
 
 def elementwise(name: str, elements: float, passes: float, z: Shard, elt_bytes: int | None = None) -> Compute:
-    """Memory-bound: `passes` reads+writes of `elements` (MODELING.md 7.3, derived byte counts)."""
+    """Memory-bound: `passes` reads+writes of `elements` (docs/modeling.md §7.3, derived byte counts)."""
     return Compute(name, "elementwise", 0.0, float(elements * passes * (elt_bytes or z.ab)), "bf16" if z.ab == 2 else "fp32",
                    (int(elements),))
 
 
-# Passes over the tensor (reads + writes) for memory-bound ops, forward and backward (MODELING.md 7.3).
+# Passes over the tensor (reads + writes) for memory-bound ops, forward and backward (docs/modeling.md §7.3).
 NORM_PASSES = (2, 3)
 SWIGLU_PASSES = (3, 5)
 GELU_PASSES = (2, 3)

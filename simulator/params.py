@@ -1,9 +1,9 @@
 """Parameter counts: whole model (total and active per token) and per GPU after TP/PP/EP sharding.
 
 Llama: attn = h*(a*d_h) + 2*h*(g*d_h) + (a*d_h)*h, MLP = 3*h*f, norms 2h per layer, final norm h,
-embedding V*h and an untied LM head V*h (MODELING.md 1.2, after Megatron's theoretical_memory_usage.py).
-GPT: 12h^2 + 13h per layer, final LayerNorm 2h, learned positions s*h (MODELING.md 1.1).
-MoE: E_r * 3*h*f_e routed + shared experts + router h*E_r (MODELING.md 1.3). MLA: DeepSeek-V3's
+embedding V*h and an untied LM head V*h (docs/modeling.md §1.2, after Megatron's theoretical_memory_usage.py).
+GPT: 12h^2 + 13h per layer, final LayerNorm 2h, learned positions s*h (docs/modeling.md §1.1).
+MoE: E_r * 3*h*f_e routed + shared experts + router h*E_r (docs/modeling.md §1.3). MLA: DeepSeek-V3's
 low-rank Q and KV projections (DSV3 §2.1.1, Hugging Face modeling_deepseek_v3.py).
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def active_params(m: ModelSpec) -> int:
 
 def flop_params(m: ModelSpec) -> int:
     """The N of 6N: active parameters that do matmuls (no embedding lookup, no norms), LM head counted
-    even when tied (it is a matmul either way). MODELING.md 2.3."""
+    even when tied (it is a matmul either way). docs/modeling.md §2.3."""
     total = 0
     for i in range(m.layers):
         p = layer_params(m, i)

@@ -1,7 +1,7 @@
 """The Ultra-Scale Playbook's nanotron benchmark runs as clustersim scenarios.
 
 `read_runs` parses `nanotron_ultrascale_runs.csv` (4,104 runs of Llama-style models on 1-64 nodes of
-8 x H100, see `../shared/data/playbook/README.md`) into `PlaybookRun` rows; `build_scenario` turns one
+8 x H100, see `validation/data/playbook/README.md`) into `PlaybookRun` rows; `build_scenario` turns one
 row into the `Scenario` nanotron actually ran. `validate.py` simulates them and scores the error.
 
 What the runs did, and where each choice below comes from (nanotron branch `nouamane/bench2`, the
@@ -60,14 +60,17 @@ from typing import Optional
 from .errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CSV = ROOT.parent / "shared" / "data" / "playbook" / "nanotron_ultrascale_runs.csv"
+DEFAULT_CSV = ROOT / "validation" / "data" / "playbook" / "nanotron_ultrascale_runs.csv"
+"""Shipped with the repository (provenance in its README); found from this file, so it works from a clone
+and from an editable install."""
 CSV_ENV = "CLUSTERSIM_PLAYBOOK_CSV"
 """Environment variable that overrides where the CSV is read from."""
 TOPOLOGY = "aws-p5"
 """8 x H100 per node, NVLink inside, 32 x 100 Gb/s EFA between nodes (topologies/aws-p5.yaml)."""
 FIT_LABELS = ("1B", "3B", "8B")
 VALIDATION_LABELS = ("80B", "469G")
-"""The README's split: fit and tune only on 1B/3B/8B; 80B and 469G are reported, never tuned to."""
+"""The data's split (validation/data/playbook/README.md): fit and tune only on 1B/3B/8B; 80B and 469G are reported,
+never tuned to."""
 TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
 NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.0e-4,
@@ -304,7 +307,7 @@ def run_from_row(row: dict, line: int = 0) -> PlaybookRun:
 
 
 def csv_path(path: str | Path | None = None) -> Path:
-    """The CSV to read: `path`, else $CLUSTERSIM_PLAYBOOK_CSV, else the shared data directory."""
+    """The CSV to read: `path`, else $CLUSTERSIM_PLAYBOOK_CSV, else the copy in validation/data/playbook/."""
     return Path(path or os.environ.get(CSV_ENV) or DEFAULT_CSV)
 
 
@@ -350,7 +353,7 @@ def nanotron_pp_layers(layers: int, hidden: int, ffn_hidden: int, heads: int, vo
 
 
 def scenario_mapping(run: PlaybookRun, topology: str = TOPOLOGY, network: str = NETWORK) -> dict:
-    """The scenario (CONTRACT.md keys) nanotron ran for this row; with `network: measured`, a job outside the
+    """The scenario (docs/scenario.md keys) nanotron ran for this row; with `network: measured`, a job outside the
     healthy network state gets the slow state's host floor (`SLOW_STATE_TP_HOST`)."""
     efficiency = dict(NANOTRON_EFFICIENCY)
     if network == "measured" and network_state(run) in ("slow", "degraded node"):

@@ -24,7 +24,7 @@ ranges, beyond which a lookup gives None rather than extrapolating, are the cons
 | optimizer | parameters | down to 1/4 (floor) | up to 64x, linear |
 | collectives | collective, group size, tier; bytes | any size, at the smallest point's time (latency floor) | up to 16x, at the largest point's busbw |
 
-Schema: CONTRACT.md "Calibration profile"; writer: `calibrate/cli.py`.
+Schema: docs/interface.md "Calibration profile"; writer: `calibrate/cli.py`.
 """
 from __future__ import annotations
 
@@ -256,7 +256,7 @@ class CollectivePoint(_Timed):
     dtype: str = "fp32"
     algbw_gbs: float = field(metadata={"min": 0.0})
     busbw_gbs: float = field(metadata={"min": 0.0})
-    """algbw x factor (ECOSYSTEM.md 2.4): all_reduce 2(n-1)/n, all_gather/reduce_scatter/all_to_all (n-1)/n, send_recv 1."""
+    """algbw x factor (docs/ecosystem.md §2.4): all_reduce 2(n-1)/n, all_gather/reduce_scatter/all_to_all (n-1)/n, send_recv 1."""
     in_step_s: Optional[float] = field(default=None, metadata={"min": 0.0})
     """CPU (gloo) only: the collective's cost inside a training step, issued before a few ms of compute and
     waited for after it, less that compute alone (calibrate/collectives.py `_in_step`). On a host whose

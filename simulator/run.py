@@ -40,7 +40,7 @@ def measured_compute_fraction(sc: Scenario, cost, plan=None) -> float:
 
 def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, trace_path=None, plot_path=None,
              memory_plot_path=None) -> dict:
-    """Simulate one optimizer step of `sc` and return the `run --json` report (CONTRACT.md)."""
+    """Simulate one optimizer step of `sc` and return the `run --json` report (docs/report.md)."""
     t0 = time.perf_counter()
     cost = build_cost_model(sc)
     if estimator == "engine" and not _engine_available():
@@ -64,7 +64,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
     model_flops = model_flops_per_step(sc.model, sc.training.seq_len, sc.training.global_batch)
     tflops = model_flops / iteration / gpus / 1e12
     peak = sc.topology.peak_flops(sc.training.precision) / 1e12
-    # MFU against the bf16 dense peak even for fp8 (MODELING.md 2.5: state which peak)
+    # MFU against the bf16 dense peak even for fp8 (docs/modeling.md §2.5: state which peak)
     mfu_peak = sc.topology.peak_flops("bf16" if sc.training.precision == "fp8" else sc.training.precision) / 1e12
     mem = memory_report(sc)
     mem_json = mem.to_json()

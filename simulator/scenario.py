@@ -1,4 +1,4 @@
-"""Scenario files (CONTRACT.md): YAML read with safe_load, `--set dotted.key=value` overrides, strict
+"""Scenario files (docs/scenario.md): YAML read with safe_load, `--set dotted.key=value` overrides, strict
 validation of every key and of the layout as a whole. The result is a frozen `Scenario` with the model
 and topology resolved; everything downstream takes it as plain data.
 """
@@ -32,6 +32,7 @@ DIMS = ("tp", "cp", "ep", "dp", "pp")
 @dataclass(frozen=True, kw_only=True)
 class Training:
     seq_len: int = field(metadata={"min": 1})
+    """Tokens per sequence."""
     global_batch: int = field(metadata={"min": 1})
     """Sequences per optimizer step, all DP replicas together."""
     micro_batch: int = field(default=1, metadata={"min": 1})
@@ -39,8 +40,13 @@ class Training:
     precision: str = field(default="bf16", metadata={"choices": ("fp32", "bf16", "fp8")})
     """bf16/fp8: fp32 master weights and fp32 optimizer states."""
     recompute: str = field(default="none", metadata={"choices": ("none", "selective", "full")})
+    """Activation recomputation: none; selective (core attention recomputed in the backward, Korthikanti et al.);
+    full (only each layer's input kept, the whole layer's forward re-run in the backward)."""
     attention: str = field(default="flash", metadata={"choices": ("flash", "eager")})
+    """flash: the attention scores are never stored (FlashAttention); eager: softmax scores and dropout mask
+    are stored per layer (s^2 terms in activation memory)."""
     optimizer: str = field(default="adamw", metadata={"choices": ("adamw", "sgd")})
+    """adamw: two fp32 moments per parameter; sgd: none (plain SGD without momentum)."""
     grad_dtype: Optional[str] = field(default=None, metadata={"choices": ("fp32", "bf16")})
     """Gradient accumulation and reduction dtype; null = fp32 (Megatron's main_grad, nanotron's default)."""
     grad_accum_fused: bool = True
@@ -64,7 +70,9 @@ class Training:
 @dataclass(frozen=True, kw_only=True)
 class Cluster:
     topology: str
+    """A file name in topologies/ without its extension, or a path to a topology YAML."""
     nodes: int = field(default=1, metadata={"min": 1})
+    """Nodes; GPUs = nodes x gpus_per_node."""
     gpus_per_node: Optional[int] = field(default=None, metadata={"min": 1})
     """Defaults to the topology's."""
     profile: str = "default"
@@ -83,15 +91,21 @@ class Parallel:
     dp: Optional[int] = field(default=None, metadata={"min": 1})
     """Null: GPUs / (tp * pp * cp)."""
     tp: int = field(default=1, metadata={"min": 1})
+    """Tensor parallel size (Megatron: column/row-parallel linears)."""
     pp: int = field(default=1, metadata={"min": 1})
+    """Pipeline stages."""
     cp: int = field(default=1, metadata={"min": 1})
+    """Context parallel size: the sequence split over cp ranks (see cp_comm)."""
     ep: int = field(default=1, metadata={"min": 1})
     """Expert parallel; borrows from dp*cp for the expert layers."""
     zero: int = field(default=0, metadata={"choices": (0, 1, 2, 3)})
+    """ZeRO stage over the DP (x CP) group: 0 plain DP; 1 optimizer states sharded (Megatron's distributed
+    optimizer); 2 gradients too; 3 parameters too (FSDP)."""
     sp: bool = False
     """Sequence parallel in the TP regions (Megatron SP; nanotron tp_mode REDUCE_SCATTER)."""
     pp_schedule: str = field(default=DEFAULT_SCHEDULE, metadata={"choices": SCHEDULES})
-    """A name in the schedule registry (`schedules.SCHEDULES`)."""
+    """Pipeline schedule, a name in the schedule registry (`schedules.SCHEDULES`): afab (GPipe), 1f1b,
+    interleaved-1f1b (vpp >= 2), zb-h1 (zero bubble), zbv and dualpipev (V-shaped, vpp 2)."""
     vpp: int = field(default=1, metadata={"min": 1})
     """Model chunks per pp rank, as the schedule allows (`ScheduleSpec.vpp`: interleaved >= 2, V-shaped 2)."""
     pp_layers: Optional[list[int]] = None
@@ -105,13 +119,17 @@ class Parallel:
     order: str = "tp-cp-ep-dp-pp"
     """Rank placement, innermost first."""
     dp_bucket_mb: float = field(default=25.0, metadata={"min": 0.001})
+    """Gradient bucket size in MB for DP / ZeRO communication (PyTorch DDP's bucket_cap_mb default: 25)."""
     dp_bucketing: str = field(default="param", metadata={"choices": ("param", "even")})
     """How gradients are grouped into DP buckets (`ops.dp_buckets`). param: whole parameter tensors, a
     bucket closing once it holds dp_bucket_mb (PyTorch DDP, Megatron), so a tensor larger than that (an
     embedding, a fused MLP weight) is a bucket alone; even: the rank's gradient bytes cut into equal
     buckets of at most dp_bucket_mb."""
     overlap_dp: bool = True
+    """DP / ZeRO collectives run under the backward (and ZeRO-3 gathers are prefetched); false: after it."""
     overlap_tp: bool = False
+    """TP / SP collectives run beside the compute stream instead of blocking it (overlapped with the GEMMs
+    around them, TransformerEngine-style); false: exposed."""
     tp_linear_async: bool = False
     """With sp: each column-parallel linear (QKV, FC1) runs its backward collectives under its own GEMMs: the
     SP input's re-gather under the dgrad GEMM, the dgrad's reduce-scatter under the wgrad GEMM (Megatron's
@@ -283,7 +301,7 @@ def _divides(a: int, b: int) -> bool:
 
 
 def validate_layout(sc: Scenario) -> Scenario:
-    """Cross-key checks (CONTRACT.md "Every key is validated"); fills dp when omitted."""
+    """Cross-key checks (the layout rules at the top of docs/scenario.md); fills dp when omitted."""
     m, t, p = sc.model, sc.training, sc.parallel
     gpus = sc.gpus
     fixed = p.tp * p.pp * p.cp

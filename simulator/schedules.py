@@ -11,9 +11,9 @@ backward (B) and weight-grad backward (W) of each (chunk, micro-batch). The SimP
 lists and enforces the data dependencies; `makespan` here is a small list-scheduling oracle (the engine
 tests', and the analytic estimate's exact span), not the engine. Chunk placement is `ScheduleSpec.place`,
 which `layout.chunk_owner` asks too. Schedules that do not split the backward emit B immediately followed
-by W of the same (chunk, micro-batch). MODELING.md section 6 has the bubble formulas.
+by W of the same (chunk, micro-batch). docs/modeling.md §6 has the bubble formulas.
 
-Naming against torch's schedule IR (`torch.distributed.pipelining`, ECOSYSTEM.md 2.5): torch's
+Naming against torch's schedule IR (`torch.distributed.pipelining`, docs/ecosystem.md §2.5): torch's
 `cBm` (full backward) is our B then W, torch's `cIm` is our B, torch's `cWm` is our W; torch's
 stage index is our chunk index.
 """
@@ -83,14 +83,14 @@ class ScheduleSpec:
     the steady state: `parallel.pp_p2p: blocking` (nanotron's blocking sends) is modelled only for such a
     schedule."""
     torch_class: str | None = None
-    """The class in `torch.distributed.pipelining` that `calibrate replay` runs (ECOSYSTEM.md 2.3)."""
+    """The class in `torch.distributed.pipelining` that `calibrate replay` runs (docs/ecosystem.md §2.3)."""
     torch_m_at_least_pp: bool = False
     """torch's class refuses fewer than pp micro-batches (Schedule1F1B)."""
     torch_m_whole_rounds: bool = False
     """torch's class runs micro-batches in whole rounds of pp (its interleaved schedules)."""
     frameworks: tuple[tuple[str, str], ...] = ()
     """(framework, the framework's name for this schedule) for each of `export.FRAMEWORKS` that runs it;
-    torchtitan's is torch's `get_schedule_class` name (ECOSYSTEM.md 2.3), nanotron's its `pp_engine`."""
+    torchtitan's is torch's `get_schedule_class` name (docs/ecosystem.md §2.3), nanotron's its `pp_engine`."""
     sweep_preference: int
     """Order in which `sweep` tries schedules on a structure's first try (lowest first; unique)."""
     sweep_default: bool = True

@@ -1,6 +1,6 @@
 """The parameters one rank holds: per layer, for the embedding and the LM head, per pipeline rank, split
 into dense parameters (replicated over dp x cp) and routed experts (over the expert-DP group), as whole
-tensors in definition order (DP buckets close at tensor boundaries). MODELING.md 1.4.
+tensors in definition order (DP buckets close at tensor boundaries). docs/modeling.md §1.4.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def autocast_head_params(sc: Scenario, z: Shard) -> float:
 
 def layer_rank_params(sc: Scenario, layer: int) -> tuple[float, float]:
     """(dense, expert) parameters of one layer on one rank: linears / t with K/V projections replicated
-    when t > kv_heads, norms replicated (MODELING.md 1.4), routed experts / ep (expert TP = 1)."""
+    when t > kv_heads, norms replicated (docs/modeling.md §1.4), routed experts / ep (expert TP = 1)."""
     m, p = sc.model, sc.parallel
     lp = layer_params(m, layer)
     attn = lp.attn
@@ -58,7 +58,7 @@ def embedding_rank_params(sc: Scenario) -> float:
 
 def head_rank_tensors(sc: Scenario, has_embedding: bool) -> tuple[float, ...]:
     """The final norm, then the LM head split by t: untied, or the tied copy on a last stage that does not
-    hold the embedding (MODELING 1.4)."""
+    hold the embedding (docs/modeling.md §1.4)."""
     m = sc.model
     norm = float(final_norm_params(m))
     if not m.tie_embeddings or sc.parallel.pp > 1 or not has_embedding:
@@ -67,7 +67,7 @@ def head_rank_tensors(sc: Scenario, has_embedding: bool) -> tuple[float, ...]:
 
 
 def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
-    """Linears and vocab tables split by t; norms replicated (MODELING.md 1.4); routed experts split by ep,
+    """Linears and vocab tables split by t; norms replicated (docs/modeling.md §1.4); routed experts split by ep,
     not by t (expert tensor parallel = 1); K/V projections replicated when t > kv_heads."""
     from .layout import last_chunk, rank_chunks
     chunks = rank_chunks(sc, pp_rank)

@@ -113,7 +113,7 @@ def tied_embedding_allreduce(sc: Scenario) -> Comm | None:
 
 def optimizer_bytes_per_param(sc: Scenario) -> float:
     """HBM traffic of one optimizer step per (sharded) parameter: AdamW reads grad, master, m, v and writes
-    master, m, v and the 16-bit weight (~30 B, MODELING.md 7.4) plus ~4 B for the global grad norm;
+    master, m, v and the 16-bit weight (~30 B, docs/modeling.md §7.4) plus ~4 B for the global grad norm;
     SGD reads grad and master and writes master and weight."""
     low = sc.training.precision != "fp32" and not sc.training.autocast  # autocast keeps no 16-bit copy to write
     if sc.training.optimizer == "adamw":

@@ -49,16 +49,16 @@ ZERO_ORDER = (1, 2, 3, 0)
 (reduce-scatter + all-gather vs all-reduce, ZeRO §7.2.1) with a sharded optimizer step; 2 and 3 only
 if memory needs them; 0 holds the most memory, so it is tried last."""
 # Schedules: the registry's `ScheduleSpec.sweep_preference` orders a structure's first try (1F1B first: it
-# holds the fewest activations of the schedules, MODELING.md 3.4, except ZB-V, which ties; phase 2 tries
+# holds the fewest activations of the schedules, docs/modeling.md §3.4, except ZB-V, which ties; phase 2 tries
 # the others); `sweep_default` False leaves a schedule out unless fixed (AFAB: the same bubble as 1F1B with
-# m instead of p micro-batches of activations, MODELING.md 6, so it never ranks above 1F1B).
+# m instead of p micro-batches of activations, docs/modeling.md §6, so it never ranks above 1F1B).
 MIN_TOKENS_PER_CP_RANK = 1024
 """Default CP degrees keep at least this many tokens per CP rank: below it the ring's K/V exchange
 outlasts each attention step (USP CP section). An assumption that bounds the default space;
 `--fix parallel.cp=...` overrides it."""
 MAX_DEFAULT_MICRO_BATCH_TOKENS = 65536
 """Default micro-batches hold at most this many tokens (16 sequences of 4096): GEMMs are on their
-efficiency plateau long before (MODELING.md 7.1) while activations keep growing with it (KOR22);
+efficiency plateau long before (docs/modeling.md §7.1) while activations keep growing with it (KOR22);
 `--fix training.micro_batch=...` overrides."""
 MAX_DEFAULT_TP_NODES = 2
 """Default TP degrees span at most two nodes: TP collectives run once or twice per layer, and beyond a
@@ -272,7 +272,7 @@ def param_split(sc: Scenario) -> tuple[float, float]:
 def model_state_floor_gib(sc: Scenario, lay: Layout, split: tuple[float, float]) -> float:
     """A lower bound on the worst stage's weights + grads + optimizer (GiB): the mean over pipeline
     ranks, with dense parameters split by tp and routed experts by ep (replicated norms and K/V heads
-    only add to it; MODELING.md 1.4, 3.1). `split` = `param_split(sc)`."""
+    only add to it; docs/modeling.md §1.4, 3.1). `split` = `param_split(sc)`."""
     t = sc.training
     dense, experts = split
     d = state_bytes_per_param(t.precision, t.grad_bytes, t.optimizer, lay.zero, lay.dp * lay.cp)
@@ -322,7 +322,7 @@ class Evaluation:
         return self.memory["peak_gib"] - self.memory["capacity_gib"] if self.memory else float("inf")
 
     def to_json(self) -> dict:
-        """The `sweep --json` entry (CONTRACT.md)."""
+        """The `sweep --json` entry (docs/interface.md)."""
         return {"parallel": self.parallel, "training": self.training, "report": self.report or self.summary}
 
 
@@ -403,7 +403,7 @@ def first_fit(raw: dict, base_dir: Optional[str], options: tuple[Layout, ...], k
               built: Optional[Scenario] = None, headroom_gib: float = 0.0) -> Evaluation:
     """Estimate the first of `options` (same degrees and schedule; preference order) that fits.
 
-    Memory falls with the ZeRO stage and with heavier recompute (MODELING.md 3.1, 3.2), so an option
+    Memory falls with the ZeRO stage and with heavier recompute (docs/modeling.md §3.1, 3.2), so an option
     cannot fit when one at least as frugal in both did not: it is skipped unchecked. The preferred
     option is checked first, then the most frugal (a miss there ends the task). When none fits, the
     most frugal comes back as oom with its memory report. `known_misses` holds (zero, recompute) pairs
@@ -445,7 +445,7 @@ def first_fit(raw: dict, base_dir: Optional[str], options: tuple[Layout, ...], k
 def first_fit_family(raw: dict, base_dir: Optional[str], structures: tuple[tuple[Layout, ...], ...],
                      headroom_gib: float = 0.0) -> list[Evaluation]:
     """`first_fit` for structures that differ only in micro-batch, smallest first. Activations grow
-    with the micro-batch and nothing else changes (MODELING.md 3.2, 3.4), so an option that did not fit
+    with the micro-batch and nothing else changes (docs/modeling.md §3.2, 3.4), so an option that did not fit
     at one micro-batch does not fit at a larger one: the misses carry over, and once nothing fits,
     the larger micro-batches are oom without a check."""
     out: list[Evaluation] = []

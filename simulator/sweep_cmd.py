@@ -314,7 +314,7 @@ def _check_parent(path: str, flag: str) -> None:
 def add_parser(subparsers):
     p = subparsers.add_parser("sweep", help="enumerate the valid layouts of a scenario and rank them")
     p.add_argument("scenario", help="scenario YAML file (its model, batch and cluster are kept)")
-    p.add_argument("--json", action="store_true", help="print the ranked layouts as JSON (CONTRACT.md)")
+    p.add_argument("--json", action="store_true", help="print the ranked layouts as JSON (docs/interface.md)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="layouts to show (0 = all that fit; default 10)")
     p.add_argument("--engine-top", type=int, default=4, metavar="K",
                    help="simulate the K most promising layouts with the discrete-event engine (default 4; 0 = analytic only)")

@@ -27,6 +27,7 @@ FIBRE_KM_PER_S = 299_792.458 * 2 / 3
 @dataclass(frozen=True, kw_only=True)
 class GPUSpec:
     name: str
+    """The GPU model, e.g. "H100 SXM 80GB" (a calibration profile's device is compared with it)."""
     memory_gib: float = field(metadata={"min": 0.001})
     """HBM capacity usable by the framework (what torch.cuda reports as total), GiB = 2^30 bytes."""
     hbm_bandwidth_gbs: float = field(metadata={"min": 0.001})
@@ -117,6 +118,7 @@ class DatacenterLink:
     bandwidth_gbs: float = field(metadata={"min": 0.0})
     """Bandwidth of the WAN link between neighbouring sites, per direction, GB/s."""
     distance_km: float = field(default=0.0, metadata={"min": 0.0})
+    """Fibre length between neighbouring sites (sets the latency when latency_ms is null)."""
     latency_ms: Optional[float] = field(default=None, metadata={"min": 0.0})
     """One-way latency; null = distance / (2/3 c) in fibre."""
 
@@ -130,22 +132,31 @@ class DatacenterLink:
 @dataclass(frozen=True, kw_only=True)
 class DatacenterSpec:
     sites: int = field(default=1, metadata={"min": 1})
+    """Datacenters the nodes are spread over."""
     nodes_per_site: Optional[int] = field(default=None, metadata={"min": 1})
     """Node k sits in site k // nodes_per_site (the last site takes any extra nodes)."""
     arrangement: str = field(default="line", metadata={"choices": ("line", "loop")})
     """line: site i links to i+1; loop: also the last to the first (needs 3+ sites)."""
     link: Optional[DatacenterLink] = None
+    """The WAN link between neighbouring sites (see `datacenters.link`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Topology:
     name: str
+    """Short name, usually the file name."""
     description: str = ""
+    """Free text: the system it describes."""
     gpu: GPUSpec
+    """The accelerator (see `gpu`)."""
     node: NodeSpec
+    """One node: its GPUs, their interconnect and its NICs (see `node`)."""
     fabric: FabricSpec = field(default_factory=FabricSpec)
+    """The network between nodes (see `fabric`)."""
     datacenters: Optional[DatacenterSpec] = None
+    """Nodes spread over several sites joined by WAN links (see `datacenters`); null = one site."""
     sources: list[str] = field(default_factory=list)
+    """Where the node and network figures come from."""
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for a training precision; fp8 falls back to bf16 where the GPU has none."""

@@ -434,7 +434,7 @@ def _f(x, digits=1, suffix="") -> str:
 
 
 def markdown_table(result: dict) -> str:
-    """Per set/split/group: runs, MAPEs, OOM accuracy, worst case. Paste into the README."""
+    """Per set/split/group: runs, MAPEs, OOM accuracy, worst case. It is what docs/accuracy.md and the README show."""
     net = {"measured": "each playbook job with the busbw nanotron measured for it",
            "spec": "every job with the topology YAML"}.get(result.get("network", "measured"), result.get("network"))
     lines = [f"Estimator: `{result['estimator']}`; network: {net}; {result['cases']['evaluated']} of {result['cases']['population']} "

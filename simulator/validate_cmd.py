@@ -30,8 +30,8 @@ def add_parser(sub):
     p.add_argument("--network", choices=NETWORK_CHOICES, default=NETWORK,
                    help="playbook jobs: each priced with the NVLink/EFA busbw nanotron measured for it (default), "
                         "or all with the topology YAML")
-    p.add_argument("--csv", metavar="FILE", help="the playbook CSV (default: ../shared/data/playbook/"
-                                                 "nanotron_ultrascale_runs.csv or $CLUSTERSIM_PLAYBOOK_CSV)")
+    p.add_argument("--csv", metavar="FILE", help="the playbook CSV (default: $CLUSTERSIM_PLAYBOOK_CSV, else "
+                                                 "validation/data/playbook/nanotron_ultrascale_runs.csv)")
     p.add_argument("--verbose", "-v", action="store_true", help="also print predicted vs measured per run")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object (with --verbose: per run too)")

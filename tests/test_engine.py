@@ -1,4 +1,4 @@
-"""Discrete-event engine: pipeline bubbles measured on the timeline (MODELING.md 6), activation memory
+"""Discrete-event engine: pipeline bubbles measured on the timeline (docs/modeling.md §6), activation memory
 against memory.py, representative vs full mode, determinism, and the accounting identities."""
 from dataclasses import replace
 

@@ -1,4 +1,4 @@
-"""Engine outputs: the Chrome trace validates in pure Python (ECOSYSTEM.md 2.1) and the plots are written."""
+"""Engine outputs: the Chrome trace validates in pure Python (docs/ecosystem.md §2.1) and the plots are written."""
 import json
 
 import pytest

@@ -28,7 +28,7 @@ def test_parameter_counts_within_half_a_percent(name):
 
 
 def test_llama3_70b_exact_count_matches_megatron_formula():
-    assert total_params(load_model("llama3-70b")) == 70_553_706_496  # MODELING.md 1.2
+    assert total_params(load_model("llama3-70b")) == 70_553_706_496  # docs/modeling.md §1.2
 
 
 def test_llama3_70b_flops_per_token_megatron_convention():
@@ -36,7 +36,7 @@ def test_llama3_70b_flops_per_token_megatron_convention():
     assert 6 * flop_params(m) / 1e9 == pytest.approx(417.0, abs=0.1)
     assert attention_flops_per_token(m, 4096) / 1e9 == pytest.approx(16.1, abs=0.05)
     assert training_flops_per_token(m, 4096) / 1e9 == pytest.approx(433.1, abs=0.1)
-    # non-causal (PaLM/KOR22) differs by one more attention term (MODELING.md 2.3: 449.2)
+    # non-causal (PaLM/KOR22) differs by one more attention term (docs/modeling.md §2.3: 449.2)
     assert training_flops_per_token(m, 4096, causal=False) / 1e9 == pytest.approx(449.2, abs=0.1)
 
 

@@ -8,7 +8,7 @@ from simulator.layer_ops import layer_passes
 from simulator.opgraph import Comm, Compute, shard
 from simulator.scenario import load_scenario
 
-FLASH_MODEL_SHARE = 3 / 3.5  # FA runs fwd + 2.5x bwd; the model convention counts 3x fwd (MODELING.md 2.4)
+FLASH_MODEL_SHARE = 3 / 3.5  # FA runs fwd + 2.5x bwd; the model convention counts 3x fwd (docs/modeling.md §2.4)
 
 
 def model_flops_from_ops(sc):
@@ -80,7 +80,7 @@ def test_tp_without_sp_all_reduces_twice_each_way():
 
 
 def test_tp_bytes_per_layer_match_megatron_volume():
-    """4 collectives of S_a = 2sbh bytes per layer forward (MODELING.md 4.2)."""
+    """4 collectives of S_a = 2sbh bytes per layer forward (docs/modeling.md §4.2)."""
     sc = load_scenario("scenarios/70b_512gpu.yaml")
     lp = layer_passes(sc, 0)
     s_a = 2 * 4096 * 8192

@@ -4,10 +4,10 @@ import csv
 import pytest
 
 from simulator.errors import ScenarioError
-from simulator.playbook import (DEFAULT_CSV, FIT_LABELS, build_scenario, nanotron_pp_layers, network_state, read_runs,
+from simulator.playbook import (FIT_LABELS, build_scenario, nanotron_pp_layers, network_state, read_runs,
                                 run_from_row, scenario_mapping)
 
-MODELS = {  # label: (layers, hidden, ffn, heads, tied)   ../shared/data/playbook/README.md
+MODELS = {  # label: (layers, hidden, ffn, heads, tied)   validation/data/playbook/README.md
     "1B": (16, 2048, 8192, 32, True),
     "3B": (28, 3072, 8192, 32, True),
     "8B": (32, 4096, 14336, 32, False),
@@ -106,7 +106,6 @@ def test_layouts_clustersim_cannot_express_raise_scenario_error():
         build_scenario(run_from_row(row("469G", dp=1, tp=256, pp=1, status="Other")))
 
 
-@pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
 def test_the_shared_csv_has_4104_runs_and_all_but_eight_build():
     runs = read_runs()
     assert len(runs) == 4104
@@ -141,7 +140,6 @@ def assert_within(runs, bound: float) -> None:
         assert max(abs(x - 1) for x in ratios) < bound, (estimator, ratios)
 
 
-@pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
 def test_degraded_node_jobs_pay_their_pipeline_sends():
     """The fit split's 20 timed jobs whose one-node probe read ~45 GB/s ran 1.2-54x slower than their
     compute and collectives explain, ~1 s per micro-batch at pp >= 4 and half that at pp = 2 (4 and 2
@@ -165,7 +163,6 @@ def test_the_slow_network_state_raises_the_host_floor_at_any_pp():
         assert eff["tp_host_s"] > 0 and "tp_host_per_rank_s" not in eff
 
 
-@pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
 def test_slow_state_jobs_at_pp1_with_small_micro_batches_run_at_the_floor():
     """The fit split's slow-state pp = 1, mbs 1 jobs with tp 4-8 on 32 nodes took 15-26 ms per layer and
     micro-batch, 2-8x their compute, like the deep pipelines of the same state: with the floor each is
@@ -176,7 +173,6 @@ def test_slow_state_jobs_at_pp1_with_small_micro_batches_run_at_the_floor():
     assert_within(runs, 0.15)
 
 
-@pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
 def test_healthy_one_node_tp_jobs_at_mbs1_run_at_the_healthy_floor():
     """The fit split's 14 healthy one-node pp = 1, mbs 1 jobs with tp 2-8 took 4.3-4.6 ms per layer and
     micro-batch whatever the model (1B to 8B) and tp, unless their compute is longer (8B tp2): with the
@@ -188,7 +184,6 @@ def test_healthy_one_node_tp_jobs_at_mbs1_run_at_the_healthy_floor():
     assert_within(runs, 0.15)
 
 
-@pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared playbook CSV not present")
 def test_nanotron_dp_buckets_cost_the_same_at_any_dp():
     """The fit split's 15 timed pure-DP jobs at dp 64-256 (tp = 1, pp = 1, 1B and 3B). Priced with the
     all-gather probe's per-step ring latency, ZeRO-1's throughput came out at 0.22-0.90 of measured and

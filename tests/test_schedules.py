@@ -1,5 +1,5 @@
-"""Pipeline schedules: coverage, placement, dependencies, bubbles (MODELING.md 6), activations held
-(MODELING.md 3.4), and agreement with torch.distributed.pipelining's schedule IR (ECOSYSTEM.md 2.5)."""
+"""Pipeline schedules: coverage, placement, dependencies, bubbles (docs/modeling.md §6), activations held
+(docs/modeling.md §3.4), and agreement with torch.distributed.pipelining's schedule IR (docs/ecosystem.md §2.5)."""
 from collections import Counter
 from dataclasses import fields, replace
 from types import SimpleNamespace

@@ -151,8 +151,6 @@ def test_bad_options_exit_2_with_one_line(args):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (ROOT.parent / "shared/data/playbook/nanotron_ultrascale_runs.csv").exists(),
-                    reason="shared playbook CSV not present")
 def test_cli_sample_on_the_real_csv_covers_both_splits_and_the_published_set():
     r = cli("--sample", 40, "--json")
     assert r.returncode == 0, r.stderr

@@ -3,11 +3,11 @@ decentralized-training arithmetic. Exit 1 on a miss.
 
     python validation/collectives_busbw.py
 
-1. busbw at 256 MiB, 1 GiB and 8 GiB (nccl-tests sizes) vs published figures (MODELING.md 5.3), within
+1. busbw at 256 MiB, 1 GiB and 8 GiB (nccl-tests sizes) vs published figures (docs/modeling.md §5.3), within
    10 %. Rows marked "fit" are the measurements the efficiency constants in simulator/collectives.py
    were set from (a consistency check, not independent evidence); the other rows use the same constants
    on other hardware or other measurements.
-2. The knee: at 1 MiB busbw must sit well below (< 50 % of) the 8 GiB figure (MODELING.md 5.3: sizes of
+2. The knee: at 1 MiB busbw must sit well below (< 50 % of) the 8 GiB figure (docs/modeling.md §5.3: sizes of
    tens of MB and below do not reach peak; nccl-tests #212: even 256 MB is "too small").
 3. Decentralized training (Epoch AI, "Solving AI's power problem with decentralized training" and "Could
    decentralized training solve AI's power problem?"): a bidirectional ring all-reduce of 144 TB of BF16

@@ -5,9 +5,9 @@ Run from anywhere: `python validation/memory_reference.py`. Checks:
     (22B, 175B, 530B, 1T; s = 2048, t = 8), exact; and KOR22 §5's "selective removes 70 %" for GPT-3;
   * ZeRO §5.1-5.3 bytes/param (K = 12, 16-bit grads) and the 7.5B example at N_d = 64
     (120 GB -> 31.4 / 16.6 / 1.9 GB);
-  * Megatron distributed-optimizer table (MEG-DO, MODELING.md 3.1): bf16 params + fp32 grads 18 and
+  * Megatron distributed-optimizer table (MEG-DO, docs/modeling.md §3.1): bf16 params + fp32 grads 18 and
     6 + 12/d, fp32 16 and 8 + 8/d;
-  * the Llama-3-70B worked example of MODELING.md section 8.
+  * the Llama-3-70B worked example of docs/modeling.md §8.
 The GPT scenarios are built with `scenario_from_mapping` from a model mapping (arch gpt).
 """
 from __future__ import annotations
@@ -43,8 +43,8 @@ ZERO_NDP = 64
 ZERO_PAPER_GB = {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}
 """ZeRO §5 / Figure 1: model states of a 7.5B model at N_d = 64 (rounded to 0.1 GB in the paper)."""
 ZERO_ROUNDING_GB = 0.05
-MODELING_70B = {"states_gb": 9.01, "act_34_gb": 11.41, "eager_gb": 65.1, "logits_mb": 263.0}
-"""MODELING.md 8.2 (stage 0 of Llama-3-70B, TP8 PP8 DP8, s = 4096, b = 1, 1F1B, SP, selective/flash)."""
+WORKED_70B = {"states_gb": 9.01, "act_34_gb": 11.41, "eager_gb": 65.1, "logits_mb": 263.0}
+"""docs/modeling.md §8.2 (stage 0 of Llama-3-70B, TP8 PP8 DP8, s = 4096, b = 1, 1F1B, SP, selective/flash)."""
 ROUNDED = 0.005
 """Relative tolerance against numbers printed to 3 significant digits."""
 
@@ -134,21 +134,21 @@ def llama70b_rows() -> list[tuple]:
     L_stage = m.layers // p
     ids = 8 * s * b
     states = sum(static_bytes(sc, 0).values())
-    rows.append(("70B stage 0 model states (7.5 B/param)", states / 1e9, MODELING_70B["states_gb"], "GB",
-                 close(states / 1e9, MODELING_70B["states_gb"], ROUNDED)))
-    per_layer = s * b * (12 * h + 4 * m.kv_dim + 6 * m.ffn_hidden) / t  # MODELING.md 3.2 (33.5 sbh/t here)
+    rows.append(("70B stage 0 model states (7.5 B/param)", states / 1e9, WORKED_70B["states_gb"], "GB",
+                 close(states / 1e9, WORKED_70B["states_gb"], ROUNDED)))
+    per_layer = s * b * (12 * h + 4 * m.kv_dim + 6 * m.ffn_hidden) / t  # docs/modeling.md §3.2 (33.5 sbh/t here)
     act = activation_bytes_in_flight(sc, 0)
     ref = p * L_stage * per_layer + p * ids
     rows.append(("70B stage 0 activations = 80 x sb(12h+4h_kv+6f)/t + ids", act / 1e9, ref / 1e9, "GB", close(act, ref, EXACT)))
-    rows.append(("70B stage 0 activations vs 34 sbh/t (MODELING 8.2)", act / 1e9, MODELING_70B["act_34_gb"], "GB",
-                 close(act / 1e9, MODELING_70B["act_34_gb"], 0.02)))
+    rows.append(("70B stage 0 activations vs 34 sbh/t (docs/modeling.md §8.2)", act / 1e9, WORKED_70B["act_34_gb"], "GB",
+                 close(act / 1e9, WORKED_70B["act_34_gb"], 0.02)))
     rep = memory_report(sc)
     rows.append(("70B fits in the H100's 79.65 GiB (peak GiB)", rep.peak_gib, rep.capacity_gib, "GiB", rep.fits))
     last = activation_bytes_in_flight(sc, p - 1)
     ref_last = L_stage * per_layer + 4 * s * b * h / t + 4 * s * b * m.vocab / t + 12 * s * b
     rows.append(("70B stage 7: 10 layers + KOR22 §4.3 head + labels", last / 1e9, ref_last / 1e9, "GB", close(last, ref_last, EXACT)))
     logits = head_activation_terms(sc)["logits"]
-    rows.append(("70B fp32 logits 4sbV/t", logits / 1e6, MODELING_70B["logits_mb"], "MB", close(logits / 1e6, MODELING_70B["logits_mb"], ROUNDED)))
+    rows.append(("70B fp32 logits 4sbV/t", logits / 1e6, WORKED_70B["logits_mb"], "MB", close(logits / 1e6, WORKED_70B["logits_mb"], ROUNDED)))
     full = load_scenario(SCENARIO_70B, ["training.recompute=full"])
     act_full = activation_bytes_in_flight(full, 0)
     rows.append(("70B full recompute: 80 x 2sbh/t + ids (derived)", act_full / 1e9, (p * L_stage * 2 * s * b * h / t + p * ids) / 1e9, "GB",
@@ -165,8 +165,8 @@ def llama70b_rows() -> list[tuple]:
     rows.append(("70B eager, no recompute (llama: + 2as^2b/t)", act_e / 1e9, ref_e / 1e9, "GB", close(act_e, ref_e, EXACT)))
     twin = load_scenario(SCENARIO_70B, eager + ["model.arch=gpt", "model.kv_heads=64", f"model.ffn_hidden={4 * h}"])
     act_t = activation_bytes_in_flight(twin, 0)
-    rows.append(("70B GPT twin (dropout, MHA, 4h MLP), eager: MODELING 65.1 GB", act_t / 1e9, MODELING_70B["eager_gb"], "GB",
-                 close(act_t / 1e9, MODELING_70B["eager_gb"], ROUNDED)))
+    rows.append(("70B GPT twin (dropout, MHA, 4h MLP), eager: docs/modeling.md §8.2, 65.1 GB", act_t / 1e9, WORKED_70B["eager_gb"], "GB",
+                 close(act_t / 1e9, WORKED_70B["eager_gb"], ROUNDED)))
     return rows
 
 

@@ -1,4 +1,4 @@
-"""Accuracy on real training runs: writes the results tables and the plot the README links to.
+"""Accuracy on real training runs: writes the results tables and the plot docs/accuracy.md links to.
 
     python validation/playbook_accuracy.py [--sample N] [--estimator analytic|engine] [--out DIR] [--plot FILE]
 
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--estimator", choices=("analytic", "engine"), default="analytic")
     ap.add_argument("--out", default=str(ROOT / "validation" / "results"), help="directory for accuracy.md/json")
     ap.add_argument("--plot", help="predicted vs measured plot (default docs/accuracy.png, docs/accuracy_<estimator>.png)")
-    ap.add_argument("--csv", help="the playbook CSV (default: the shared data directory)")
+    ap.add_argument("--csv", help="the playbook CSV (default: validation/data/playbook/nanotron_ultrascale_runs.csv)")
     args = ap.parse_args(argv)
     args.plot = args.plot or str(ROOT / "docs" / ("accuracy.png" if args.estimator == "analytic" else f"accuracy_{args.estimator}.png"))
     out = Path(args.out)

@@ -9,10 +9,10 @@ memory model says fit; all of them if it says none does) and takes its first. Th
 that layout's measured throughput falls short of the group's measured best:
     regret = 1 - measured(clustersim's pick) / max(measured)
 The bar (issue 7) is regret <= 2 %, reported separately on the fit split (1B/3B/8B) and the
-validation split (80B/469G), which nothing was tuned on (data/playbook/README.md).
+validation split (80B/469G), which nothing was tuned on (validation/data/playbook/README.md).
 
 Runs with pp > 1 from before nanotron's pipeline fix (`after_pp_fix` false) are left out: they measure
-a since-fixed slowdown, not the layout (README). A layout run more than once counts with its best
+a since-fixed slowdown, not the layout (validation/data/playbook/README.md). A layout run more than once counts with its best
 measurement. Scenarios come from `simulator.playbook` (issue 8's CSV-to-scenario mapping: nanotron's
 uneven pipeline split, DDP buckets, async TP), on the topology given (default aws-p5, the playbook's
 cluster), each job's network set to the busbw nanotron measured for it (`--network spec`: the YAML's).
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-top", type=int, default=0, metavar="K",
                     help="as sweep does: re-simulate each group's K best analytic layouts with the engine and pick by it")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--csv", help="the playbook CSV (default: the shared data directory)")
+    ap.add_argument("--csv", help="the playbook CSV (default: validation/data/playbook/nanotron_ultrascale_runs.csv)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     runs = [r for r in read_runs(args.csv) if r.status == "Success" and r.tokens_per_s_per_gpu

@@ -1,6 +1,6 @@
 """GEMM probe: C[m, n] = A[m, k] @ B[k, n] in fp32, bf16 and fp8 (torch._scaled_mm, where the GPU has it).
 
-FLOPs 2mnk (MODELING.md 7.1). fp32 runs with TF32 off (true fp32, what `precision: fp32` means); fp8 uses
+FLOPs 2mnk (docs/modeling.md §7.1). fp32 runs with TF32 off (true fp32, what `precision: fp32` means); fp8 uses
 per-tensor scales with a bf16 output (the Transformer Engine recipe's GEMM), B column-major as cuBLASLt
 requires. Operands rotate through a random pool larger than the last-level cache.
 """

@@ -3,7 +3,7 @@ vocabulary, embedding lookup, device copy, MoE routing gathers (forward and back
 copies (GPU only).
 
 Each kernel is written the way plain PyTorch model code calls it (the replay and most trainers); achieved
-GB/s counts bytes by simulator.ops's convention (elements x passes x element bytes, MODELING.md 7.3), so a
+GB/s counts bytes by simulator.ops's convention (elements x passes x element bytes, docs/modeling.md §7.3), so a
 profile point prices exactly the op the simulator emits for the same tensor. Backward: `autograd.grad`
 of a retained graph.
 """

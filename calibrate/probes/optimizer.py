@@ -4,7 +4,7 @@ Implementations: default (what AdamW picks unasked: foreach on CUDA, a per-tenso
 fused, for_loop. Parameters are split into tensors of at most `Plan.optimizer_tensor_elements` (a layer's
 matrix on the models the device runs: per-tensor overhead is part of the cost, and on CPUs the size of the
 step's temporaries decides whether glibc serves them from the heap or from fresh, page-faulting mmaps).
-Traffic ~30 bytes/param (MODELING.md 7.4).
+Traffic ~30 bytes/param (docs/modeling.md §7.4).
 """
 from __future__ import annotations
 

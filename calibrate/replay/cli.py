@@ -1,4 +1,4 @@
-"""`python -m calibrate replay SCENARIO [--steps N] [--json] ...` (CONTRACT.md): run the scenario's plan
+"""`python -m calibrate replay SCENARIO [--steps N] [--json] ...` (docs/interface.md): run the scenario's plan
 for real with torch.distributed, check its losses against a single-process run, and print predicted
 vs measured. `calibrate/__main__.py` dispatches here; `python -m calibrate.replay` works too.
 
@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("scenario", help="scenario YAML")
     ap.add_argument("--steps", type=int, default=d.steps, help=f"optimizer steps, warm-up included (default {d.steps})")
     ap.add_argument("--warmup", type=int, default=d.warmup, help=f"steps left out of the timing median (default {d.warmup})")
-    ap.add_argument("--json", action="store_true", help="print one JSON object (CONTRACT.md) instead of the table")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (docs/interface.md) instead of the table")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key (dotted path)")
     ap.add_argument("--device", default=d.device, choices=("auto", "cpu", "cuda"),
                     help="auto: cpu for the cpu-host topology, cuda otherwise")

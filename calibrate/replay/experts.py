@@ -1,10 +1,10 @@
 """Routed experts (Mixtral-style top-k softmax router, SwiGLU experts) and expert parallelism.
 
-PyTorch has no EP API (ECOSYSTEM.md 2.5), so this is our own, in torchtitan's manner
+PyTorch has no EP API (docs/ecosystem.md §2.5), so this is our own, in torchtitan's manner
 (`torchtitan/distributed/expert_parallel.py`): tokens are sorted by expert, counts are exchanged with
 `all_to_all_single`, and the tokens go to the rank owning their expert and come back with the
 autograd-aware `_functional_collectives.all_to_all_single_autograd` (dispatch and combine; their
-backward is the reverse all-to-all, MODELING.md 4.5). Experts are contiguous blocks of E/ep per EP rank.
+backward is the reverse all-to-all, docs/modeling.md §4.5). Experts are contiguous blocks of E/ep per EP rank.
 No token dropping, no auxiliary load-balancing loss.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Context parallelism: causal ring attention over the CP group, zig-zag load balanced (and the
 all-gather variant for `cp_comm: allgather`).
 
-torch's `context_parallel` has no CPU SDPA sharding rule (ECOSYSTEM.md 2.5), so this is our own, after
+torch's `context_parallel` has no CPU SDPA sharding rule (docs/ecosystem.md §2.5), so this is our own, after
 picotron (`context_parallel/context_parallel.py`: K/V passed around the ring with P2P, blockwise
 softmax merged through the log-sum-exp) and ring-flash-attention's zig-zag variant (`zigzag_ring_flash_attn.py`:
 rank r holds sequence chunks r and 2c-1-r of 2c, so all ranks do the same causal work).
@@ -12,7 +12,7 @@ over its own two chunks, later steps one unmasked half block (`_step_blocks`), m
 log-sum-exp. On CPU each block is the flash kernel with log-sum-exp output (as ring-flash-attention
 calls flash-attn per block), elsewhere the same maths with materialised scores.
 Backward: K/V go round again; each block's dK/dV accumulator travels with it and after c hops is back
-with its owner (MODELING.md 4.3: c-1 K/V transfers forward, c-1 K/V and c dK/dV transfers backward).
+with its owner (docs/modeling.md §4.3: c-1 K/V transfers forward, c-1 K/V and c dK/dV transfers backward).
 An arriving accumulator is waited for only after the next block's backward has run (ring-flash-attention
 waits for its dK/dV exchange the same way), so only the last hop is not overlapped with compute.
 `allgather_attention` is Llama 3's variant (§3.3.2): all-gather K/V (reduce-scatter of dK/dV in backward,

@@ -1,7 +1,7 @@
 """Tensor (and sequence) parallelism with PyTorch's DTensor `parallelize_module`.
 
 The plan is torchtitan's Llama one (pre-refactor `torchtitan/models/llama3/infra/parallelize.py`,
-ECOSYSTEM.md 2.5): vocab-parallel embedding, column-parallel wq/wk/wv/w1/w3, row-parallel wo/w2,
+docs/ecosystem.md §2.5): vocab-parallel embedding, column-parallel wq/wk/wv/w1/w3, row-parallel wo/w2,
 column-parallel LM head. With sequence parallelism the norms run on sequence shards (`SequenceParallel`)
 and each block's attention and MLP input is all-gathered (`PrepareModuleInput` Shard(1) -> Replicate)
 while wo/w2 reduce-scatter back to Shard(1) (Korthikanti et al. 2022 §4.2.2). Without SP the activations

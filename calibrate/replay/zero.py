@@ -10,7 +10,7 @@ they differ in when FSDP2 communicates, which is what the stages mean for time a
 | 1 | False | only after the last micro-batch (full gradients accumulate) | kept unsharded until the last backward |
 
 So ZeRO-1 and -2 hold full parameters through the step like their DeepSpeed namesakes and gather them
-once per step (MODELING.md 4.1: RS grads + AG params); what differs from DeepSpeed is that parameters are
+once per step (docs/modeling.md §4.1: RS grads + AG params); what differs from DeepSpeed is that parameters are
 re-sharded between steps instead of all-gathered right after the optimizer. Under pipeline parallelism
 torch's `PipelineStage` drives these flags itself and defers every reduce-scatter to the last backward.
 `set_gradient_divide_factor(1)` with `set_force_sum_reduction_for_comms` makes the reduction a plain sum: the loss is already normalised by the step's

@@ -1,6 +1,6 @@
 """Chrome Trace Event JSON of a simulated step, for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
-Layout (ECOSYSTEM.md 2.1): one process per traced rank (`pid` = global rank, `process_name`
+Layout (docs/ecosystem.md §2.1): one process per traced rank (`pid` = global rank, `process_name`
 "rank R (stage S)"), one thread per stream (compute, tp, cp, ep, dp, pp send, pp recv; `thread_name`).
 Each pass is an `X` slice on the compute thread ("C3 mb5 F") with its ops nested inside it
 ("L3 mb5 F qkv"); communication ops sit on their stream's thread with `cat` = the dimension. PP
@@ -10,7 +10,7 @@ Timestamps are microseconds (floats with ns resolution, as kineto writes them); 
 so slices on one (pid, tid) nest strictly. Size is capped: only representative ranks are traced, and
 when the op-level slices would exceed `max_op_slices` only the first and last micro-batches keep their
 ops, the others show one slice per layer block.
-`validate_trace` checks a trace in pure Python (the always-on test; ECOSYSTEM.md 2.1).
+`validate_trace` checks a trace in pure Python (the always-on test; docs/ecosystem.md §2.1).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ blocks (embedding, one per layer, LM head); a block's root nodes wait for the pr
 compute op and for the blocking comms issued after it (the data they consume). A pass ends when its
 last op on any stream ends, so passes never overlap on a rank ("sealed" passes).
 
-Exposed communication (MODELING.md 5.5 spirit, measured instead of by ratio): when the compute stream
+Exposed communication (docs/modeling.md §5.5 spirit, measured instead of by ratio): when the compute stream
 sits idle before a compute op, the gap is charged to the dimension of the dependency that finished
 last (a comm, the previous block's trailing blocking comm, or an external gate such as a ZeRO
 parameter all-gather); the idle tail after the last compute op goes to the comm that ends last.

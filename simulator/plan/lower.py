@@ -10,7 +10,7 @@ optimizer `step_ops.optimizer_op`, the parameter all-gathers that follow it) is 
 Nothing here is timed: both evaluators read this plan (`evaluate/analytic.py` lists it, `evaluate/engine`
 replays it on a timeline) and price its ops through the cost model (`evaluate/passes.py`).
 
-DP / ZeRO traffic (MODELING.md 4.1; ZeRO §7.2; MEG-DO; MEG-DDP for buckets), as the sharding policy
+DP / ZeRO traffic (docs/modeling.md §4.1; ZeRO §7.2; MEG-DO; MEG-DDP for buckets), as the sharding policy
 (`plan/policy.py`) says:
   ZeRO-0  all-reduce of gradient buckets (`step_ops.dp_buckets`) on the last micro-batch's backward;
   ZeRO-1  reduce-scatter of the buckets there, all-gather of the updated parameters (in buckets, or
