@@ -90,6 +90,15 @@ def test_exports_refuse_a_schedule_no_framework_runs(toy):
         assert any("pipeline schedule toy-1f1b" in r for r in unsupported(sc, framework))
 
 
+def test_replay_refuses_a_schedule_without_a_torch_class(toy):
+    from calibrate.replay.plan import ReplayOptions, plan_replay
+    sc = load_scenario(str(ROOT / "scenarios/replay/pp2-1f1b.yaml"), ["parallel.pp_schedule=toy-1f1b"])
+    with pytest.raises(ScenarioError) as e:
+        plan_replay(sc, ReplayOptions(steps=2, warmup=1))
+    assert e.value.path == "parallel.pp_schedule" and "no torch.distributed.pipelining class" in str(e.value)
+    assert plan_replay(load_scenario(str(ROOT / "scenarios/replay/pp2-1f1b.yaml")), ReplayOptions(steps=2, warmup=1)).schedule == "Schedule1F1B"
+
+
 def test_every_spec_is_consistent():
     """Names match their keys, sweep preferences are unique, frameworks are the exports', and every spec's
     rank lists hold each pass once on the rank its placement names."""

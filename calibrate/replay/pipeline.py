@@ -39,8 +39,8 @@ class Pipeline:
 def build_pipeline(parts: list[tuple[int, Transformer]], *, schedule: str, stages_total: int, micro_batches: int,
                    group: dist.ProcessGroup, device: torch.device, loss_fn: Callable) -> Pipeline:
     import torch.distributed.pipelining as pipelining
-    stages = [pipelining.PipelineStage(mod, chunk, stages_total, device, group=group) for chunk, mod in parts]
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+    stages = [pipelining.PipelineStage(mod, chunk, stages_total, device, group=group) for chunk, mod in parts]
     cls = getattr(pipelining, schedule)
     target = stages[0] if issubclass(cls, PipelineScheduleSingle) else stages  # GPipe, 1F1B: one stage per rank
     sched = cls(target, micro_batches, loss_fn=loss_fn, scale_grads=False)
