@@ -7,9 +7,9 @@ frameworks the sweep exports to. Every other module asks the spec (`schedule_spe
 instead of comparing names, so a new schedule is one entry here (and its tests).
 
 The action lists say, for every pipeline rank, in which order it runs the forward (F), input-grad
-backward (B) and weight-grad backward (W) of each (chunk, micro-batch). The SimPy engine executes these
-lists and enforces the data dependencies; `makespan` here is a small list-scheduling oracle (the engine
-tests', and the analytic estimate's exact span), not the engine. Chunk placement is `ScheduleSpec.place`,
+backward (B) and weight-grad backward (W) of each (chunk, micro-batch). The plan (`plan/lower.py`) turns
+them into each stage's steps, which both evaluators run (tests/schedule_oracle.py executes the bare lists
+with free communication, the tests' oracle). Chunk placement is `ScheduleSpec.place`,
 which `layout.chunk_owner` asks too. Schedules that do not split the backward emit B immediately followed
 by W of the same (chunk, micro-batch). docs/modeling.md §6 has the bubble formulas.
 
@@ -19,7 +19,7 @@ stage index is our chunk index.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 KINDS = ("F", "B", "W")
@@ -448,70 +448,3 @@ def check_schedule_args(name: str, pp: int, vpp: int, m: int) -> None:
 def pipeline_schedule(name: str, pp: int, vpp: int, m: int) -> list[list[Action]]:
     """Per pipeline rank, the actions in execution order."""
     return schedule_spec(name).rank_lists(pp, vpp, m)
-
-
-# ------------------------------------------------------------------------------- analysis
-
-def peak_inflight(actions: list[Action]) -> int:
-    """Most (chunk, micro-batch) pairs whose F has run and whose B has not, over one rank's list:
-    activations held, in units of one micro-batch through one chunk (L/(pp*vpp) layers). The smaller
-    stash a split backward keeps from B until W (ZB's M_W) is not counted."""
-    held = peak = 0
-    for a in actions:
-        if a.kind == "F":
-            held += 1
-            peak = max(peak, held)
-        elif a.kind == "B":
-            held -= 1
-    return peak
-
-
-def makespan(schedule: list[list[Action]], pp: int, vpp: int,
-             t_f: float | Sequence[float] = 1, t_b: float | Sequence[float] = 1,
-             t_w: float | Sequence[float] = 1) -> tuple[float, list[float]]:
-    """Execute the lists with free communication: each rank runs its list in order, one pass at a time,
-    each pass starting when the rank is free and the passes it waits for are done: F(c-1) before F(c);
-    F(c) and B(c+1) before B(c); B(c) before W(c). A pass time
-    is one number for every chunk or one per chunk (uneven stages). Returns (makespan, busy time per
-    rank). The analytic estimate's exact 1F1B / AFAB span and the engine tests' oracle; raises ValueError
-    on a deadlock (some rank's next pass waits for a pass that can never run)."""
-    n_chunks = pp * vpp
-    cost = [t if isinstance(t, Sequence) else [t] * n_chunks for t in (t_f, t_b, t_w)]
-    kind_index = {k: i for i, k in enumerate(KINDS)}
-    m = 1 + max((a.mb for acts in schedule for a in acts), default=-1)
-    done: list[list[list[float | None]]] = [[[None] * m for _ in range(n_chunks)] for _ in KINDS]
-    f_done, b_done, _ = done
-    pos = [0] * len(schedule)
-    clock = [0.0] * len(schedule)
-    busy = [0.0] * len(schedule)
-    progress = True
-    while progress:
-        progress = False
-        for r, acts in enumerate(schedule):
-            i, now = pos[r], clock[r]
-            while i < len(acts):
-                a = acts[i]
-                c, mb, k = a.chunk, a.mb, kind_index[a.kind]
-                if k == 0:  # F(c-1) before F(c)
-                    dep = f_done[c - 1][mb] if c > 0 else 0.0
-                elif k == 1:  # F(c) and B(c+1) before B(c)
-                    dep = f_done[c][mb]
-                    if dep is not None and c < n_chunks - 1:
-                        up = b_done[c + 1][mb]
-                        dep = None if up is None else max(dep, up)
-                else:  # B(c) before W(c)
-                    dep = b_done[c][mb]
-                if dep is None:
-                    break
-                t = cost[k][c]
-                now = max(now, dep) + t
-                done[k][c][mb] = now
-                busy[r] += t
-                i += 1
-            if i != pos[r]:
-                pos[r], clock[r], progress = i, now, True
-    stuck = {r: acts[pos[r]] for r, acts in enumerate(schedule) if pos[r] < len(acts)}
-    if stuck:
-        raise ValueError(f"deadlock: next pass per stuck rank {stuck}")
-    return max(clock, default=0.0), busy
-
