@@ -26,7 +26,7 @@ import yaml
 from .errors import ScenarioError
 from .analytic import estimate
 from .costs import CostModel, build_cost_model
-from .flops import model_flops_per_step
+from .flops import mfu_peak_flops, model_flops_per_step
 from .memory import GIB, MemoryReport, memory_report, stage_memory, state_bytes_per_param
 from .model import model_to_mapping
 from .params import layer_params, total_params
@@ -392,7 +392,7 @@ def summarize(sc: Scenario, mem, estimator: str = "analytic") -> dict:
     base = build_cost_model(sc)
     res = estimate(sc, _RememberingCost(**{f.name: getattr(base, f.name) for f in fields(base) if f.init}))
     it = res.iteration_time_s
-    mfu_peak = sc.topology.peak_flops("bf16" if sc.training.precision == "fp8" else sc.training.precision)
+    mfu_peak = mfu_peak_flops(sc)
     flops = model_flops_per_step(sc.model, sc.training.seq_len, sc.training.global_batch)
     return {"iteration_time_s": it, "tokens_per_s_per_gpu": sc.tokens_per_step / it / sc.gpus,
             "mfu": flops / it / sc.gpus / mfu_peak, "bubble_fraction": res.bubble_fraction,
