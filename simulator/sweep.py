@@ -329,8 +329,9 @@ class Evaluation:
         return self.memory["peak_gib"] - self.memory["capacity_gib"] if self.memory else float("inf")
 
     def to_json(self) -> dict:
-        """The `sweep --json` entry (CONTRACT.md)."""
-        return {"parallel": self.parallel, "training": self.training, "report": self.report or self.summary}
+        """The `sweep --json` entry: the layout, which estimator gave the numbers it is ranked by, the report."""
+        return {"parallel": self.parallel, "training": self.training, "estimator": self.estimator,
+                "report": self.report or self.summary}
 
 
 def candidate_scenario(raw: dict, base_dir: Optional[str], lay: Layout) -> Scenario:
@@ -608,6 +609,14 @@ def _rank_key(ev: Evaluation) -> tuple:
     return (-ev.tokens_per_s_per_gpu, ev.layout)
 
 
+def rank_by_best_estimate(estimated: list, refined: list) -> list:
+    """One ranking by the tokens/s per GPU each row reports: a layout the engine simulated (`refined`)
+    counts with the engine's number, every other with its analytic estimate. An engine row is not put
+    above an analytic row that reads faster: the reader sees one column, sorted."""
+    engine_rows = {ev.layout: ev for ev in refined}
+    return sorted((engine_rows.get(ev.layout, ev) for ev in estimated), key=_rank_key)
+
+
 def optimistic_time_s(numbers: dict) -> float:
     """What the step could shrink to if another schedule, ZeRO stage or sp setting removed the whole
     bubble, the exposed DP and PP communication and the recomputation (the breakdown sums to the step)."""
@@ -771,16 +780,16 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
         refined = [replace(ev, status="ok", summary=ok[ev.layout].summary)
                    for ev in run("engine: the most promising layouts", full_report, tasks)]
         ratios = [ev.report["iteration_time_s"] / ev.summary["iteration_time_s"] for ev in refined]
-        notes.append(f"the first {len(refined)} layouts were simulated by the engine and are ranked by it; the rest are "
-                     f"analytic estimates (on those {len(refined)} the engine's step time was "
-                     f"{min(ratios):.2f}x to {max(ratios):.2f}x the analytic one)")
+        notes.append(f"{len(refined)} layouts were simulated by the engine; every row is ranked by its best estimate, the "
+                     f"engine's where it ran, else the analytic one (column 'estimator'; on those {len(refined)} the engine's "
+                     f"step time was {min(ratios):.2f}x to {max(ratios):.2f}x the analytic one)")
     counts["simulated_engine"] = len(refined)
-    rest = [ev for ev in ranked if ev.layout not in {r.layout for r in refined}]
-    ranked = sorted(refined, key=_rank_key) + rest
+    ranked = rank_by_best_estimate(ranked, refined)
     shown = len(ranked) if options.top <= 0 else options.top
     tasks = [(raw, base_dir, ev.layout) for ev in ranked[:shown] if ev.report is None]
     full = {ev.layout: ev for ev in run("full reports", full_report, tasks)}
-    ranked = [replace(full[ev.layout], status="ok", summary=ev.summary) if ev.layout in full else ev for ev in ranked]
+    ranked = sorted((replace(full[ev.layout], status="ok", summary=ev.summary) if ev.layout in full else ev for ev in ranked),
+                    key=_rank_key)
 
     # the scenario's own layout, estimated the same way as the best
     own = layout_of(sc)
