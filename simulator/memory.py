@@ -81,6 +81,12 @@ ALLOCATOR_FRAGMENTATION = 0.05
 """Caching-allocator slack on memory allocated and freed during the step (activations and
 temporaries): MEG-MEM's flat 5 %. Model states live in contiguous buffers allocated once (Megatron's
 param/grad buffers, ZeRO §6.2's pre-allocated contiguous buffers), so they are not charged."""
+DEFAULT_HEADROOM_FRACTION = 0.05
+"""Default memory a layout must leave free, as a share of the GPU's memory (`cluster.memory_headroom_gib`
+null). The peak already counts the CUDA context, NCCL's buffers and the allocator's slack (above); the
+headroom is for the memory model's own error, whose bar is 5 % of the measured peak (README, Accuracy:
+3.0 % mean error on the playbook validation split, 8.7 % on the fit split), and for what it does not
+see (other processes, cuBLAS/cuDNN workspaces, allocator spikes). 4.0 GiB on an 80 GB H100."""
 BUCKET_MB_BYTES = 1e6
 """`parallel.dp_bucket_mb` counts 10^6 bytes (as `ops.dp_buckets` reads it)."""
 NO_CUDA_INTERCONNECTS = ("host",)
@@ -475,6 +481,19 @@ class StageMemory:
                 "optimizer_step_gib": self.optimizer_step / GIB, "allocated_peak_gib": self.allocated_peak / GIB}
 
 
+def headroom_gib(sc: Scenario) -> float:
+    """Memory a GPU must keep free for a layout to fit: `cluster.memory_headroom_gib`, or
+    `DEFAULT_HEADROOM_FRACTION` of the GPU's memory."""
+    if sc.cluster.memory_headroom_gib is not None:
+        return float(sc.cluster.memory_headroom_gib)
+    return DEFAULT_HEADROOM_FRACTION * float(sc.topology.gpu.memory_gib)
+
+
+def fits(peak_gib: float, capacity_gib: float, headroom: float) -> bool:
+    """The one definition of "fits" (docs/metrics.md): the worst stage's peak leaves `headroom` GiB free."""
+    return peak_gib <= capacity_gib - headroom
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MemoryReport:
     capacity_gib: float
@@ -482,12 +501,15 @@ class MemoryReport:
     peak_gib: float
     """Worst stage."""
     fits: bool
+    """`fits(peak_gib, capacity_gib, headroom_gib)`."""
     per_stage: list[StageMemory]
+    headroom_gib: float = 0.0
+    """Memory the layout had to leave free to fit (`headroom_gib(sc)`)."""
 
     def to_json(self) -> dict:
-        """The contract's `memory` object (CONTRACT.md `run --json`)."""
-        return {"capacity_gib": self.capacity_gib, "peak_gib": self.peak_gib, "fits": self.fits,
-                "per_stage": [s.as_gib() for s in self.per_stage]}
+        """The report's `memory` object; `free_gib` = capacity - peak."""
+        return {"capacity_gib": self.capacity_gib, "peak_gib": self.peak_gib, "free_gib": self.capacity_gib - self.peak_gib,
+                "headroom_gib": self.headroom_gib, "fits": self.fits, "per_stage": [s.as_gib() for s in self.per_stage]}
 
 
 def stage_memory(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None = None) -> StageMemory:
@@ -508,9 +530,10 @@ def stage_memory(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
 
 
 def memory_report(sc: Scenario) -> MemoryReport:
-    """Per-stage peaks; fits when the worst stage is within the GPU's memory."""
+    """Per-stage peaks; fits when the worst stage leaves the scenario's headroom free (`fits`)."""
     groups = zero_groups(sc)
     stages = [stage_memory(sc, r, groups=groups) for r in range(sc.parallel.pp)]
     peak = max(s.peak for s in stages) / GIB
     cap = float(sc.topology.gpu.memory_gib)
-    return MemoryReport(capacity_gib=cap, peak_gib=peak, fits=peak <= cap, per_stage=stages)
+    room = headroom_gib(sc)
+    return MemoryReport(capacity_gib=cap, peak_gib=peak, fits=fits(peak, cap, room), per_stage=stages, headroom_gib=room)

@@ -27,7 +27,7 @@ from .errors import ScenarioError
 from .analytic import estimate
 from .costs import CostModel, build_cost_model
 from .flops import mfu_peak_flops, model_flops_per_step
-from .memory import GIB, MemoryReport, memory_report, stage_memory, state_bytes_per_param
+from .memory import GIB, MemoryReport, fits, headroom_gib, memory_report, stage_memory, state_bytes_per_param
 from .model import model_to_mapping
 from .params import layer_params, total_params
 from .scenario import SCHEDULES, Scenario, apply_overrides, read_yaml, scenario_from_mapping, validate_layout
@@ -359,8 +359,9 @@ def _frugality(lay: Layout) -> tuple:
 def _fits(sc: Scenario, headroom_gib: float = 0.0):
     """(fits, MemoryReport or None): `memory.memory_report`, except that stage 0 and the last stage,
     which hold the most (the most micro-batches in flight; the logits), are computed first and a miss
-    there ends the check. Fits = the peak leaves `headroom_gib` free."""
-    cap = float(sc.topology.gpu.memory_gib) - headroom_gib
+    there ends the check. Fits = the peak leaves `headroom_gib` free (`memory.fits`)."""
+    full = float(sc.topology.gpu.memory_gib)
+    cap = full - headroom_gib
     order = list(dict.fromkeys((0, sc.parallel.pp - 1, *range(sc.parallel.pp))))
     stages = {}
     for r in order:
@@ -369,8 +370,8 @@ def _fits(sc: Scenario, headroom_gib: float = 0.0):
             return False, None
     per_stage = [stages[r] for r in range(sc.parallel.pp)]
     peak = max(s.peak for s in per_stage) / GIB
-    full = float(sc.topology.gpu.memory_gib)
-    return peak <= cap, MemoryReport(capacity_gib=full, peak_gib=peak, fits=peak <= full, per_stage=per_stage)
+    ok = fits(peak, full, headroom_gib)
+    return ok, MemoryReport(capacity_gib=full, peak_gib=peak, fits=ok, per_stage=per_stage, headroom_gib=headroom_gib)
 
 
 @dataclass
@@ -575,9 +576,10 @@ class SweepOptions:
     engine_top: int = 4
     """Layouts re-simulated with the discrete-event engine (`engine_picks`; 0: analytic only)."""
     expand: int = DEFAULT_EXPAND
-    headroom_gib: float = 0.0
+    headroom_gib: Optional[float] = None
     """Memory a layout must leave free on every GPU to count as fitting (a margin for what the memory
-    model does not see)."""
+    model does not see); None: the scenario's (`memory.headroom_gib`: `cluster.memory_headroom_gib`,
+    else 5 % of the GPU's memory). Every candidate and every report of the sweep uses this one value."""
     estimate_infeasible: int = 200
     """Estimate the step time of up to this many layouts that do not fit, closest to fitting first
     (for "the fastest layouts that do not fit" and the scatter plot)."""
@@ -699,7 +701,12 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
     """Enumerate, prune, estimate and rank (module docstring). `progress(phase, done, total)` is
     called as tasks finish."""
     runner = runner or SerialRunner()
-    cap = float(sc.topology.gpu.memory_gib) - options.headroom_gib
+    # one headroom for the fit checks and the full reports: the candidates carry it as a scenario key
+    room = headroom_gib(sc) if options.headroom_gib is None else float(options.headroom_gib)
+    options = replace(options, headroom_gib=room)
+    raw = {**raw, "cluster": {**(raw.get("cluster") or {}), "memory_headroom_gib": room}}
+    sc = replace(sc, cluster=replace(sc.cluster, memory_headroom_gib=room))
+    cap = float(sc.topology.gpu.memory_gib) - room
     layouts = enumerate_layouts(sc, options.fixed)
     counts = {"enumerated": len(layouts)}
     notes = [default_space_note(sc, options.fixed)]

@@ -239,7 +239,8 @@ def format_sweep(result, sc, top: int) -> str:
            f"  {result.gpus} GPUs ({result.gpus_per_node} per node, {result.capacity_gib:.1f} GiB each), global batch {gb} x {sc.training.seq_len}",
            f"  {c['enumerated']:,} layouts enumerated; {c['pruned_by_state_floor']:,} exceed memory on model states alone; "
            f"{c['structures']:,} structures tried ({c['memory_checks']:,} memory checks, {c['oom_checked'] + c['oom_implied']:,} do not fit); "
-           f"{c['estimated']:,} estimated, {c['structures_expanded']} expanded over schedules/ZeRO; {c['simulated_engine']} simulated by the engine", ""]
+           f"{c['estimated']:,} estimated, {c['structures_expanded']} expanded over schedules/ZeRO; {c['simulated_engine']} simulated by the engine",
+           f"  a layout fits when it leaves {result.headroom_gib:.1f} GiB free per GPU (--headroom)", ""]
     shown = result.ranked if top <= 0 else result.ranked[:top]
     if not shown:
         out.append("  No layout fits in memory.")
@@ -250,7 +251,7 @@ def format_sweep(result, sc, top: int) -> str:
         rows.append([str(i + 1), ev.layout.label(), f"{n['tokens_per_s_per_gpu']:,.0f}", f"{n['mfu'] * 100:.1f}",
                      f"{n['iteration_time_s']:.2f}", f"{mem['peak_gib']:.1f}", f"{mem['capacity_gib'] - mem['peak_gib']:.1f}", ev.estimator])
     if rows:
-        out += ["  " + x for x in _table(rows, ["#", "layout", "tok/s/GPU", "MFU %", "step s", "peak GiB", "headroom", "estimator"])]
+        out += ["  " + x for x in _table(rows, ["#", "layout", "tok/s/GPU", "MFU %", "step s", "peak GiB", "free GiB", "estimator"])]
         out.append("")
     if shown and shown[0].memory["capacity_gib"] - shown[0].memory["peak_gib"] < THIN_HEADROOM_GIB:
         free = shown[0].memory["capacity_gib"] - shown[0].memory["peak_gib"]
@@ -346,8 +347,9 @@ def add_parser(subparsers):
     p.add_argument("--fix", action="append", default=[], metavar="KEY=V1,V2",
                    help="set the values a sweep key takes (narrows or widens the default), e.g. parallel.tp=4,8 or training.recompute=selective")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key first")
-    p.add_argument("--headroom", type=float, default=0.0, metavar="GIB",
-                   help="memory each GPU must keep free for a layout to count as fitting (default 0)")
+    p.add_argument("--headroom", type=float, default=None, metavar="GIB",
+                   help="memory each GPU must keep free for a layout to count as fitting (default: the scenario's "
+                        "cluster.memory_headroom_gib, else 5 %% of the GPU's memory, 4.0 GiB on an H100; docs/metrics.md)")
     p.add_argument("--expand", type=int, default=None, metavar="S", help="structures phase 2 expands (default 12)")
     p.add_argument("--export", choices=("torchtitan", "megatron", "nanotron"),
                    help="write the best layout the framework can run as its config")
@@ -361,7 +363,7 @@ def run(args) -> int:
     from .sweep import DEFAULT_EXPAND, SweepOptions, make_runner, parse_fix, run_sweep, sweep_base  # noqa: PLC0415
 
     fixed = parse_fix(args.fix)
-    if args.top < 0 or args.engine_top < 0 or args.jobs < 1 or args.headroom < 0:
+    if args.top < 0 or args.engine_top < 0 or args.jobs < 1 or (args.headroom is not None and args.headroom < 0):
         raise ScenarioError("--top/--engine-top/--jobs/--headroom", "must not be negative (--jobs >= 1)")
     if args.export_out and not args.export:
         raise ScenarioError("--export-out", "given without --export", "--export torchtitan|megatron|nanotron")

@@ -193,7 +193,8 @@ def predict(case: Case, estimator: str = "analytic", network: str = NETWORK) -> 
         "tokens_per_s_per_gpu": rep["tokens_per_s_per_gpu"], "step_time_s": rep["iteration_time_s"],
         "model_tflops_per_gpu": rep["model_tflops_per_gpu"],
         "mem_states_gib": states, "mem_peak_gib": s0.get("peak_gib", mem["peak_gib"]),
-        "peak_gib": mem["peak_gib"], "fits": bool(mem["fits"]), "estimator": rep.get("estimator", estimator),
+        # did the run run out of memory: the predicted peak against the whole GPU (no launch headroom)
+        "peak_gib": mem["peak_gib"], "fits": mem["peak_gib"] <= mem["capacity_gib"], "estimator": rep.get("estimator", estimator),
         "breakdown": rep.get("breakdown", {}),
     })
 

@@ -40,3 +40,27 @@ def test_fp8_mfu_and_hfu_share_one_denominator():
     sc = load_scenario(EIGHT_B, ["training.precision=fp8", "training.recompute=none", "training.global_batch=8"])
     r = simulate(sc, "analytic")
     assert r["mfu"] <= r["hfu"] <= 1.05 * r["mfu"]
+
+
+# ----------------------------------------------------------------------------------- memory fits
+
+def test_default_headroom_is_five_percent_of_the_gpu():
+    from simulator.memory import memory_report
+    rep = memory_report(load_scenario(EIGHT_B))
+    assert rep.headroom_gib == pytest.approx(0.05 * 79.65)
+    assert rep.to_json()["free_gib"] == pytest.approx(rep.capacity_gib - rep.peak_gib)
+
+
+@pytest.mark.parametrize("margin,fits", [(-0.1, True), (0.1, False)])
+def test_a_layout_fits_only_if_it_leaves_the_headroom_free(margin, fits):
+    from simulator.memory import memory_report
+    free = memory_report(load_scenario(EIGHT_B, ["cluster.memory_headroom_gib=0"])).to_json()["free_gib"]
+    rep = memory_report(load_scenario(EIGHT_B, [f"cluster.memory_headroom_gib={free + margin}"]))
+    assert rep.fits is fits
+
+
+def test_no_free_memory_is_not_a_fit():
+    """A peak that uses the whole GPU (0.0 GiB free) does not fit under the default headroom."""
+    from simulator.memory import fits
+    assert not fits(79.65, 79.65, 0.05 * 79.65)
+    assert fits(79.65 - 4.0, 79.65, 0.05 * 79.65)
