@@ -291,6 +291,12 @@ def validate_layout(sc: Scenario) -> Scenario:
     order = p.order.split("-")
     if sorted(order) != sorted(DIMS):
         raise ScenarioError("parallel.order", f"{p.order!r} must name each of tp, cp, ep, dp, pp once", "e.g. tp-cp-ep-dp-pp")
+    if abs(order.index("ep") - order.index("dp")) != 1:
+        # EP groups are cut from the data-parallel ranks (layout.group_ranks), so `ep` says where inside or
+        # outside dp they sit; elsewhere it would mean nothing (Megatron's RankGenerator has the same rule)
+        raise ScenarioError("parallel.order", f"{p.order!r} puts ep apart from dp; EP borrows its ranks from dp",
+                            "ep right before dp (EP groups of neighbouring dp ranks, e.g. tp-cp-ep-dp-pp) or right after "
+                            "it (EP groups strided across dp, e.g. tp-cp-dp-ep-pp)")
     if not _divides(p.tp, m.heads):
         raise ScenarioError("parallel.tp", f"{p.tp} does not divide the model's {m.heads} attention heads", "a divisor of heads")
     if not (_divides(p.tp, m.n_kv) or _divides(m.n_kv, p.tp)):
