@@ -1,6 +1,7 @@
 """`python -m simulator sweep SCENARIO`: the ranked layouts, why the best wins, what does not fit.
 
-The search is `sweep.run_sweep`; this file parses the command line, shows progress, and turns the
+The search is `sweep.run_sweep`; this file parses the command line, shows progress (`progress.py`:
+on a terminal; the wall time on stderr at the end), and turns the
 result into tables and plain sentences: the step breakdown of the top layouts, why the best beats
 the runner-up (the largest differences of their breakdowns, with the layout difference behind each),
 how the ranking compares with the Ultra-Scale Playbook's advice, and for layouts that do not fit, what
@@ -302,35 +303,6 @@ def format_sweep(result, sc, top: int) -> str:
 
 # ----------------------------------------------------------------------------------- command line
 
-class _Progress:
-    """rich progress bars on stderr, one per phase (off when stderr is not a terminal or with --json)."""
-
-    def __init__(self, enabled: bool):
-        self.bar = None
-        self.tasks = {}
-        if enabled:
-            from rich.console import Console  # noqa: PLC0415
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=False)
-
-    def __enter__(self):
-        if self.bar:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.bar:
-            self.bar.stop()
-
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        if not self.bar:
-            return
-        if phase not in self.tasks:
-            self.tasks[phase] = self.bar.add_task(phase, total=total)
-        self.bar.update(self.tasks[phase], completed=done, total=total)
-
-
 def _check_parent(path: str, flag: str) -> None:
     if not Path(path).resolve().parent.is_dir():
         raise ScenarioError(flag, f"directory {Path(path).resolve().parent} does not exist")
@@ -360,7 +332,10 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
+    from .progress import PhaseProgress, Stopwatch  # noqa: PLC0415
     from .sweep import DEFAULT_EXPAND, SweepOptions, make_runner, parse_fix, run_sweep, sweep_base  # noqa: PLC0415
+
+    clock = Stopwatch("sweep")
 
     fixed = parse_fix(args.fix)
     if args.top < 0 or args.engine_top < 0 or args.jobs < 1 or (args.headroom is not None and args.headroom < 0):
@@ -377,7 +352,7 @@ def run(args) -> int:
                            expand=DEFAULT_EXPAND if args.expand is None else args.expand, headroom_gib=args.headroom)
     runner = make_runner(args.jobs, args.ray)
     try:
-        with _Progress(enabled=sys.stderr.isatty() and not args.json) as progress:
+        with PhaseProgress() as progress:  # on a terminal only, on stderr (stdout may be --json)
             result = run_sweep(sc, raw, base_dir, options, runner, progress)
     finally:
         runner.close()
@@ -406,4 +381,6 @@ def run(args) -> int:
         paths = sweep_plots(result, args.plot)
         if not args.json:
             print("  plots written: " + ", ".join(paths))
+    sys.stdout.flush()
+    clock.report()
     return 0

@@ -206,7 +206,7 @@ def evaluate(cases: list[Case], estimator: str = "analytic", progress=None, netw
             out.append(Outcome(c, error="status Other: no measurement"))
             continue
         out.append(predict(c, estimator, network))
-        if progress and (i + 1) % 200 == 0:
+        if progress and ((i + 1) % 20 == 0 or i + 1 == len(cases)):
             progress(i + 1, len(cases))
     return out
 
