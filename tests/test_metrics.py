@@ -64,3 +64,79 @@ def test_no_free_memory_is_not_a_fit():
     from simulator.memory import fits
     assert not fits(79.65, 79.65, 0.05 * 79.65)
     assert fits(79.65 - 4.0, 79.65, 0.05 * 79.65)
+
+
+# ----------------------------------------------------------------------------------- docs/metrics.md
+
+DOC = (ROOT / "docs" / "metrics.md").read_text()
+FLAT = " ".join(DOC.split())
+"""The doc with its line breaks folded, for phrases."""
+REPORT_METRICS = ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
+                  "breakdown", "overlap_fraction", "memory.peak_gib", "memory.capacity_gib", "memory.free_gib",
+                  "memory.headroom_gib", "memory.fits")
+
+
+@pytest.mark.parametrize("key", REPORT_METRICS)
+def test_the_doc_defines_each_report_metric_once(key):
+    assert DOC.count(f"**`{key}`**") == 1
+
+
+def test_the_doc_defines_bubble_and_exposed_communication_once():
+    assert DOC.count("- **Bubble**") == 1 and DOC.count("- **Exposed communication**") == 1
+    assert "idle time of the critical stage waiting on pipeline dependencies over the step" in FLAT
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """(scenario, report) pairs: the 8B by both estimators, the 70B (a pipeline: bubble > 0) analytic."""
+    s8, s70 = load_scenario(EIGHT_B), load_scenario(ROOT / "scenarios" / "70b_512gpu.yaml")
+    return [(s8, simulate(s8, "engine")), (s8, simulate(s8, "analytic")), (s70, simulate(s70, "analytic"))]
+
+
+@pytest.fixture(scope="module")
+def reports(runs):
+    return [r for _, r in runs]
+
+
+def test_throughput_follows_its_definition(runs):
+    for sc, r in runs:
+        tokens = sc.training.global_batch * sc.training.seq_len
+        assert r["tokens_per_s"] == pytest.approx(tokens / r["iteration_time_s"])
+        assert r["tokens_per_s_per_gpu"] == pytest.approx(tokens / r["iteration_time_s"] / sc.gpus)
+        assert r["model_tflops_per_gpu"] == pytest.approx(r["model"]["flops_per_step"] / r["iteration_time_s"] / sc.gpus / 1e12)
+
+
+def test_breakdown_sums_to_the_step_and_exposed_is_part_of_the_communication(reports):
+    for r in reports:
+        assert sum(r["breakdown"].values()) == pytest.approx(r["iteration_time_s"], rel=1e-6)
+        total = sum(v["time_s"] for v in r["comm"].values())
+        exposed = sum(v["exposed_s"] for v in r["comm"].values())
+        for d, v in r["comm"].items():
+            assert v["exposed_s"] <= v["time_s"] * (1 + 1e-9) + 1e-12
+            assert r["breakdown"].get(f"exposed_{d}_s", 0.0) == pytest.approx(v["exposed_s"], abs=1e-9)
+        assert r["overlap_fraction"] == pytest.approx(1 - exposed / total if total else 0.0, abs=1e-9)
+
+
+def test_memory_fits_follows_its_definition(reports):
+    for r in reports:
+        m = r["memory"]
+        assert m["free_gib"] == pytest.approx(m["capacity_gib"] - m["peak_gib"])
+        assert m["fits"] == (m["peak_gib"] <= m["capacity_gib"] - m["headroom_gib"])
+
+
+def test_the_doc_states_the_default_headroom_and_the_peaks_the_code_uses():
+    from simulator.memory import DEFAULT_HEADROOM_FRACTION
+    from simulator.topology import load_topology
+    assert f"{DEFAULT_HEADROOM_FRACTION * 100:.0f} % of the GPU's memory" in FLAT
+    h100 = load_topology("dgx-h100").gpu.peak_tflops
+    assert f"FP8 {h100['fp8']:,}, BF16 {h100['bf16']:,}, FP32 {h100['fp32']}" in FLAT
+
+
+def test_the_doc_wording_example_is_what_the_explanations_say():
+    from simulator.sweep_cmd import win_head
+    a = {"iteration_time_s": 5.0, "tokens_per_s_per_gpu": 1400.0}
+    b = {"iteration_time_s": 7.0, "tokens_per_s_per_gpu": 1000.0}
+    text = win_head("A", "B", a, b, "engine")
+    assert "A has 1.40x the throughput of B" in text and "step 28.6 % shorter" in text
+    assert "A has 1.40x the throughput of B" in FLAT and "step 28.6 % shorter" in FLAT
+    assert "faster" not in text
