@@ -786,6 +786,14 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
         tasks = [(raw, base_dir, lay, "engine") for lay in engine_picks(ranked, options.engine_top)]
         refined = [replace(ev, status="ok", summary=ok[ev.layout].summary)
                    for ev in run("engine: the most promising layouts", full_report, tasks)]
+        # the engine may move its picks below an analytic row; such a row now on top is simulated too, until
+        # the leader is the engine's (at most engine_top more): #1 is never an estimate the engine slowed
+        for _ in range(options.engine_top):
+            top = rank_by_best_estimate(ranked, refined)[0]
+            if top.estimator == "engine":
+                break
+            refined += [replace(ev, status="ok", summary=ok[ev.layout].summary) for ev in
+                        run("engine: a new leader", full_report, [(raw, base_dir, top.layout, "engine")])]
         ratios = [ev.report["iteration_time_s"] / ev.summary["iteration_time_s"] for ev in refined]
         notes.append(f"{len(refined)} layouts were simulated by the engine; every row is ranked by its best estimate, the "
                      f"engine's where it ran, else the analytic one (column 'estimator'; on those {len(refined)} the engine's "
