@@ -209,7 +209,8 @@ def test_rows_are_ranked_by_their_best_estimate_and_say_which(base8b):
     tps = [ev.numbers["tokens_per_s_per_gpu"] for ev in res.ranked]
     assert tps == sorted(tps, reverse=True)
     est = [ev.to_json()["estimator"] for ev in res.ranked]
-    assert est.count("engine") == res.counts["simulated_engine"] == 2
+    assert est.count("engine") == res.counts["simulated_engine"] >= 2
+    assert est[0] == "engine"  # an analytic row left on top by the engine's corrections is simulated too
     assert all(ev.to_json()["estimator"] == ev.numbers["estimator"] for ev in res.ranked)
 
 

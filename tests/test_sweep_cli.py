@@ -81,7 +81,7 @@ def test_json_with_engine_rows_is_ranked_by_its_reported_throughput(capsys):
     tps = [e["report"]["tokens_per_s_per_gpu"] for e in out]
     assert tps == sorted(tps, reverse=True)
     assert all(e["estimator"] == e["report"]["estimator"] for e in out)
-    assert [e["estimator"] for e in out].count("engine") == 2
+    assert [e["estimator"] for e in out].count("engine") >= 2 and out[0]["estimator"] == "engine"
 
 
 def test_text_output_explains_the_ranking(capsys, tmp_path):
