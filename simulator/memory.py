@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
+from .memory_fit import MemoryReport, fits, headroom_gib
 from .ops import (DROPOUT_MASK_BYTES, Shard, autocast_head_params, autocast_layer_params, embedding_rank_params,
                   head_rank_tensors, param_bytes, rank_params, shard)
 from .ops import layer_rank_params as ops_layer_rank_params
@@ -81,12 +82,6 @@ ALLOCATOR_FRAGMENTATION = 0.05
 """Caching-allocator slack on memory allocated and freed during the step (activations and
 temporaries): MEG-MEM's flat 5 %. Model states live in contiguous buffers allocated once (Megatron's
 param/grad buffers, ZeRO §6.2's pre-allocated contiguous buffers), so they are not charged."""
-DEFAULT_HEADROOM_FRACTION = 0.05
-"""Default memory a layout must leave free, as a share of the GPU's memory (`cluster.memory_headroom_gib`
-null). The peak already counts the CUDA context, NCCL's buffers and the allocator's slack (above); the
-headroom is for the memory model's own error, whose bar is 5 % of the measured peak (README, Accuracy:
-3.0 % mean error on the playbook validation split, 8.7 % on the fit split), and for what it does not
-see (other processes, cuBLAS/cuDNN workspaces, allocator spikes). 4.0 GiB on an 80 GB H100."""
 BUCKET_MB_BYTES = 1e6
 """`parallel.dp_bucket_mb` counts 10^6 bytes (as `ops.dp_buckets` reads it)."""
 NO_CUDA_INTERCONNECTS = ("host",)
@@ -479,37 +474,6 @@ class StageMemory:
                 "optimizer_gib": self.optimizer / GIB, "activations_gib": self.activations / GIB,
                 "buffers_gib": self.buffers / GIB, "peak_gib": self.peak / GIB,
                 "optimizer_step_gib": self.optimizer_step / GIB, "allocated_peak_gib": self.allocated_peak / GIB}
-
-
-def headroom_gib(sc: Scenario) -> float:
-    """Memory a GPU must keep free for a layout to fit: `cluster.memory_headroom_gib`, or
-    `DEFAULT_HEADROOM_FRACTION` of the GPU's memory."""
-    if sc.cluster.memory_headroom_gib is not None:
-        return float(sc.cluster.memory_headroom_gib)
-    return DEFAULT_HEADROOM_FRACTION * float(sc.topology.gpu.memory_gib)
-
-
-def fits(peak_gib: float, capacity_gib: float, headroom: float) -> bool:
-    """The one definition of "fits" (docs/metrics.md): the worst stage's peak leaves `headroom` GiB free."""
-    return peak_gib <= capacity_gib - headroom
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class MemoryReport:
-    capacity_gib: float
-    """The GPU's memory (topology `gpu.memory_gib`)."""
-    peak_gib: float
-    """Worst stage."""
-    fits: bool
-    """`fits(peak_gib, capacity_gib, headroom_gib)`."""
-    per_stage: list[StageMemory]
-    headroom_gib: float = 0.0
-    """Memory the layout had to leave free to fit (`headroom_gib(sc)`)."""
-
-    def to_json(self) -> dict:
-        """The report's `memory` object; `free_gib` = capacity - peak."""
-        return {"capacity_gib": self.capacity_gib, "peak_gib": self.peak_gib, "free_gib": self.capacity_gib - self.peak_gib,
-                "headroom_gib": self.headroom_gib, "fits": self.fits, "per_stage": [s.as_gib() for s in self.per_stage]}
 
 
 def stage_memory(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None = None) -> StageMemory:

@@ -62,7 +62,7 @@ class Cluster:
     """default = the spec-based profile of the topology's GPU; or a path to a calibration profile."""
     memory_headroom_gib: Optional[float] = field(default=None, metadata={"min": 0.0})
     """Memory each GPU must keep free for a layout to fit (peak <= capacity - headroom; docs/metrics.md).
-    Null: 5 % of the GPU's memory (`memory.DEFAULT_HEADROOM_FRACTION`), 4.0 GiB on an 80 GB H100."""
+    Null: 5 % of the GPU's memory (`memory_fit.DEFAULT_HEADROOM_FRACTION`), 4.0 GiB on an 80 GB H100."""
     efficiency: dict[str, float] = field(default_factory=dict)
     """Per-software-stack overrides of the spec roofline (costs.py): gemm, attention_fwd, attention_bwd,
     hbm (fractions of peak), tp_comm_overhead_s (seconds added to every TP collective) and

@@ -27,7 +27,8 @@ from .errors import ScenarioError
 from .analytic import estimate
 from .costs import CostModel, build_cost_model
 from .flops import mfu_peak_flops, model_flops_per_step
-from .memory import GIB, MemoryReport, fits, headroom_gib, memory_report, stage_memory, state_bytes_per_param
+from .memory import GIB, memory_report, stage_memory, state_bytes_per_param
+from .memory_fit import MemoryReport, fits, headroom_gib
 from .model import model_to_mapping
 from .params import layer_params, total_params
 from .scenario import SCHEDULES, Scenario, apply_overrides, read_yaml, scenario_from_mapping, validate_layout
@@ -359,7 +360,7 @@ def _frugality(lay: Layout) -> tuple:
 def _fits(sc: Scenario, headroom_gib: float = 0.0):
     """(fits, MemoryReport or None): `memory.memory_report`, except that stage 0 and the last stage,
     which hold the most (the most micro-batches in flight; the logits), are computed first and a miss
-    there ends the check. Fits = the peak leaves `headroom_gib` free (`memory.fits`)."""
+    there ends the check. Fits = the peak leaves `headroom_gib` free (`memory_fit.fits`)."""
     full = float(sc.topology.gpu.memory_gib)
     cap = full - headroom_gib
     order = list(dict.fromkeys((0, sc.parallel.pp - 1, *range(sc.parallel.pp))))
@@ -578,7 +579,7 @@ class SweepOptions:
     expand: int = DEFAULT_EXPAND
     headroom_gib: Optional[float] = None
     """Memory a layout must leave free on every GPU to count as fitting (a margin for what the memory
-    model does not see); None: the scenario's (`memory.headroom_gib`: `cluster.memory_headroom_gib`,
+    model does not see); None: the scenario's (`memory_fit.headroom_gib`: `cluster.memory_headroom_gib`,
     else 5 % of the GPU's memory). Every candidate and every report of the sweep uses this one value."""
     estimate_infeasible: int = 200
     """Estimate the step time of up to this many layouts that do not fit, closest to fitting first

@@ -61,7 +61,7 @@ def test_a_layout_fits_only_if_it_leaves_the_headroom_free(margin, fits):
 
 def test_no_free_memory_is_not_a_fit():
     """A peak that uses the whole GPU (0.0 GiB free) does not fit under the default headroom."""
-    from simulator.memory import fits
+    from simulator.memory_fit import fits
     assert not fits(79.65, 79.65, 0.05 * 79.65)
     assert fits(79.65 - 4.0, 79.65, 0.05 * 79.65)
 
@@ -125,7 +125,7 @@ def test_memory_fits_follows_its_definition(reports):
 
 
 def test_the_doc_states_the_default_headroom_and_the_peaks_the_code_uses():
-    from simulator.memory import DEFAULT_HEADROOM_FRACTION
+    from simulator.memory_fit import DEFAULT_HEADROOM_FRACTION
     from simulator.topology import load_topology
     assert f"{DEFAULT_HEADROOM_FRACTION * 100:.0f} % of the GPU's memory" in FLAT
     h100 = load_topology("dgx-h100").gpu.peak_tflops
