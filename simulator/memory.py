@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
 from .memory_fit import MemoryReport, fits, headroom_gib
+from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
 from .ops import (DROPOUT_MASK_BYTES, Shard, autocast_head_params, autocast_layer_params, embedding_rank_params,
                   head_rank_tensors, param_bytes, rank_params, shard)
 from .ops import layer_rank_params as ops_layer_rank_params
