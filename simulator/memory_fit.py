@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .memory import StageMemory
     from .scenario import Scenario
 
 DEFAULT_HEADROOM_FRACTION = 0.05
@@ -39,7 +38,8 @@ class MemoryReport:
     """Worst stage."""
     fits: bool
     """`fits(peak_gib, capacity_gib, headroom_gib)`."""
-    per_stage: list["StageMemory"]
+    per_stage: list
+    """`memory.StageMemory` of every pipeline stage."""
     headroom_gib: float = 0.0
     """Memory the layout had to leave free to fit (`headroom_gib(sc)`)."""
 
