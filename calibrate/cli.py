@@ -45,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
                    help="CPU: gloo processes for the collectives (group sizes 2, 4, ... up to R; default 2)")
     p.add_argument("--only", metavar="LIST", help=f"comma-separated subset of {','.join(PROBE_NAMES)}")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
     return p
 
 
@@ -128,6 +128,7 @@ def _calibrate(args, argv: list[str]) -> int:
     from rich.console import Console  # noqa: PLC0415
 
     from simulator.errors import ScenarioError  # noqa: PLC0415
+    from simulator.progress import Stopwatch, stderr_is_terminal  # noqa: PLC0415
     from simulator.scenario import load_scenario  # noqa: PLC0415
 
     from .atomic import write_atomic  # noqa: PLC0415
@@ -138,6 +139,7 @@ def _calibrate(args, argv: list[str]) -> int:
     from .run import RunOptions, calibrate, profile_text  # noqa: PLC0415
     from .summary import summary_table  # noqa: PLC0415
 
+    clock = Stopwatch("calibrate")
     device, probes = _resolve(args)
     name = device_name(device)
     out = Path(args.out) if args.out else default_profile_path(device, name)
@@ -163,10 +165,13 @@ def _calibrate(args, argv: list[str]) -> int:
     prov = provenance(device, device_count=devices, threads=threads, quick=args.quick,
                       scenario=args.scenario, argv=argv)
     ctx = Context(device=device, plan=plan, seed=args.seed)
-    profile = calibrate(ctx, RunOptions(probes=probes, threads=threads, progress=not args.no_progress), prov,
+    # the bar only on a terminal (a pipe or CI log gets the wall-time line alone)
+    bar = not args.no_progress and stderr_is_terminal()
+    profile = calibrate(ctx, RunOptions(probes=probes, threads=threads, progress=bar), prov,
                         matching_spec(device, name), console)
     write_atomic(out, profile_text(profile))
     # piped output gets rich's 80 columns unless told: the table needs about 100
     Console(width=None if sys.stdout.isatty() else 110).print(summary_table(profile))
-    print(f"wrote {out}")
+    print(f"wrote {out}", flush=True)
+    clock.report()
     return 0

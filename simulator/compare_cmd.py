@@ -1,7 +1,7 @@
 """`python -m simulator compare A.yaml B.yaml ...`: the reports side by side.
 
 One column per scenario, one row per number of the `run --json` report; in each row the best value
-is marked `*` (higher is better for throughput, MFU and headroom; lower for time, bubble, exposed
+is marked `*` (higher is better for throughput, MFU and free memory; lower for time, bubble, exposed
 communication and memory), and layout rows whose values differ are marked `!`. A closing sentence
 says why the fastest beats the next (`sweep_cmd.explain_win`). `--json` prints the reports and, per
 row, the indices of the best.
@@ -34,7 +34,7 @@ METRIC_ROWS = (
     ("comm.ep.exposed_s", "EP exposed (s)", "{:.3f}", -1),
     ("breakdown.optimizer_s", "optimizer (s)", "{:.3f}", -1),
     ("memory.peak_gib", "peak memory (GiB)", "{:.1f}", -1),
-    ("memory.headroom_gib", "headroom (GiB)", "{:.1f}", +1),
+    ("memory.free_gib", "free memory (GiB)", "{:.1f}", +1),
 )
 RELATIVE_TIE = 1e-6
 """Values this close (relative) are equally best."""
@@ -43,7 +43,7 @@ RELATIVE_TIE = 1e-6
 def _get(report: dict, key: str):
     node = report
     for part in key.split("."):
-        if part == "headroom_gib":
+        if part == "free_gib" and part not in node:  # a report from before the key existed
             return node["capacity_gib"] - node["peak_gib"]
         node = node.get(part) if isinstance(node, dict) else None
         if node is None:

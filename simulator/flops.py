@@ -5,8 +5,13 @@ recomputation not (that is HFU, not MFU). This is Megatron-LM's `num_floating_po
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .model import ModelSpec
 from .params import flop_params
+
+if TYPE_CHECKING:
+    from .scenario import Scenario
 
 FLOP_CONVENTION = "6N + causal attention (Megatron num_floating_point_operations); recompute excluded"
 
@@ -28,3 +33,17 @@ def training_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) ->
 
 def model_flops_per_step(m: ModelSpec, seq_len: int, global_batch: int) -> float:
     return training_flops_per_token(m, seq_len) * seq_len * global_batch
+
+
+def gemm_dtype(sc: "Scenario") -> str:
+    """The precision the step's GEMMs run in: `training.precision` (autocast requires bf16, and its
+    GEMMs run in bf16). The cost model prices every matmul at `peak_flops(op.dtype)` with this dtype
+    (`ops.py`), fp32 at the FP32 peak (no TF32)."""
+    return sc.training.precision
+
+
+def mfu_peak_flops(sc: "Scenario") -> float:
+    """Dense peak FLOP/s per GPU that MFU and HFU divide by (docs/metrics.md): the peak of the precision
+    the GEMMs run in. The numerator of either is at most what those GEMMs could do at that peak, so
+    MFU <= 100 %, and HFU (recomputation included) >= MFU since both share this denominator."""
+    return sc.topology.peak_flops(gemm_dtype(sc))

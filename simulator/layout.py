@@ -2,8 +2,10 @@
 
 One grid for ranks (STYLE.md, after picotron and Megatron): `order` names the dimensions innermost
 first ("tp-cp-ep-dp-pp" = Megatron's default: TP inside a node), and every process group is read off
-`arange(world).reshape(...)`. EP borrows from the cp x dp ranks: an EP group is a run of `ep`
-consecutive members of the (cp, dp) group, in the order the string gives.
+`arange(world).reshape(...)`. EP borrows from the cp x dp ranks, and `ep` stands next to `dp` in the
+string (`scenario.validate_layout`): before it ("ep-dp", inner), an EP group is a run of `ep` consecutive
+members of the (cp, dp) group in the order the string gives; after it ("dp-ep", outer), it takes every
+(cp*dp/ep)-th member, and the expert-data-parallel peers are the runs.
 """
 from __future__ import annotations
 
@@ -66,15 +68,21 @@ def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
             return plane
         ep = sc.parallel.ep
         pos = plane.index(rank)
+        names = sc.parallel.order.split("-")
+        if names.index("ep") < names.index("dp"):  # ep inner: runs of ep; expert-DP peers every ep-th
+            ep_group = lambda sub: sub[pos - pos % ep: pos - pos % ep + ep]  # noqa: E731
+            edp_group = lambda sub: sub[pos % ep::ep]  # noqa: E731
+        else:  # ep outer: every (n/ep)-th; expert-DP peers the runs of n/ep
+            run = len(plane) // ep
+            ep_group = lambda sub: sub[pos % run::run]  # noqa: E731
+            edp_group = lambda sub: sub[pos - pos % run: pos - pos % run + run]  # noqa: E731
         if dim == "ep":
-            start = pos - pos % ep
-            return plane[start:start + ep]
+            return ep_group(plane)
         # expert-data-parallel: ranks holding the same expert shard. Experts are not tensor-split
         # (expert tensor parallel = 1), so TP peers hold the same experts on different tokens too.
         members = []
         for tp_rank in group_ranks(sc, "tp", rank):
-            sub = group_ranks(sc, "dp_cp", tp_rank)
-            members += sub[pos % ep::ep]
+            members += edp_group(group_ranks(sc, "dp_cp", tp_rank))
         return sorted(members)
     raise ValueError(f"unknown group dimension {dim!r}")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .memory_fit import MemoryReport, fits, headroom_gib
 from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
                              param_bytes, rank_params)
@@ -456,21 +457,6 @@ class StageMemory:
                 "optimizer_step_gib": self.optimizer_step / GIB, "allocated_peak_gib": self.allocated_peak / GIB}
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class MemoryReport:
-    capacity_gib: float
-    """The GPU's memory (topology `gpu.memory_gib`)."""
-    peak_gib: float
-    """Worst stage."""
-    fits: bool
-    per_stage: list[StageMemory]
-
-    def to_json(self) -> dict:
-        """The contract's `memory` object (docs/report.md)."""
-        return {"capacity_gib": self.capacity_gib, "peak_gib": self.peak_gib, "fits": self.fits,
-                "per_stage": [s.as_gib() for s in self.per_stage]}
-
-
 def stage_memory(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None = None) -> StageMemory:
     """Peak of one rank of stage `pp_rank` (the module docstring gives the sum)."""
     groups = groups or zero_groups(sc)
@@ -489,9 +475,10 @@ def stage_memory(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
 
 
 def memory_report(sc: Scenario) -> MemoryReport:
-    """Per-stage peaks; fits when the worst stage is within the GPU's memory."""
+    """Per-stage peaks; fits when the worst stage leaves the scenario's headroom free (`fits`)."""
     groups = zero_groups(sc)
     stages = [stage_memory(sc, r, groups=groups) for r in range(sc.parallel.pp)]
     peak = max(s.peak for s in stages) / GIB
     cap = float(sc.topology.gpu.memory_gib)
-    return MemoryReport(capacity_gib=cap, peak_gib=peak, fits=peak <= cap, per_stage=stages)
+    room = headroom_gib(sc)
+    return MemoryReport(capacity_gib=cap, peak_gib=peak, fits=fits(peak, cap, room), per_stage=stages, headroom_gib=room)

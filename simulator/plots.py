@@ -112,7 +112,8 @@ def plot_memory_per_stage(panels: list[dict], path: str, title: str = "") -> str
             bottom = [a + b for a, b in zip(bottom, vals)]
         ax.axhline(mem["capacity_gib"], color="black", linestyle="--", linewidth=1)
         ax.text(stages[-1] + 0.4, mem["capacity_gib"], "capacity", fontsize=7, ha="right", va="bottom")
-        verdict = "fits" if mem["fits"] else f"over by {mem['peak_gib'] - mem['capacity_gib']:.1f} GiB"
+        limit = mem["capacity_gib"] - mem.get("headroom_gib", 0.0)  # fits = peak <= capacity - headroom (docs/metrics.md)
+        verdict = "fits" if mem["fits"] else f"over the fit limit by {mem['peak_gib'] - limit:.1f} GiB"
         ax.set_title(f"{pnl['label']}\npeak {mem['peak_gib']:.1f} GiB, {verdict}", fontsize=8)
         ax.set_xlabel("pipeline stage")
         ax.set_xticks(stages)

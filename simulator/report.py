@@ -58,7 +58,9 @@ def format_report(r: dict) -> str:
               f"{s['activations_gib']:.2f}", f"{s['buffers_gib']:.2f}", f"{s['peak_gib']:.2f}"] for s in mem["per_stage"]]
     out += ["  " + x for x in _table(mrows, ["stage", "weights", "grads", "optimizer", "activations", "buffers", "peak GiB"])]
     verdict = "fits" if mem["fits"] else "DOES NOT FIT"
-    out.append(f"  memory: peak {mem['peak_gib']:.1f} GiB of {mem['capacity_gib']:.1f} GiB -> {verdict}"
+    free = mem["capacity_gib"] - mem["peak_gib"]
+    out.append(f"  memory: peak {mem['peak_gib']:.1f} GiB of {mem['capacity_gib']:.1f} GiB, {free:.1f} GiB free"
+               f" (fits needs {mem.get('headroom_gib', 0.0):.1f} free) -> {verdict}"
                f" ({mem['peak_gib'] / mem['capacity_gib'] * 100:.0f} % of capacity)")
     out.append("")
     prof = r["profile"]

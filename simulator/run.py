@@ -9,7 +9,7 @@ import time
 
 from .evaluate.analytic import estimate
 from .costs import build_cost_model
-from .flops import FLOP_CONVENTION, model_flops_per_step
+from .flops import FLOP_CONVENTION, mfu_peak_flops, model_flops_per_step
 from .memory import memory_report
 from .params import active_params, total_params
 from .plan.lower import build_plan, step_compute_ops
@@ -63,9 +63,8 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
     gpus = sc.gpus
     model_flops = model_flops_per_step(sc.model, sc.training.seq_len, sc.training.global_batch)
     tflops = model_flops / iteration / gpus / 1e12
-    peak = sc.topology.peak_flops(sc.training.precision) / 1e12
-    # MFU against the bf16 dense peak even for fp8 (docs/modeling.md §2.5: state which peak)
-    mfu_peak = sc.topology.peak_flops("bf16" if sc.training.precision == "fp8" else sc.training.precision) / 1e12
+    # one denominator for MFU and HFU: the dense peak of the precision the GEMMs run in (docs/metrics.md)
+    peak = mfu_peak_flops(sc) / 1e12
     mem = memory_report(sc)
     mem_json = mem.to_json()
     if mem_peaks is not None:
@@ -78,7 +77,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "tokens_per_s": sc.tokens_per_step / iteration,
         "tokens_per_s_per_gpu": sc.tokens_per_step / iteration / gpus,
         "model_tflops_per_gpu": tflops,
-        "mfu": tflops / mfu_peak,
+        "mfu": tflops / peak,
         "hfu": hw / iteration / gpus / 1e12 / peak if hw else None,
         "bubble_fraction": bubble,
         "comm": comm,

@@ -77,6 +77,9 @@ class Cluster:
     """Defaults to the topology's."""
     profile: str = "default"
     """default = the spec-based profile of the topology's GPU; or a path to a calibration profile."""
+    memory_headroom_gib: Optional[float] = field(default=None, metadata={"min": 0.0})
+    """Memory each GPU must keep free for a layout to fit (peak <= capacity - headroom; docs/metrics.md).
+    Null: 5 % of the GPU's memory (`memory_fit.DEFAULT_HEADROOM_FRACTION`), 4.0 GiB on an 80 GB H100."""
     efficiency: dict[str, float] = field(default_factory=dict)
     """Per-software-stack overrides of the spec roofline (costs.py): gemm, attention_fwd, attention_bwd,
     hbm (fractions of peak), tp_comm_overhead_s (seconds added to every TP collective) and
@@ -315,6 +318,12 @@ def validate_layout(sc: Scenario) -> Scenario:
     order = p.order.split("-")
     if sorted(order) != sorted(DIMS):
         raise ScenarioError("parallel.order", f"{p.order!r} must name each of tp, cp, ep, dp, pp once", "e.g. tp-cp-ep-dp-pp")
+    if abs(order.index("ep") - order.index("dp")) != 1:
+        # EP groups are cut from the data-parallel ranks (layout.group_ranks), so `ep` says where inside or
+        # outside dp they sit; elsewhere it would mean nothing (Megatron's RankGenerator has the same rule)
+        raise ScenarioError("parallel.order", f"{p.order!r} puts ep apart from dp; EP borrows its ranks from dp",
+                            "ep right before dp (EP groups of neighbouring dp ranks, e.g. tp-cp-ep-dp-pp) or right after "
+                            "it (EP groups strided across dp, e.g. tp-cp-dp-ep-pp)")
     if not _divides(p.tp, m.heads):
         raise ScenarioError("parallel.tp", f"{p.tp} does not divide the model's {m.heads} attention heads", "a divisor of heads")
     if not (_divides(p.tp, m.n_kv) or _divides(m.n_kv, p.tp)):

@@ -26,8 +26,9 @@ import yaml
 from .errors import ScenarioError
 from .evaluate.analytic import estimate
 from .costs import CostModel, build_cost_model
-from .flops import model_flops_per_step
-from .memory import GIB, MemoryReport, memory_report, stage_memory, state_bytes_per_param
+from .flops import mfu_peak_flops, model_flops_per_step
+from .memory import GIB, memory_report, stage_memory, state_bytes_per_param
+from .memory_fit import MemoryReport, fits, headroom_gib
 from .model import model_to_mapping
 from .params import layer_params, total_params
 from .scenario import Scenario, apply_overrides, read_yaml, scenario_from_mapping, validate_layout
@@ -322,8 +323,9 @@ class Evaluation:
         return self.memory["peak_gib"] - self.memory["capacity_gib"] if self.memory else float("inf")
 
     def to_json(self) -> dict:
-        """The `sweep --json` entry (docs/interface.md)."""
-        return {"parallel": self.parallel, "training": self.training, "report": self.report or self.summary}
+        """The `sweep --json` entry: the layout, which estimator gave the numbers it is ranked by, the report."""
+        return {"parallel": self.parallel, "training": self.training, "estimator": self.estimator,
+                "report": self.report or self.summary}
 
 
 def candidate_scenario(raw: dict, base_dir: Optional[str], lay: Layout) -> Scenario:
@@ -351,8 +353,9 @@ def _frugality(lay: Layout) -> tuple:
 def _fits(sc: Scenario, headroom_gib: float = 0.0):
     """(fits, MemoryReport or None): `memory.memory_report`, except that stage 0 and the last stage,
     which hold the most (the most micro-batches in flight; the logits), are computed first and a miss
-    there ends the check. Fits = the peak leaves `headroom_gib` free."""
-    cap = float(sc.topology.gpu.memory_gib) - headroom_gib
+    there ends the check. Fits = the peak leaves `headroom_gib` free (`memory_fit.fits`)."""
+    full = float(sc.topology.gpu.memory_gib)
+    cap = full - headroom_gib
     order = list(dict.fromkeys((0, sc.parallel.pp - 1, *range(sc.parallel.pp))))
     stages = {}
     for r in order:
@@ -361,8 +364,8 @@ def _fits(sc: Scenario, headroom_gib: float = 0.0):
             return False, None
     per_stage = [stages[r] for r in range(sc.parallel.pp)]
     peak = max(s.peak for s in per_stage) / GIB
-    full = float(sc.topology.gpu.memory_gib)
-    return peak <= cap, MemoryReport(capacity_gib=full, peak_gib=peak, fits=peak <= full, per_stage=per_stage)
+    ok = fits(peak, full, headroom_gib)
+    return ok, MemoryReport(capacity_gib=full, peak_gib=peak, fits=ok, per_stage=per_stage, headroom_gib=headroom_gib)
 
 
 @dataclass
@@ -385,7 +388,7 @@ def summarize(sc: Scenario, mem, estimator: str = "analytic") -> dict:
     base = build_cost_model(sc)
     res = estimate(sc, _RememberingCost(**{f.name: getattr(base, f.name) for f in fields(base) if f.init}))
     it = res.iteration_time_s
-    mfu_peak = sc.topology.peak_flops("bf16" if sc.training.precision == "fp8" else sc.training.precision)
+    mfu_peak = mfu_peak_flops(sc)
     flops = model_flops_per_step(sc.model, sc.training.seq_len, sc.training.global_batch)
     return {"iteration_time_s": it, "tokens_per_s_per_gpu": sc.tokens_per_step / it / sc.gpus,
             "mfu": flops / it / sc.gpus / mfu_peak, "bubble_fraction": res.bubble_fraction,
@@ -567,9 +570,10 @@ class SweepOptions:
     engine_top: int = 4
     """Layouts re-simulated with the discrete-event engine (`engine_picks`; 0: analytic only)."""
     expand: int = DEFAULT_EXPAND
-    headroom_gib: float = 0.0
+    headroom_gib: Optional[float] = None
     """Memory a layout must leave free on every GPU to count as fitting (a margin for what the memory
-    model does not see)."""
+    model does not see); None: the scenario's (`memory_fit.headroom_gib`: `cluster.memory_headroom_gib`,
+    else 5 % of the GPU's memory). Every candidate and every report of the sweep uses this one value."""
     estimate_infeasible: int = 200
     """Estimate the step time of up to this many layouts that do not fit, closest to fitting first
     (for "the fastest layouts that do not fit" and the scatter plot)."""
@@ -599,6 +603,14 @@ class SweepResult:
 
 def _rank_key(ev: Evaluation) -> tuple:
     return (-ev.tokens_per_s_per_gpu, ev.layout)
+
+
+def rank_by_best_estimate(estimated: list, refined: list) -> list:
+    """One ranking by the tokens/s per GPU each row reports: a layout the engine simulated (`refined`)
+    counts with the engine's number, every other with its analytic estimate. An engine row is not put
+    above an analytic row that reads faster: the reader sees one column, sorted."""
+    engine_rows = {ev.layout: ev for ev in refined}
+    return sorted((engine_rows.get(ev.layout, ev) for ev in estimated), key=_rank_key)
 
 
 def optimistic_time_s(numbers: dict) -> float:
@@ -683,7 +695,12 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
     """Enumerate, prune, estimate and rank (module docstring). `progress(phase, done, total)` is
     called as tasks finish."""
     runner = runner or SerialRunner()
-    cap = float(sc.topology.gpu.memory_gib) - options.headroom_gib
+    # one headroom for the fit checks and the full reports: the candidates carry it as a scenario key
+    room = headroom_gib(sc) if options.headroom_gib is None else float(options.headroom_gib)
+    options = replace(options, headroom_gib=room)
+    raw = {**raw, "cluster": {**(raw.get("cluster") or {}), "memory_headroom_gib": room}}
+    sc = replace(sc, cluster=replace(sc.cluster, memory_headroom_gib=room))
+    cap = float(sc.topology.gpu.memory_gib) - room
     layouts = enumerate_layouts(sc, options.fixed)
     counts = {"enumerated": len(layouts)}
     notes = [default_space_note(sc, options.fixed)]
@@ -763,17 +780,25 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
         tasks = [(raw, base_dir, lay, "engine") for lay in engine_picks(ranked, options.engine_top)]
         refined = [replace(ev, status="ok", summary=ok[ev.layout].summary)
                    for ev in run("engine: the most promising layouts", full_report, tasks)]
+        # the engine may move its picks below an analytic row; such a row now on top is simulated too, until
+        # the leader is the engine's (at most engine_top more): #1 is never an estimate the engine slowed
+        for _ in range(options.engine_top):
+            top = rank_by_best_estimate(ranked, refined)[0]
+            if top.estimator == "engine":
+                break
+            refined += [replace(ev, status="ok", summary=ok[ev.layout].summary) for ev in
+                        run("engine: a new leader", full_report, [(raw, base_dir, top.layout, "engine")])]
         ratios = [ev.report["iteration_time_s"] / ev.summary["iteration_time_s"] for ev in refined]
-        notes.append(f"the first {len(refined)} layouts were simulated by the engine and are ranked by it; the rest are "
-                     f"analytic estimates (on those {len(refined)} the engine's step time was "
-                     f"{min(ratios):.2f}x to {max(ratios):.2f}x the analytic one)")
+        notes.append(f"{len(refined)} layouts were simulated by the engine; every row is ranked by its best estimate, the "
+                     f"engine's where it ran, else the analytic one (column 'estimator'; on those {len(refined)} the engine's "
+                     f"step time was {min(ratios):.2f}x to {max(ratios):.2f}x the analytic one)")
     counts["simulated_engine"] = len(refined)
-    rest = [ev for ev in ranked if ev.layout not in {r.layout for r in refined}]
-    ranked = sorted(refined, key=_rank_key) + rest
+    ranked = rank_by_best_estimate(ranked, refined)
     shown = len(ranked) if options.top <= 0 else options.top
     tasks = [(raw, base_dir, ev.layout) for ev in ranked[:shown] if ev.report is None]
     full = {ev.layout: ev for ev in run("full reports", full_report, tasks)}
-    ranked = [replace(full[ev.layout], status="ok", summary=ev.summary) if ev.layout in full else ev for ev in ranked]
+    ranked = sorted((replace(full[ev.layout], status="ok", summary=ev.summary) if ev.layout in full else ev for ev in ranked),
+                    key=_rank_key)
 
     # the scenario's own layout, estimated the same way as the best
     own = layout_of(sc)

@@ -1,6 +1,7 @@
 """`python -m simulator sweep SCENARIO`: the ranked layouts, why the best wins, what does not fit.
 
-The search is `sweep.run_sweep`; this file parses the command line, shows progress, and turns the
+The search is `sweep.run_sweep`; this file parses the command line, shows progress (`progress.py`:
+on a terminal; the wall time on stderr at the end), and turns the
 result into tables and plain sentences: the step breakdown of the top layouts, why the best beats
 the runner-up (the largest differences of their breakdowns, with the layout difference behind each),
 how the ranking compares with the Ultra-Scale Playbook's advice, and for layouts that do not fit, what
@@ -103,14 +104,36 @@ def comparable(a, b) -> tuple[dict, dict, str]:
     return a.summary or a.report, b.summary or b.report, "analytic"
 
 
+def throughput_ratio(na: dict, nb: dict) -> float:
+    """a's tokens/s per GPU over b's: "1.40x the throughput"."""
+    return na["tokens_per_s_per_gpu"] / nb["tokens_per_s_per_gpu"]
+
+
+def step_saving(na: dict, nb: dict) -> float:
+    """How much shorter a's step is than b's, as a fraction of b's: "step 28.6 % shorter". Not the same
+    number as the throughput gain (1.40x the throughput is a step 28.6 % shorter, not "40 % faster")."""
+    return (nb["iteration_time_s"] - na["iteration_time_s"]) / nb["iteration_time_s"]
+
+
+def win_head(a_label: str, b_label: str, na: dict, nb: dict, est: str) -> str:
+    """"A has 1.40x the throughput of B (step 28.6 % shorter, 0.52 s per step, engine)", or "A ties with B"
+    within `TIE`. The one wording for a throughput ratio and a step-time saving (docs/metrics.md)."""
+    dt = nb["iteration_time_s"] - na["iteration_time_s"]
+    save = step_saving(na, nb)
+    if abs(save) < TIE:
+        return f"{a_label} ties with {b_label} ({abs(dt):.2f} s per step apart, {est})"
+    step = f"step {save * 100:.1f} % shorter" if save > 0 else f"step {-save * 100:.1f} % longer"
+    return (f"{a_label} has {throughput_ratio(na, nb):.2f}x the throughput of {b_label} "
+            f"({step}, {abs(dt):.2f} s per step, {est})")
+
+
 def explain_win(a, b, gpus_per_node: int, global_batch: int, gains: int = 2) -> str:
     """One sentence: why `a` (an Evaluation) is faster than `b`: the largest breakdown differences."""
     na, nb, est = comparable(a, b)
     dt = nb["iteration_time_s"] - na["iteration_time_s"]
-    pct = dt / nb["iteration_time_s"] * 100
-    head = f"{a.layout.label()} is {pct:.1f} % faster than {b.layout.label()} ({dt:.2f} s per step, {est})"
-    if abs(pct) < TIE * 100:
-        return head.replace(f"is {pct:.1f} % faster than", "ties with") + "."
+    head = win_head(a.layout.label(), b.layout.label(), na, nb, est)
+    if abs(step_saving(na, nb)) < TIE:
+        return head + "."
     deltas = {k: nb["breakdown"].get(k, 0.0) - na["breakdown"].get(k, 0.0) for k in BREAKDOWN_WORDS}
     order = sorted(deltas, key=lambda k: -deltas[k])
     parts = []
@@ -217,7 +240,8 @@ def format_sweep(result, sc, top: int) -> str:
            f"  {result.gpus} GPUs ({result.gpus_per_node} per node, {result.capacity_gib:.1f} GiB each), global batch {gb} x {sc.training.seq_len}",
            f"  {c['enumerated']:,} layouts enumerated; {c['pruned_by_state_floor']:,} exceed memory on model states alone; "
            f"{c['structures']:,} structures tried ({c['memory_checks']:,} memory checks, {c['oom_checked'] + c['oom_implied']:,} do not fit); "
-           f"{c['estimated']:,} estimated, {c['structures_expanded']} expanded over schedules/ZeRO; {c['simulated_engine']} simulated by the engine", ""]
+           f"{c['estimated']:,} estimated, {c['structures_expanded']} expanded over schedules/ZeRO; {c['simulated_engine']} simulated by the engine",
+           f"  a layout fits when it leaves {result.headroom_gib:.1f} GiB free per GPU (--headroom)", ""]
     shown = result.ranked if top <= 0 else result.ranked[:top]
     if not shown:
         out.append("  No layout fits in memory.")
@@ -226,9 +250,9 @@ def format_sweep(result, sc, top: int) -> str:
         n = ev.numbers
         mem = ev.memory
         rows.append([str(i + 1), ev.layout.label(), f"{n['tokens_per_s_per_gpu']:,.0f}", f"{n['mfu'] * 100:.1f}",
-                     f"{n['iteration_time_s']:.2f}", f"{mem['peak_gib']:.1f}", f"{mem['capacity_gib'] - mem['peak_gib']:.1f}", n["estimator"]])
+                     f"{n['iteration_time_s']:.2f}", f"{mem['peak_gib']:.1f}", f"{mem['capacity_gib'] - mem['peak_gib']:.1f}", ev.estimator])
     if rows:
-        out += ["  " + x for x in _table(rows, ["#", "layout", "tok/s/GPU", "MFU %", "step s", "peak GiB", "headroom", "by"])]
+        out += ["  " + x for x in _table(rows, ["#", "layout", "tok/s/GPU", "MFU %", "step s", "peak GiB", "free GiB", "estimator"])]
         out.append("")
     if shown and shown[0].memory["capacity_gib"] - shown[0].memory["peak_gib"] < THIN_HEADROOM_GIB:
         free = shown[0].memory["capacity_gib"] - shown[0].memory["peak_gib"]
@@ -239,18 +263,20 @@ def format_sweep(result, sc, top: int) -> str:
     if ref is not None and ref.report is not None and result.ranked:
         best = result.ranked[0]
         state = "fits" if ref.memory["fits"] else "DOES NOT FIT"
-        gain = best.tokens_per_s_per_gpu / ref.tokens_per_s_per_gpu - 1 if ref.tokens_per_s_per_gpu else 0.0
-        out.append(f"  The scenario's own layout {ref.layout.label()} ({state}): {ref.tokens_per_s_per_gpu:,.0f} tok/s/GPU "
-                   f"({ref.report['estimator']}); the best is {gain * 100:+.1f} %.")
+        line = (f"  The scenario's own layout {ref.layout.label()} ({state}): {ref.tokens_per_s_per_gpu:,.0f} tok/s/GPU "
+                f"({ref.report['estimator']})")
+        if ref.tokens_per_s_per_gpu:
+            line += "; " + win_head("the best", "this layout", best.numbers, ref.report, best.estimator)
+        out.append(line + ".")
         out.append("")
     if rows:
         brows = []
         for i, ev in enumerate(shown[: min(len(shown), 8)]):
             b = ev.numbers["breakdown"]
             brows.append([str(i + 1), ev.layout.label()] + [f"{b.get(k, 0.0):.2f}" for k in BREAKDOWN_COLUMNS]
-                         + [f"{ev.numbers['iteration_time_s']:.2f}", ev.numbers["estimator"]])
+                         + [f"{ev.numbers['iteration_time_s']:.2f}", ev.estimator])
         out.append("  Where the step goes (seconds per step on the critical rank; exposed communication per dimension):")
-        out += ["  " + x for x in _table(brows, ["#", "layout", "compute", "recomp", "bubble", "TP", "DP", "PP", "CP", "EP", "optim", "step", "by"])]
+        out += ["  " + x for x in _table(brows, ["#", "layout", "compute", "recomp", "bubble", "TP", "DP", "PP", "CP", "EP", "optim", "step", "estimator"])]
         out.append("")
     if len(result.ranked) > 1:
         best, second = result.ranked[0], result.ranked[1]
@@ -277,35 +303,6 @@ def format_sweep(result, sc, top: int) -> str:
 
 # ----------------------------------------------------------------------------------- command line
 
-class _Progress:
-    """rich progress bars on stderr, one per phase (off when stderr is not a terminal or with --json)."""
-
-    def __init__(self, enabled: bool):
-        self.bar = None
-        self.tasks = {}
-        if enabled:
-            from rich.console import Console  # noqa: PLC0415
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=False)
-
-    def __enter__(self):
-        if self.bar:
-            self.bar.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.bar:
-            self.bar.stop()
-
-    def __call__(self, phase: str, done: int, total: int) -> None:
-        if not self.bar:
-            return
-        if phase not in self.tasks:
-            self.tasks[phase] = self.bar.add_task(phase, total=total)
-        self.bar.update(self.tasks[phase], completed=done, total=total)
-
-
 def _check_parent(path: str, flag: str) -> None:
     if not Path(path).resolve().parent.is_dir():
         raise ScenarioError(flag, f"directory {Path(path).resolve().parent} does not exist")
@@ -322,8 +319,9 @@ def add_parser(subparsers):
     p.add_argument("--fix", action="append", default=[], metavar="KEY=V1,V2",
                    help="set the values a sweep key takes (narrows or widens the default), e.g. parallel.tp=4,8 or training.recompute=selective")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key first")
-    p.add_argument("--headroom", type=float, default=0.0, metavar="GIB",
-                   help="memory each GPU must keep free for a layout to count as fitting (default 0)")
+    p.add_argument("--headroom", type=float, default=None, metavar="GIB",
+                   help="memory each GPU must keep free for a layout to count as fitting (default: the scenario's "
+                        "cluster.memory_headroom_gib, else 5 %% of the GPU's memory, 4.0 GiB on an H100; docs/metrics.md)")
     p.add_argument("--expand", type=int, default=None, metavar="S", help="structures phase 2 expands (default 12)")
     p.add_argument("--export", choices=("torchtitan", "megatron", "nanotron"),
                    help="write the best layout the framework can run as its config")
@@ -334,10 +332,13 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
+    from .progress import PhaseProgress, Stopwatch  # noqa: PLC0415
     from .sweep import DEFAULT_EXPAND, SweepOptions, make_runner, parse_fix, run_sweep, sweep_base  # noqa: PLC0415
 
+    clock = Stopwatch("sweep")
+
     fixed = parse_fix(args.fix)
-    if args.top < 0 or args.engine_top < 0 or args.jobs < 1 or args.headroom < 0:
+    if args.top < 0 or args.engine_top < 0 or args.jobs < 1 or (args.headroom is not None and args.headroom < 0):
         raise ScenarioError("--top/--engine-top/--jobs/--headroom", "must not be negative (--jobs >= 1)")
     if args.export_out and not args.export:
         raise ScenarioError("--export-out", "given without --export", "--export torchtitan|megatron|nanotron")
@@ -351,7 +352,7 @@ def run(args) -> int:
                            expand=DEFAULT_EXPAND if args.expand is None else args.expand, headroom_gib=args.headroom)
     runner = make_runner(args.jobs, args.ray)
     try:
-        with _Progress(enabled=sys.stderr.isatty() and not args.json) as progress:
+        with PhaseProgress() as progress:  # on a terminal only, on stderr (stdout may be --json)
             result = run_sweep(sc, raw, base_dir, options, runner, progress)
     finally:
         runner.close()
@@ -380,4 +381,6 @@ def run(args) -> int:
         paths = sweep_plots(result, args.plot)
         if not args.json:
             print("  plots written: " + ", ".join(paths))
+    sys.stdout.flush()
+    clock.report()
     return 0

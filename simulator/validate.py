@@ -193,7 +193,8 @@ def predict(case: Case, estimator: str = "analytic", network: str = NETWORK) -> 
         "tokens_per_s_per_gpu": rep["tokens_per_s_per_gpu"], "step_time_s": rep["iteration_time_s"],
         "model_tflops_per_gpu": rep["model_tflops_per_gpu"],
         "mem_states_gib": states, "mem_peak_gib": s0.get("peak_gib", mem["peak_gib"]),
-        "peak_gib": mem["peak_gib"], "fits": bool(mem["fits"]), "estimator": rep.get("estimator", estimator),
+        # did the run run out of memory: the predicted peak against the whole GPU (no launch headroom)
+        "peak_gib": mem["peak_gib"], "fits": mem["peak_gib"] <= mem["capacity_gib"], "estimator": rep.get("estimator", estimator),
         "breakdown": rep.get("breakdown", {}),
     })
 
@@ -205,7 +206,7 @@ def evaluate(cases: list[Case], estimator: str = "analytic", progress=None, netw
             out.append(Outcome(c, error="status Other: no measurement"))
             continue
         out.append(predict(c, estimator, network))
-        if progress and (i + 1) % 200 == 0:
+        if progress and ((i + 1) % 20 == 0 or i + 1 == len(cases)):
             progress(i + 1, len(cases))
     return out
 

@@ -5,7 +5,8 @@
                                  [--verbose] [--json | --markdown]
                                  [--plot FILE]
 
-The work is in `validate.py`; this file parses options (bad ones exit 2) and prints.
+The work is in `validate.py`; this file parses options (bad ones exit 2) and prints; progress on a
+terminal and the wall time at the end go to stderr (`progress.py`).
 """
 from __future__ import annotations
 
@@ -41,7 +42,10 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    from .progress import PhaseProgress, Stopwatch  # noqa: PLC0415
     from .validate import format_text, markdown_table, plot, to_json, validate  # noqa: PLC0415
+
+    clock = Stopwatch("validate")
 
     if args.sample is not None and args.sample < 1:
         raise ScenarioError("--sample", f"{args.sample}", "a positive number of runs")
@@ -55,12 +59,9 @@ def run(args) -> int:
         raise ScenarioError("--csv", f"no such file {args.csv}")
     sets = ("playbook", "published") if args.sets == "all" else (args.sets,)
 
-    def progress(i, n):
-        if not args.json and not args.markdown:
-            print(f"  ... {i}/{n} runs", file=sys.stderr, flush=True)
-
-    result = validate(sets=sets, split=args.split, sample=args.sample, estimator=args.estimator, csv=args.csv,
-                      progress=progress, network=args.network)
+    with PhaseProgress() as bar:  # on a terminal only, on stderr
+        result = validate(sets=sets, split=args.split, sample=args.sample, estimator=args.estimator, csv=args.csv,
+                          progress=lambda i, n: bar("reference runs simulated", i, n), network=args.network)
     if not result["outcomes"]:
         raise ScenarioError("--set/--split", "no reference runs selected")
     if args.plot:
@@ -73,4 +74,6 @@ def run(args) -> int:
         print(format_text(result, args.verbose))
         if args.plot:
             print(f"  plot written to {args.plot}")
+    sys.stdout.flush()
+    clock.report()
     return 0

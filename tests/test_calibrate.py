@@ -309,6 +309,7 @@ def test_quick_cpu_calibration_end_to_end(tmp_path):
                         "--no-progress"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"wrote {out}" in r.stdout and "TFLOP/s" in r.stdout
+    assert r.stderr.strip().splitlines()[-1].startswith("calibrate: wall time ")  # no bar: stderr is a pipe
     prof = load_profile(out)
     assert prof.provenance.quick and prof.provenance.device_type == "cpu" and prof.provenance.wall_s > 0
     for table in ("gemm", "attention", "elementwise", "optimizer", "collectives"):

@@ -24,7 +24,7 @@ def test_compare_shows_both_scenarios_and_marks_the_best(tmp_path, capsys):
     assert "! tp" in out and "! dp" in out  # layout rows that differ
     row = next(line for line in out.splitlines() if line.strip().startswith("tokens/s per GPU"))
     assert row.count("*") == 1
-    assert "faster than" in out or "ties with" in out
+    assert "x the throughput of" in out or "ties with" in out
 
 
 def test_compare_json_lists_reports_and_best(tmp_path, capsys):

@@ -103,3 +103,45 @@ def test_two_step_memory_shows_optimizer_states_appearing_at_the_first_step():
     act = comps["activations"]
     assert max(act) == pytest.approx(rk.act_peak) and act[-1] == pytest.approx(0.0)
     assert len(rk.rec.optimizer) == 2 and rk.rec.optimizer[1][0] > rk.rec.optimizer[0][1]
+
+
+def test_memory_counter_rises_through_forwards_and_falls_through_backwards():
+    """F [0, 1] stores 4 bytes, B [1, 2] frees them, F [2, 3] stores 4 again: the counter goes up, back down
+    to the static level between the two forwards, and up again, one event per timestamp."""
+    from types import SimpleNamespace as S
+    from simulator.engine.trace import memory_counter
+    passes = [(0.0, 1.0, S(alloc=4.0, free=0.0)), (1.0, 2.0, S(alloc=0.0, free=4.0)), (2.0, 3.0, S(alloc=4.0, free=0.0))]
+    counter = memory_counter(passes, 10.0, ramp_steps=4)
+    times = [t for t, _ in counter]
+    assert times == sorted(set(times))
+    level = dict(counter)
+    assert level[0.0] == 10.0 and level[1.0] == 14.0 and level[2.0] == 10.0 and level[3.0] == 14.0
+    assert level[1.5] == 12.0  # half the backward: half released
+
+
+def test_memory_counter_puts_a_free_before_an_allocation_at_the_same_instant():
+    from types import SimpleNamespace as S
+    from simulator.engine.trace import memory_counter
+    passes = [(0.0, 1.0, S(alloc=4.0, free=0.0)), (1.0, 1.0, S(alloc=0.0, free=4.0)), (1.0, 1.0, S(alloc=4.0, free=0.0))]
+    assert memory_counter(passes, 0.0, ramp_steps=2) == [(0.0, 0.0), (0.5, 2.0), (1.0, 4.0)]
+
+
+def test_trace_memory_counter_reaches_the_engine_peak_and_dips_in_the_steady_state(traced):
+    sc, res, obj = traced
+    by_pid: dict = {}
+    for e in obj["traceEvents"]:
+        if e["ph"] == "C" and e["name"] == "memory":
+            by_pid.setdefault(e["pid"], []).append((e["ts"], e["args"]["GiB"]))
+    stage0 = by_pid[min(by_pid)]
+    assert [t for t, _ in stage0] == sorted({t for t, _ in stage0})
+    values = [v for _, v in stage0]
+    assert max(values) == pytest.approx(res.memory_peak_bytes[0] / 2 ** 30, rel=1e-9)
+    # 1F1B's steady state alternates F and B on stage 0: the counter falls and rises again each time
+    dips = sum(1 for a, b, c in zip(values, values[1:], values[2:]) if b < a and c > b)
+    assert dips >= sc.micro_batches - sc.parallel.pp
+
+
+def test_memory_plot_y_axis_holds_the_capacity_line():
+    from simulator.engine.plot import memory_ylim
+    assert memory_ylim(79.65, 20.0) > 79.65
+    assert memory_ylim(79.65, 95.0) > 95.0

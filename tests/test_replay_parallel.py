@@ -128,6 +128,7 @@ def test_command_prints_the_contract_json(tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(proc.stdout)
+    assert proc.stderr.strip().splitlines()[-1].startswith("replay: wall time ")  # stdout stays one JSON object
     assert set(r["predicted"]) == {"iteration_time_s", "peak_memory_gib"}
     assert {"iteration_time_s", "peak_memory_gib", "losses"} <= set(r["measured"])
     assert set(r["relative_error"]) == {"iteration_time_s", "peak_memory_gib"}

@@ -75,7 +75,7 @@ def test_tp_group_is_innermost_and_inside_a_node():
 
 
 def test_order_puts_dp_inside_the_node():
-    sc = load_scenario("scenarios/70b_512gpu.yaml", ["parallel.order=dp-tp-cp-ep-pp"])
+    sc = load_scenario("scenarios/70b_512gpu.yaml", ["parallel.order=ep-dp-tp-cp-pp"])
     assert group_shape(sc, "dp").nodes == 1
     assert group_shape(sc, "tp").nodes == 8
 
@@ -93,6 +93,24 @@ def test_ep_groups_borrow_from_dp():
     ep = group_ranks(sc, "ep")
     assert len(ep) == 4 and ep == [0, 2, 4, 6]
     assert group_shape(sc, "edp").size == 2 * 8 // 4
+
+
+def test_ep_after_dp_strides_the_ep_group_across_dp():
+    """tp-cp-dp-ep-pp: EP outside DP, so an EP group takes every (dp/ep)-th DP rank and the expert-DP
+    peers are neighbours; the same ranks as tp-cp-ep-dp-pp's groups, swapped."""
+    raw = {**BASE, "model": "mixtral-8x7b", "parallel": {"tp": 2, "pp": 1, "dp": 8, "ep": 4, "order": "tp-cp-dp-ep-pp"}}
+    sc = load(raw=raw)
+    assert group_ranks(sc, "ep") == [0, 4, 8, 12]
+    assert group_ranks(sc, "edp") == [0, 1, 2, 3]
+    inner = load(raw={**raw, "parallel": {**raw["parallel"], "order": "tp-cp-ep-dp-pp"}})
+    assert group_ranks(inner, "ep") == [0, 2, 4, 6] and group_ranks(inner, "edp") == [0, 1, 8, 9]
+
+
+@pytest.mark.parametrize("order", ["ep-tp-cp-dp-pp", "tp-ep-cp-dp-pp", "tp-cp-dp-pp-ep"])
+def test_order_rejects_ep_away_from_dp(order):
+    with pytest.raises(ScenarioError, match="ep apart from dp") as e:
+        load([f"parallel.order={order}"])
+    assert e.value.path == "parallel.order"
 
 
 def test_efficiency_overrides_are_validated():
@@ -115,7 +133,7 @@ def test_internode_tp_overhead_applies_only_when_tp_leaves_the_node():
     sc = load(["cluster.efficiency={tp_internode_overhead_s: 0.001}"])
     cost = build_cost_model(sc)
     op = Comm("x", "tp", "all_gather", 1e6)
-    inside, spread = group_shape(sc, "tp"), group_shape(load(["parallel.order=dp-tp-cp-ep-pp"]), "tp")
+    inside, spread = group_shape(sc, "tp"), group_shape(load(["parallel.order=ep-dp-tp-cp-pp"]), "tp")
     plain = build_cost_model(load())
     assert cost.comm_time(op, inside) == pytest.approx(plain.comm_time(op, inside))
     assert cost.comm_time(op, spread) == pytest.approx(plain.comm_time(op, spread) + 0.001)

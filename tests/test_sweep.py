@@ -9,7 +9,8 @@ from simulator.errors import ScenarioError
 from simulator.memory import memory_report
 from simulator.sweep import (Layout, PoolRunner, RayRunner, SerialRunner, SweepOptions, candidate_scenario,
                              enumerate_layouts, first_fit, layout_of, make_runner, model_state_floor_gib, param_split,
-                             parse_fix, run_sweep, sweep_base)
+                             parse_fix, rank_by_best_estimate, run_sweep, sweep_base)
+from simulator.sweep import Evaluation
 
 S8B = "scenarios/8b_8gpu.yaml"
 SMALL = {"micro_batch": (1, 2), "cp": (1, 2)}
@@ -166,7 +167,7 @@ def test_shown_layouts_carry_full_reports(serial8b):
         assert ev.report is not None and ev.report["layout"]["tp"] == ev.layout.tp
         assert ev.report["iteration_time_s"] == pytest.approx(ev.summary["iteration_time_s"], rel=1e-12)
         entry = ev.to_json()
-        assert set(entry) == {"parallel", "training", "report"} and entry["parallel"]["dp"] == ev.layout.dp
+        assert set(entry) == {"parallel", "training", "estimator", "report"} and entry["parallel"]["dp"] == ev.layout.dp
 
 
 def test_ranking_is_deterministic(base8b, serial8b):
@@ -187,12 +188,30 @@ def test_reference_is_the_scenarios_own_layout(serial8b, base8b):
     assert serial8b.ranked[0].tokens_per_s_per_gpu >= serial8b.reference.tokens_per_s_per_gpu
 
 
-def test_engine_leads_the_ranking_when_used(base8b):
+def _row(tp, tokens, estimator):
+    lay = Layout(tp=tp, pp=1, cp=1, ep=1, dp=8 // tp, micro_batch=1, sp=False, zero=1, pp_schedule="1f1b", vpp=1, recompute="none")
+    numbers = {"tokens_per_s_per_gpu": tokens, "estimator": estimator}
+    return Evaluation(layout=lay, status="ok", **({"report": numbers} if estimator == "engine" else {"summary": numbers}))
+
+
+def test_an_engine_row_slower_than_an_analytic_row_ranks_below_it():
+    """The engine found layout tp1 slower than its analytic estimate and than tp2's analytic estimate."""
+    analytic = [_row(1, 1000.0, "analytic"), _row(2, 950.0, "analytic"), _row(4, 900.0, "analytic")]
+    ranked = rank_by_best_estimate(analytic, [_row(1, 920.0, "engine")])
+    assert [(ev.layout.tp, ev.estimator) for ev in ranked] == [(2, "analytic"), (1, "engine"), (4, "analytic")]
+
+
+def test_rows_are_ranked_by_their_best_estimate_and_say_which(base8b):
+    """Engine numbers where the engine ran, analytic elsewhere; one order by the tokens/s/GPU each row
+    reports, whichever estimator gave it."""
     sc, raw, bd = base8b
-    res = run_sweep(sc, raw, bd, SweepOptions(fixed=SMALL, engine_top=2, top=4, estimate_infeasible=0))
-    est = [ev.numbers["estimator"] for ev in res.ranked[:4]]
-    n_engine = res.counts["simulated_engine"]
-    assert est[:n_engine] == ["engine"] * n_engine and "engine" not in est[n_engine:]
+    res = run_sweep(sc, raw, bd, SweepOptions(fixed=SMALL, engine_top=2, top=6, estimate_infeasible=0))
+    tps = [ev.numbers["tokens_per_s_per_gpu"] for ev in res.ranked]
+    assert tps == sorted(tps, reverse=True)
+    est = [ev.to_json()["estimator"] for ev in res.ranked]
+    assert est.count("engine") == res.counts["simulated_engine"] >= 2
+    assert est[0] == "engine"  # an analytic row left on top by the engine's corrections is simulated too
+    assert all(ev.to_json()["estimator"] == ev.numbers["estimator"] for ev in res.ranked)
 
 
 # ----------------------------------------------------------------------------------- runners

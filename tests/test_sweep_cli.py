@@ -67,11 +67,21 @@ def test_json_is_a_list_best_first(capsys):
     assert main(["sweep", S8B, "--json", "--top", "4", *QUICK]) == 0
     out = json.loads(capsys.readouterr().out)
     assert 1 <= len(out) <= 4
-    assert all(set(e) == {"parallel", "training", "report"} for e in out)
+    assert all(set(e) == {"parallel", "training", "estimator", "report"} for e in out)
     tps = [e["report"]["tokens_per_s_per_gpu"] for e in out]
     assert tps == sorted(tps, reverse=True)
     assert all(e["report"]["memory"]["fits"] for e in out)
     assert all(e["report"]["layout"]["tp"] == e["parallel"]["tp"] for e in out)
+
+
+def test_json_with_engine_rows_is_ranked_by_its_reported_throughput(capsys):
+    argv = ["--engine-top", "2", "--jobs", "1", "--fix", "training.micro_batch=1,2", "--fix", "parallel.cp=1"]
+    assert main(["sweep", S8B, "--json", "--top", "6", *argv]) == 0
+    out = json.loads(capsys.readouterr().out)
+    tps = [e["report"]["tokens_per_s_per_gpu"] for e in out]
+    assert tps == sorted(tps, reverse=True)
+    assert all(e["estimator"] == e["report"]["estimator"] for e in out)
+    assert [e["estimator"] for e in out].count("engine") >= 2 and out[0]["estimator"] == "engine"
 
 
 def test_text_output_explains_the_ranking(capsys, tmp_path):
@@ -103,7 +113,7 @@ def test_explain_win_names_the_largest_differences():
     b = ev(lay(tp=16, pp=4, dp=8), 6.6, bubble_s=0.6, exposed_tp_s=1.0)
     text = explain_win(a, b, 8, 1024)
     assert "less exposed TP communication (0.60 s) because TP stays inside a node (TP8 on NVLink vs TP16 across nodes)" in text
-    assert text.startswith(a.layout.label()) and "9.1 % faster" in text
+    assert text.startswith(a.layout.label()) and "has 1.10x the throughput of" in text and "step 9.1 % shorter" in text
 
 
 def test_explain_win_says_what_the_winner_pays():

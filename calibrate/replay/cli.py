@@ -12,6 +12,7 @@ import json
 import sys
 
 from simulator.errors import ScenarioError
+from simulator.progress import PhaseLines, Stopwatch
 from simulator.scenario import load_scenario
 
 from .launch import ReplayFailed, launch, under_torchrun
@@ -48,6 +49,7 @@ def main(argv: list[str]) -> int:
     options = ReplayOptions(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr, device=args.device,
                             threads=args.threads, timeout_s=args.timeout, torch_trace=args.torch_trace,
                             rtol=args.rtol, reference=not args.no_reference)
+    clock = Stopwatch("replay")
     try:
         plan = plan_replay(load_scenario(args.scenario, args.set), options)
     except ScenarioError as e:
@@ -57,7 +59,11 @@ def main(argv: list[str]) -> int:
         print(f"note: {note}", file=sys.stderr)
     from .host_speed import host_speed
     profile = plan.scenario.cluster.profile
+    phase = PhaseLines("replay", enabled=None if not under_torchrun() else False)  # on a terminal only
+    if not under_torchrun():
+        phase("timing the host against the profile")
     before = host_speed(profile, plan.device) if not under_torchrun() else None
+    phase(f"{plan.world} ranks on {plan.device}, {options.steps} steps")
     try:
         measured = launch(plan)
     except ReplayFailed as e:
@@ -65,9 +71,13 @@ def main(argv: list[str]) -> int:
         return 1
     if measured is None:  # a torchrun rank other than 0
         return 0
+    phase("timing the host again")
     after = host_speed(profile, plan.device) if before is not None else None
     from .train import run_reference
+    if options.reference:
+        phase("single-process reference run")
     reference = run_reference(plan) if options.reference else None
     report = build_report(plan, measured, reference, host=(before, after))
-    print(json.dumps(report, indent=None) if args.json else format_table(report))
+    print(json.dumps(report, indent=None) if args.json else format_table(report), flush=True)
+    clock.report()  # stderr: stdout stays one JSON object with --json
     return 1 if False in (report["loss_matches_reference"], report["grad_norm_matches_reference"]) else 0

@@ -95,13 +95,14 @@ def plot_timeline(path: Path, sc, eng, traced, res) -> None:
 
 def memory_series(sc, rk, stage_mem) -> tuple[list[float], dict[str, list[float]]]:
     """Times and stacked components (bytes) of one rank over a two-step run."""
+    from .trace import memory_counter  # noqa: PLC0415  (the trace's counter: forwards ramp up, backwards down)
     rec = rk.rec
     first_bwd = min((start for start, _, st, _, _ in rec.passes if st.kind != "F"), default=0.0)
     opt_end = rec.optimizer[0][1] if rec.optimizer else float("inf")
-    times = sorted({0.0, first_bwd, opt_end if opt_end != float("inf") else 0.0, rk.end} | {t for t, _ in rec.memory})
+    mem = memory_counter(rec.passes, 0.0)
+    times = sorted({0.0, first_bwd, opt_end if opt_end != float("inf") else 0.0, rk.end} | {t for t, _ in mem})
     act_at = []
     j, cur = 0, 0.0
-    mem = rec.memory
     for t in times:
         while j < len(mem) and mem[j][0] <= t:
             cur = mem[j][1]
@@ -117,6 +118,12 @@ def memory_series(sc, rk, stage_mem) -> tuple[list[float], dict[str, list[float]
     return times, comps
 
 
+def memory_ylim(capacity_gib: float, top_gib: float) -> float:
+    """Upper y limit of a memory panel: the capacity line and the highest stack both inside, with room
+    for the legend."""
+    return max(capacity_gib, top_gib, 1e-3) * 1.12
+
+
 def plot_memory(path: Path, sc, eng) -> None:
     """Two simulated steps (`eng` ran with steps=2): stacked memory per stage."""
     from ..memory import memory_report  # noqa: PLC0415
@@ -129,12 +136,15 @@ def plot_memory(path: Path, sc, eng) -> None:
         ys = [[v / GIB for v in series] for series in comps.values()]
         ax.stackplot(times, *ys, labels=list(comps), colors=colors, step="post")
         ax.axhline(rep.capacity_gib, color="k", lw=0.8, ls="--")
+        if rep.headroom_gib > 0:
+            ax.axhline(rep.capacity_gib - rep.headroom_gib, color="k", lw=0.6, ls=":")
         ax.set_ylabel(f"stage {rk.stage}\nGiB", fontsize=8)
-        ax.set_ylim(0, max(rep.per_stage[rk.stage].peak / GIB * 1.15, 1e-3))
-    axes[0, 0].legend(loc="upper left", fontsize=7, ncol=5)
+        ax.set_ylim(0, memory_ylim(rep.capacity_gib, max(sum(v) for v in zip(*ys))))
+    axes[0, 0].legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=7, ncol=5, frameon=False)
     axes[-1, 0].set_xlabel("time (s), two optimizer steps")
-    fig.suptitle(f"{sc.name}: memory per stage over two steps (capacity {rep.capacity_gib:.0f} GiB dashed)", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.suptitle(f"{sc.name}: memory per stage over two steps (capacity {rep.capacity_gib:.1f} GiB dashed, "
+                 f"fit limit {rep.capacity_gib - rep.headroom_gib:.1f} GiB dotted)", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
