@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import math
 import subprocess
 import sys
@@ -154,3 +155,47 @@ def test_llama3_validation_prints_the_comparison():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "466" in r.stdout and "RSC-1" in r.stdout and "RSC-2" in r.stdout
+
+
+def test_sweep_objective_a_layout_slightly_faster_per_step_with_a_slower_checkpoint_loses():
+    from dataclasses import dataclass, field
+
+    from simulator.sweep import layout_of, sibling_scenario
+    from simulator.wholerun.sweep_objective import rerank
+
+    @dataclass(frozen=True)
+    class Ev:
+        layout: object
+        numbers: dict
+
+    @dataclass(frozen=True)
+    class Result:
+        ranked: list
+        notes: list = field(default_factory=list)
+
+    # slow storage (20 MB/s per node), so the checkpoint matters: TP8 PP8's largest stage writes 9 % more per
+    # rank than ZeRO-3 PP1 spreads evenly; worth ~0.4 % of goodput, so a layout 0.2 % faster per step loses
+    base = load_scenario(S70)
+    base = replace(base, topology=replace(base.topology, storage=replace(base.topology.storage, write_gbs=0.02)))
+    pp8 = layout_of(base)
+    zero3 = layout_of(load_scenario(S70, ["parallel.tp=1", "parallel.pp=1", "parallel.dp=512", "parallel.zero=3",
+                                          "training.recompute=full"]))
+    fast, slower = Ev(pp8, {"iteration_time_s": 8.0, "estimator": "given"}), Ev(zero3, {"iteration_time_s": 8.016, "estimator": "given"})
+    result, runs = rerank(Result(ranked=[fast, slower]), base, "time-to-train", 15e12, sibling=sibling_scenario)
+    assert runs[pp8].phases[0].checkpoint.write_s > 1.05 * runs[zero3].phases[0].checkpoint.write_s
+    assert [ev.layout for ev in result.ranked] == [zero3, pp8]
+    assert "time-to-train" in result.notes[-1]
+
+
+def test_sweep_objective_needs_tokens():
+    r = _cli("sweep", S70, "--objective", "cost", "--jobs", "1")
+    assert r.returncode == 2 and "--tokens" in r.stderr
+
+
+def test_cost_a_layout_2_percent_faster_per_step_on_twice_the_gpus_costs_more():
+    small = load_scenario(S70)
+    big = load_scenario(S70, ["cluster.nodes=128", "parallel.dp=16"])
+    phase = Phase(tokens=1e12)
+    a = whole_run([(small, phase, 8.0, "given")], price_per_gpu_hour=2.0)
+    b = whole_run([(big, phase, 8.0 / 1.02, "given")], price_per_gpu_hour=2.0)
+    assert b.days < a.days and b.cost > 1.9 * a.cost
