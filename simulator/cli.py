@@ -35,12 +35,13 @@ def cmd_run(args) -> int:
                         ("--run-plot", args.run_plot)):
         _writable(value, flag)
     sc = load_scenario(args.scenario, args.set or [])
+    from .wholerun import cli_hooks
+    cli_hooks.check(args, sc)
     from .report import format_report
     from .run import simulate
 
     report = simulate(sc, estimator=args.estimator, full=args.full, trace_path=args.trace, plot_path=args.plot,
                       memory_plot_path=args.memory_plot)
-    from .wholerun import cli_hooks
     run = cli_hooks.attach(args, sc, report)  # the whole training run, when tokens are given (issue 41)
     if run is not None:
         report["whole_run"] = run.to_json()

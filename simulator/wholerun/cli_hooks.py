@@ -28,8 +28,19 @@ def _phase_scenario(path: str, overrides: list[str], phase: Phase) -> Scenario:
     return scenario_from_mapping(raw, overrides + phase.scenario_overrides(), base_dir=Path(path).parent)
 
 
-def wanted(args, sc: Scenario) -> bool:
-    return bool(getattr(args, "tokens", None) or sc.run.phases)
+def check(args, sc: Scenario) -> None:
+    """Bad whole-run flags fail before anything is simulated or written."""
+    if args.tokens is not None:
+        parse_tokens(args.tokens, "--tokens")
+    if args.run_plot:
+        if args.tokens is None and not sc.run.phases:
+            raise ScenarioError("--run-plot", "needs a token count", "--tokens N, or run.tokens / run.phases in the scenario")
+        if Path(args.run_plot).suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise ScenarioError("--run-plot", f"{args.run_plot!r} has no .png, .svg or .pdf suffix")
+    for flag, value in (("--price-per-gpu-hour", args.price_per_gpu_hour), ("--failures-per-gpu-hour", args.failures_per_gpu_hour),
+                        ("--checkpoint-interval", args.checkpoint_interval)):
+        if value is not None and not value >= 0 or (flag == "--checkpoint-interval" and value is not None and value <= 0):
+            raise ScenarioError(flag, f"{value} is out of range", "a positive number" if flag == "--checkpoint-interval" else ">= 0")
 
 
 def attach(args, sc: Scenario, report: dict):
