@@ -28,9 +28,11 @@ DAY_S = 86400.0
 
 KOKOLIS_RSC1_FAILURES_PER_NODE_DAY = 6.50e-3
 """RSC-1 (about 2,000 nodes of 8 A100, 16k GPUs, 11 months): r_f = 6.50 job-interrupting failures per
-1,000 node-days (Kokolis et al. 2024, failure-model section; the same r_f gives their projected MTTF of
-1.8 h at 16,384 GPUs and 7.9 h measured at 1,024 GPUs). Read through summaries of the paper (two public
-reading notes agree on every figure); the table and page were not re-read here."""
+1,000 node-days (Kokolis et al. 2024, failure-model section). It gives their projected MTTF of 1.8 h at
+16,384 GPUs (2,048 nodes x 6.50e-3 per day = 13.3 per day). Their measured MTTF of 1,024-GPU jobs, 7.9 h,
+is shorter than this rate gives for 128 nodes (28.8 h), so it counts something else (not resolved here).
+Read through summaries of the paper (two public reading notes agree on every figure); the table and page
+were not re-read here."""
 KOKOLIS_RSC2_FAILURES_PER_NODE_DAY = 2.34e-3
 """RSC-2 (about 1,000 nodes of 8 A100, 8k GPUs): r_f = 2.34 per 1,000 node-days (Kokolis et al. 2024)."""
 KOKOLIS_GPUS_PER_NODE = 8
