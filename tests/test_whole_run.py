@@ -199,3 +199,15 @@ def test_cost_a_layout_2_percent_faster_per_step_on_twice_the_gpus_costs_more():
     a = whole_run([(small, phase, 8.0, "given")], price_per_gpu_hour=2.0)
     b = whole_run([(big, phase, 8.0 / 1.02, "given")], price_per_gpu_hour=2.0)
     assert b.days < a.days and b.cost > 1.9 * a.cost
+
+
+def test_sampled_runs_finish_when_dalys_expected_wall_time_says():
+    """Monte Carlo check of failures.wall_per_work: the plot's sample paths (exponential faults, roll-back
+    to the last checkpoint, restarts that faults can interrupt) end on average at the expected time."""
+    from simulator.wholerun.plot import sample_path
+
+    sc = load_scenario(S70)
+    run = whole_run([(sc, Phase(tokens=1e12), 8.78, "given")], per_gpu_hour=1e-3)  # M = 1.95 h: ~300 faults a run
+    ends = [sample_path(run, seed)[0][-1] for seed in range(6)]
+    assert sum(ends) / len(ends) == pytest.approx(run.wall_s, rel=0.02)
+    assert run.goodput < 0.9  # failures matter at this rate: the check is not of a failure-free run

@@ -3,7 +3,8 @@ checkpoints marked, next to the failure-free line and the expected (goodput) lin
 
 The sample draws interruption times from the model's exponential law (mean time between interruptions
 M, seed fixed so the figure is reproducible); after each, the job loses the work since its last
-checkpoint and spends the restart cost R before training again, as `failures.wall_per_work` assumes.
+checkpoint and spends the restart cost R before training again, and a fault during the restart starts it
+over, as `failures.wall_per_work` assumes (Daly 2006).
 """
 from __future__ import annotations
 
@@ -51,10 +52,15 @@ def _phase_path(p: PhaseRun, rng: random.Random, t: float, tokens: float, xs, ys
         xs.append(lost_at), ys.append(done_at)
         faults.append((lost_at, done_at))
         done = saved
-        t = lost_at + p.restart_s
         xs.append(lost_at), ys.append(done)
+        # faults keep arriving while the job restarts (memoryless); each starts the restart over (Daly 2006)
+        next_fault = lost_at + rng.expovariate(1.0 / p.mtbi_s)
+        t = lost_at + p.restart_s
+        while next_fault < t:
+            faults.append((next_fault, done))
+            t = next_fault + p.restart_s
+            next_fault += rng.expovariate(1.0 / p.mtbi_s)
         xs.append(t), ys.append(done)
-        next_fault = t + rng.expovariate(1.0 / p.mtbi_s)
     return t, done
 
 
@@ -99,7 +105,8 @@ def plot_run(run: WholeRun, path: str, title: str = "", seed: int = 0) -> None:
         ax.plot([c[0] / DAY_S for c in cks[::every]], [c[1] / scale for c in cks[::every]], "|", color="tab:blue",
                 ms=5, alpha=0.6, label="checkpoint" + (f" (every {every}th drawn)" if every > 1 else ""))
     if faults:
-        ax.plot([f[0] / DAY_S for f in faults], [f[1] / scale for f in faults], "x", color="tab:red", ms=6,
+        ax.plot([f[0] / DAY_S for f in faults], [f[1] / scale for f in faults], "x", color="tab:red",
+                ms=6 if len(faults) < 300 else 3, alpha=1.0 if len(faults) < 300 else 0.4,
                 label=f"interruption ({len(faults)} in this sample, {run.interruptions:.0f} expected)")
     ax.set_ylabel(f"tokens trained ({unit})")
     # the lag behind the failure-free line: wall time spent minus the failure-free time of the tokens done
