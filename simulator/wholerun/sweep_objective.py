@@ -36,6 +36,9 @@ def layout_run(sc: Scenario, step_s: float, estimator: str, tokens: float, **kw)
 def rerank(result, sc: Scenario, objective: str, tokens: float, *, sibling, **kw):
     """`result` (a SweepResult) with `ranked` ordered by the objective, and {layout: WholeRun}.
     `sibling(sc, layout)` builds a candidate's scenario (sweep.sibling_scenario)."""
+    price = kw.get("price_per_gpu_hour")
+    if price is not None and not price >= 0:
+        raise ScenarioError("--price-per-gpu-hour", f"{price} is out of range", ">= 0")
     runs = {}
     for ev in result.ranked:
         n = ev.numbers
