@@ -31,19 +31,32 @@ def _writable(path: str | None, flag: str) -> None:
 def cmd_run(args) -> int:
     from .scenario import load_scenario
 
-    for flag, value in (("--trace", args.trace), ("--plot", args.plot), ("--memory-plot", args.memory_plot)):
+    for flag, value in (("--trace", args.trace), ("--plot", args.plot), ("--memory-plot", args.memory_plot),
+                        ("--run-plot", args.run_plot)):
         _writable(value, flag)
     sc = load_scenario(args.scenario, args.set or [])
+    from .wholerun import cli_hooks
+    cli_hooks.check(args, sc)
     from .report import format_report
     from .run import simulate
 
     report = simulate(sc, estimator=args.estimator, full=args.full, trace_path=args.trace, plot_path=args.plot,
                       memory_plot_path=args.memory_plot)
+    run = cli_hooks.attach(args, sc, report)  # the whole training run, when tokens are given (issue 41)
+    if run is not None:
+        report["whole_run"] = run.to_json()
+        if args.run_plot:
+            from .wholerun.plot import plot_run
+            plot_run(run, args.run_plot, title=sc.name)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(format_report(report))
-        for label, value in (("trace", args.trace), ("timeline plot", args.plot), ("memory plot", args.memory_plot)):
+        if run is not None:
+            from .wholerun.report import format_whole_run
+            print("\n" + format_whole_run(report["whole_run"]))
+        for label, value in (("trace", args.trace), ("timeline plot", args.plot), ("memory plot", args.memory_plot),
+                             ("run plot", args.run_plot if run is not None else None)):
             if value:
                 print(f"  {label} written to {value}")
     return 0
@@ -62,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace (JSON)")
     run.add_argument("--plot", metavar="FILE", help="write a timeline plot (PNG/SVG/PDF)")
     run.add_argument("--memory-plot", metavar="FILE", help="write memory over time per stage (PNG/SVG/PDF)")
+    from .wholerun.cli_hooks import add_arguments
+    add_arguments(run)
     run.set_defaults(func=cmd_run)
     for name in ("collectives_cmd", "sweep_cmd", "compare_cmd", "validate_cmd", "docs_cmd"):
         try:

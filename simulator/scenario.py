@@ -16,6 +16,7 @@ from .model import ModelSpec, load_model, model_to_mapping
 from .schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
+from .wholerun.spec import RunSpec, parse_run
 
 EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
                    "tp_host_s", "tp_host_per_rank_s", "dp_comm_overhead_s", "dp_ring_step_latency_us",
@@ -163,6 +164,8 @@ class Scenario:
     cluster: Cluster
     parallel: Parallel
     topology: Topology
+    run: RunSpec = RunSpec()
+    """The whole training run (`run:`, `training.tokens`): tokens, phases, checkpoints (wholerun/spec.py)."""
 
     @property
     def gpus_per_node(self) -> int:
@@ -208,6 +211,7 @@ class _RawScenario:
     training: dict = field(default_factory=dict)
     cluster: dict = field(default_factory=dict)
     parallel: dict = field(default_factory=dict)
+    run: Any = None
 
 
 # ----------------------------------------------------------------------------------- overrides
@@ -276,7 +280,14 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     if top.model is None:
         raise ScenarioError("model", "missing required key", "a preset name, a path to config.json, or a mapping")
     model = load_model(top.model, base_dir)
-    training = from_mapping(Training, top.training, "training")
+    training_raw = dict(top.training)
+    run_raw = top.run
+    if "tokens" in training_raw:  # `training.tokens` is the run's length: read with the `run:` section
+        if isinstance(run_raw, dict) and ("tokens" in run_raw or run_raw.get("phases")):
+            raise ScenarioError("training.tokens", "given together with run.tokens or run.phases", "one of them")
+        run_raw = {**(run_raw if isinstance(run_raw, dict) else {}), "tokens": training_raw.pop("tokens")}
+    run = parse_run(run_raw)
+    training = from_mapping(Training, training_raw, "training")
     cluster = from_mapping(Cluster, top.cluster, "cluster")
     parallel = from_mapping(Parallel, top.parallel, "parallel")
     for key, value in cluster.efficiency.items():
@@ -295,7 +306,8 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
         local = base_dir / cluster.profile
         if local.exists():
             cluster = replace(cluster, profile=str(local))
-    sc = Scenario(name=str(top.name), model=model, training=training, cluster=cluster, parallel=parallel, topology=topology)
+    sc = Scenario(name=str(top.name), model=model, training=training, cluster=cluster, parallel=parallel, topology=topology,
+                  run=run)
     return validate_layout(sc)
 
 

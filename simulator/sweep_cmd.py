@@ -327,6 +327,10 @@ def add_parser(subparsers):
                    help="write the best layout the framework can run as its config")
     p.add_argument("--export-out", metavar="FILE", help="where --export writes (default: stdout after the table)")
     p.add_argument("--plot", metavar="PREFIX", help="write PREFIX_scatter.png, PREFIX_breakdown.png, PREFIX_memory.png")
+    p.add_argument("--objective", choices=("throughput", "time-to-train", "cost"), default="throughput",
+                   help="rank by tokens/s per GPU (default) or by the whole run over --tokens (wholerun)")
+    p.add_argument("--tokens", metavar="N", help="tokens of the whole run for --objective (K/M/B/T suffixes)")
+    p.add_argument("--price-per-gpu-hour", type=float, metavar="USD", help="price for --objective cost")
     p.add_argument("--ray", metavar="ADDRESS", help="run the simulations on a Ray cluster (optional dependency)")
     return p
 
@@ -350,21 +354,35 @@ def run(args) -> int:
     sc, raw, base_dir = sweep_base(args.scenario, args.set)
     options = SweepOptions(fixed=fixed, top=args.top, engine_top=args.engine_top,
                            expand=DEFAULT_EXPAND if args.expand is None else args.expand, headroom_gib=args.headroom)
+    whole = None
+    if args.objective != "throughput":
+        from .wholerun.sweep_objective import run_tokens  # noqa: PLC0415
+        whole = run_tokens(sc, args.tokens)
     runner = make_runner(args.jobs, args.ray)
     try:
         with PhaseProgress() as progress:  # on a terminal only, on stderr (stdout may be --json)
             result = run_sweep(sc, raw, base_dir, options, runner, progress)
     finally:
         runner.close()
+    runs = {}
+    if whole is not None:  # the whole run ranks the layouts (issue 41)
+        from .sweep import sibling_scenario  # noqa: PLC0415
+        from .wholerun.sweep_objective import rerank  # noqa: PLC0415
+        result, runs = rerank(result, sc, args.objective, whole, sibling=sibling_scenario,
+                              price_per_gpu_hour=args.price_per_gpu_hour)
     shown = result.ranked if args.top <= 0 else result.ranked[: args.top]
     exported = None
     if args.export:
         from .export import export_best  # noqa: PLC0415
         exported = export_best(result.ranked, args.export, sc, raw, base_dir)
     if args.json:
-        print(json.dumps([ev.to_json() for ev in shown], indent=2))
+        print(json.dumps([{**ev.to_json(), **({"whole_run": runs[ev.layout].to_json()} if runs else {})}
+                          for ev in shown], indent=2))
     else:
         print(format_sweep(result, sc, args.top), end="")
+        if runs:
+            from .wholerun.sweep_objective import format_objective  # noqa: PLC0415
+            print(format_objective(result, runs, args.objective, args.top), end="")
     if exported is not None:
         text, chosen, warnings = exported
         for w in warnings:

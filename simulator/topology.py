@@ -141,6 +141,27 @@ class DatacenterSpec:
     """The WAN link between neighbouring sites (see `datacenters.link`)."""
 
 
+LLAMA3_TECTONIC_SUSTAINED_GBS = 2000.0
+"""Meta's Tectonic file system behind the Llama 3 training cluster: 2 TB/s sustained (7 TB/s peak) write
+throughput (Llama 3 Herd of Models, 2024, section 3.3.1 Storage), for up to 16k GPUs = 2,048 nodes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageSpec:
+    """Checkpoint storage as one node sees it (wholerun/checkpoint.py)."""
+    write_gbs: float = field(default=LLAMA3_TECTONIC_SUSTAINED_GBS / 2048, metadata={"min": 1e-6})
+    """Sustained checkpoint write bandwidth per node, GB/s. Default 0.98: Tectonic's 2 TB/s sustained
+    shared by the 2,048 nodes of a 16k-GPU job (Llama 3 report, section 3.3.1), the per-node share a file
+    system sized for such a cluster gives when every node writes at once."""
+    read_gbs: Optional[float] = field(default=None, metadata={"min": 1e-6})
+    """Per-node read bandwidth for reloading a checkpoint; null = write_gbs (assumption)."""
+    aggregate_write_gbs: Optional[float] = field(default=None, metadata={"min": 1e-6})
+    """A cap on the whole file system's write bandwidth, GB/s; null = none beyond nodes x write_gbs."""
+    host_copy_gbs: float = field(default=25.0, metadata={"min": 1e-6})
+    """Device-to-host copy per GPU for asynchronous checkpoints, GB/s. Assumption: PCIe Gen5 x16 is 64 GB/s
+    per direction nominal; a copy of many state tensors into pinned memory gets well under that."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Topology:
     name: str
@@ -155,6 +176,8 @@ class Topology:
     """The network between nodes (see `fabric`)."""
     datacenters: Optional[DatacenterSpec] = None
     """Nodes spread over several sites joined by WAN links (see `datacenters`); null = one site."""
+    storage: StorageSpec = field(default_factory=StorageSpec)
+    """Where checkpoints are written and read back (see `storage`): the whole-run estimate's write time."""
     sources: list[str] = field(default_factory=list)
     """Where the node and network figures come from."""
 
