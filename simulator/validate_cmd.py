@@ -43,7 +43,8 @@ def add_parser(sub):
 
 def run(args) -> int:
     from .progress import PhaseProgress, Stopwatch  # noqa: PLC0415
-    from .validate import format_text, markdown_table, plot, to_json, validate  # noqa: PLC0415
+    from .validate import validate  # noqa: PLC0415
+    from .validate_report import format_text, markdown_table, plot, to_json  # noqa: PLC0415
 
     clock = Stopwatch("validate")
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from simulator.playbook import run_from_row
-from simulator.validate import (Case, Outcome, markdown_table, pipeline_sends, reference_cases, score, slow_sends,
-                                stratified_sample, summarize)
+from simulator.validate import (Case, Outcome, pipeline_sends, reference_cases, score, slow_sends, stratified_sample,
+                                summarize)
+from simulator.validate_report import markdown_table
 from test_playbook import row, write_csv
 
 ROOT = Path(__file__).resolve().parent.parent

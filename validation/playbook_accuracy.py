@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.validate import MAIN_GROUP, format_text, plot, to_json, validate  # noqa: E402
+from simulator.validate import MAIN_GROUP, validate  # noqa: E402
+from simulator.validate_report import format_text, plot, to_json  # noqa: E402
 
 REGIMES = (
     ("A", "one node, tp = 1, pp = 1 (compute, DP over NVLink)"),
