@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .model import PRESET_DIR, MLASpec, MoESpec, ModelSpec
 from .scenario import Cluster, Parallel, Training
+from .schedules import SCHEDULES
 from .topology import TOPOLOGY_DIR, DatacenterLink, DatacenterSpec, FabricSpec, GPUSpec, NodeSpec, Topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,8 +49,7 @@ Besides the per-key checks, the layout as a whole must hold together (`scenario.
 - global_batch is a multiple of dp x micro_batch; seq_len is a multiple of tp x cp with sp, and of 2 x cp
   with cp > 1 (zig-zag);
 - ep divides the experts and dp x cp (and is 1 for a dense model);
-- vpp is 1 except with interleaved-1f1b (>= 2, micro-batches a multiple of pp), zbv and dualpipev (2;
-  dualpipev needs at least 2 x pp micro-batches); `pp_p2p: blocking` only with 1f1b;
+- the pipeline schedule's own rules ({schedule_rules});
 - the layers split evenly over pp x vpp chunks, or `pp_layers` gives pp x vpp entries summing to them;
 - fp8 needs a GPU with FP8 tensor cores; `autocast` needs bf16, zero 0 and fp32 gradients.
 """
@@ -161,8 +161,23 @@ def shipped(directory: Path, suffix: str) -> str:
     return ", ".join(f"`{p.stem}`" for p in sorted(directory.glob(f"*{suffix}"))) + "."
 
 
+def schedule_rules() -> str:
+    """Each registered schedule's vpp and micro-batch rules, read from its `ScheduleSpec`."""
+    out = []
+    for spec in SCHEDULES.values():
+        rule = f"vpp {spec.vpp}" if spec.vpp is not None else f"vpp >= {spec.min_vpp}"
+        if spec.m_multiple_of_pp:
+            rule += ", micro-batches a multiple of pp"
+        if spec.min_m_per_pp:
+            rule += f", at least {spec.min_m_per_pp} x pp micro-batches"
+        if spec.p2p_in_steady_state:
+            rule += ", `pp_p2p: blocking` allowed"
+        out.append(f"{spec.name}: {rule}")
+    return "; ".join(out)
+
+
 def render() -> str:
-    lines = [HEADER, f"The shipped example, `{EXAMPLE.relative_to(ROOT)}`:", "", "```yaml",
+    lines = [HEADER.replace("{schedule_rules}", schedule_rules()), f"The shipped example, `{EXAMPLE.relative_to(ROOT)}`:", "", "```yaml",
              EXAMPLE.read_text().rstrip(), "```", "",
              "Scenarios in `scenarios/`: " + shipped(EXAMPLE.parent, ".yaml"), "", "## Scenario file", ""]
     for path, cls in SCENARIO_SECTIONS:
