@@ -1,48 +1,53 @@
 """`python -m simulator ...`: argument parsing and exit codes (0 ok, 2 bad input, 1 anything else).
 
 Bad input raises `ScenarioError` anywhere below; it is caught here and printed as one line, with no
-traceback. Output files are written only after the simulation succeeded (nothing half-written).
+traceback. Output paths are checked before simulating and the files written whole or not at all
+(`outputs.py`); --json is strict JSON.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 from .errors import ScenarioError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's own exit code is 2 too; keep its message to one line
-        self.print_usage(sys.stderr)
-        print(f"error: {message}", file=sys.stderr)
+    def error(self, message):  # argparse's own exit code is 2 too; one line, no usage text
+        print(f"error: {self.prog}: {' '.join(message.split())}", file=sys.stderr)
         sys.exit(2)
 
 
-def _writable(path: str | None, flag: str) -> None:
-    if path is None:
-        return
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise ScenarioError(flag, f"directory {parent} does not exist")
+PROFILE_MISMATCH_SET = "cluster.allow_profile_mismatch=true"
+"""The --set that --allow-profile-mismatch stands for."""
+
+
+def overrides(args) -> list[str]:
+    """The command's --set list, plus what --allow-profile-mismatch stands for."""
+    return list(getattr(args, "set", None) or []) + ([PROFILE_MISMATCH_SET] if getattr(args, "allow_profile_mismatch", False) else [])
 
 
 def cmd_run(args) -> int:
+    from .outputs import Outputs, check_distinct, check_output, strict_json, PLOT_SUFFIXES  # noqa: PLC0415
     from .scenario import load_scenario
 
-    for flag, value in (("--trace", args.trace), ("--plot", args.plot), ("--memory-plot", args.memory_plot)):
-        _writable(value, flag)
-    sc = load_scenario(args.scenario, args.set or [])
+    files = {"--trace": args.trace, "--plot": args.plot, "--memory-plot": args.memory_plot}
+    for flag, value in files.items():
+        if value is not None:
+            check_output(value, flag, None if flag == "--trace" else PLOT_SUFFIXES)
+    check_distinct(files)
+    sc = load_scenario(args.scenario, overrides(args))
     from .report import format_report
     from .run import simulate
 
-    report = simulate(sc, estimator=args.estimator, full=args.full, trace_path=args.trace, plot_path=args.plot,
-                      memory_plot_path=args.memory_plot)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(format_report(report))
+    with Outputs() as out:
+        temp = {flag: out.temp(v) if v else None for flag, v in files.items()}
+        report = simulate(sc, estimator=args.estimator, full=args.full, trace_path=temp["--trace"], plot_path=temp["--plot"],
+                          memory_plot_path=temp["--memory-plot"])
+        text = strict_json(report, indent=2) if args.json else format_report(report)
+        out.commit()
+    print(text)
+    if not args.json:
         for label, value in (("trace", args.trace), ("timeline plot", args.plot), ("memory plot", args.memory_plot)):
             if value:
                 print(f"  {label} written to {value}")
@@ -62,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace (JSON)")
     run.add_argument("--plot", metavar="FILE", help="write a timeline plot (PNG/SVG/PDF)")
     run.add_argument("--memory-plot", metavar="FILE", help="write memory over time per stage (PNG/SVG/PDF)")
+    run.add_argument("--allow-profile-mismatch", action="store_true",
+                     help="price with a calibration profile of another device kind than the topology's GPU (the report warns)")
     run.set_defaults(func=cmd_run)
     for name in ("collectives_cmd", "sweep_cmd", "compare_cmd", "validate_cmd"):
         try:
@@ -82,7 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ScenarioError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except RecursionError:  # a structure nested past what inputs.MAX_DEPTH lets through should not exist
+        print("error: input nested too deeply", file=sys.stderr)
+        return 2
+    except OSError as e:
+        from .outputs import write_error  # noqa: PLC0415
+        if isinstance(e, BrokenPipeError):
+            return 0
+        err = write_error(e)
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
