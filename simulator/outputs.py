@@ -14,6 +14,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -65,6 +66,7 @@ class Outputs:
 
     def __init__(self):
         self.pending: list[tuple[str, Path]] = []
+        self.folders: list[tuple[str, Path]] = []
 
     def temp(self, target: str | Path) -> str:
         """A fresh temporary file beside `target`, with the same extension (writers pick formats by it)."""
@@ -74,10 +76,20 @@ class Outputs:
         self.pending.append((tmp, target))
         return tmp
 
+    def temp_prefix(self, prefix: str) -> str:
+        """For a writer that names its files PREFIX_*: a prefix inside a fresh temporary folder beside
+        them; commit() moves whatever it wrote there next to `prefix`."""
+        parent = Path(prefix).resolve().parent
+        folder = tempfile.mkdtemp(prefix=".clustersim-", dir=parent)
+        self.folders.append((folder, parent))
+        return os.path.join(folder, Path(prefix).name)
+
     def commit(self) -> None:
         """Move every temporary a writer filled onto its target; one left empty (nothing was written to it,
         e.g. --trace with the analytic estimator) is removed instead."""
         done: list[Path] = []
+        for folder, parent in self.folders:
+            self.pending += [(os.path.join(folder, name), parent / name) for name in sorted(os.listdir(folder))]
         try:
             for tmp, target in self.pending:
                 if os.path.getsize(tmp) == 0:
@@ -92,13 +104,15 @@ class Outputs:
                     target.unlink()
             self.discard()
             raise
-        self.pending = []
+        self.discard()
 
     def discard(self) -> None:
         for tmp, _ in self.pending:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        self.pending = []
+        for folder, _ in self.folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.pending, self.folders = [], []
 
     def __enter__(self) -> "Outputs":
         return self

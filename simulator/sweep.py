@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-import yaml
 
 from .errors import ScenarioError
 from .analytic import estimate
@@ -30,7 +29,8 @@ from .flops import model_flops_per_step
 from .memory import GIB, MemoryReport, memory_report, stage_memory, state_bytes_per_param
 from .model import model_to_mapping
 from .params import layer_params, total_params
-from .scenario import SCHEDULES, Scenario, apply_overrides, read_yaml, scenario_from_mapping, validate_layout
+from .inputs import parse_yaml, short
+from .scenario import MAX_GPUS, SCHEDULES, Scenario, apply_overrides, read_yaml, scenario_from_mapping, validate_layout
 from .schema import to_mapping
 
 # ----------------------------------------------------------------------------------- search space
@@ -118,18 +118,18 @@ def _check_value(key: str, value: Any) -> Any:
     name = SWEEP_KEYS[key]
     if name == "sp":
         if not isinstance(value, bool):
-            raise ScenarioError("--fix", f"{key}={value!r} is not a boolean", "true | false")
+            raise ScenarioError("--fix", f"{key}={short(value)} is not a boolean", "true | false")
     elif name == "pp_schedule":
         if value not in SCHEDULES:
-            raise ScenarioError("--fix", f"{key}={value!r} is not a schedule", " | ".join(SCHEDULES))
+            raise ScenarioError("--fix", f"{key}={short(value)} is not a schedule", " | ".join(SCHEDULES))
     elif name == "recompute":
         if value not in RECOMPUTE_ORDER:
-            raise ScenarioError("--fix", f"{key}={value!r} is not a recompute mode", " | ".join(RECOMPUTE_ORDER))
+            raise ScenarioError("--fix", f"{key}={short(value)} is not a recompute mode", " | ".join(RECOMPUTE_ORDER))
     elif name == "zero":
         if value not in (0, 1, 2, 3) or isinstance(value, bool):
-            raise ScenarioError("--fix", f"{key}={value!r} is not a ZeRO stage", "0 | 1 | 2 | 3")
-    elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ScenarioError("--fix", f"{key}={value!r} is not a positive integer", "integers >= 1")
+            raise ScenarioError("--fix", f"{key}={short(value)} is not a ZeRO stage", "0 | 1 | 2 | 3")
+    elif not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_GPUS:
+        raise ScenarioError("--fix", f"{key}={short(value)} is not a positive integer", f"integers in 1 .. {MAX_GPUS:,}")
     return value
 
 
@@ -142,12 +142,12 @@ def parse_fix(texts: Iterable[str]) -> dict[str, tuple]:
         key = key.strip()
         full = key if key in SWEEP_KEYS else next((k for k, v in SWEEP_KEYS.items() if v == key), None)
         if not sep or full is None:
-            raise ScenarioError("--fix", f"{text!r} does not name a sweep key", "KEY=V1,V2 with KEY one of " + ", ".join(SWEEP_KEYS))
+            raise ScenarioError("--fix", f"{short(text)} does not name a sweep key", "KEY=V1,V2 with KEY one of " + ", ".join(SWEEP_KEYS))
         parsed = []
         for item in values.split(","):
             try:
-                v = yaml.safe_load(item.strip()) if item.strip() else None
-            except yaml.YAMLError:
+                v = parse_yaml(item.strip(), "--fix") if item.strip() else None
+            except ScenarioError:
                 v = item.strip()
             parsed.append(_check_value(full, v))
         name = SWEEP_KEYS[full]
@@ -692,6 +692,10 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
     runner = runner or SerialRunner()
     cap = float(sc.topology.gpu.memory_gib) - options.headroom_gib
     layouts = enumerate_layouts(sc, options.fixed)
+    if not layouts:
+        fixed = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in options.fixed.items())
+        raise ScenarioError("--fix" if fixed else "sweep", f"no valid layout of {sc.gpus} GPUs" + (f" with {fixed}" if fixed else ""),
+                            "values the model and cluster allow (tp dividing heads and ffn, degrees multiplying to the GPUs)")
     counts = {"enumerated": len(layouts)}
     notes = [default_space_note(sc, options.fixed)]
     if sc.parallel.pp_layers is not None:
@@ -770,6 +774,7 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
         tasks = [(raw, base_dir, lay, "engine") for lay in engine_picks(ranked, options.engine_top)]
         refined = [replace(ev, status="ok", summary=ok[ev.layout].summary)
                    for ev in run("engine: the most promising layouts", full_report, tasks)]
+    if refined:  # the engine may have run none: every pick was refused (e.g. --fix leaving nothing valid)
         ratios = [ev.report["iteration_time_s"] / ev.summary["iteration_time_s"] for ev in refined]
         notes.append(f"the first {len(refined)} layouts were simulated by the engine and are ranked by it; the rest are "
                      f"analytic estimates (on those {len(refined)} the engine's step time was "
