@@ -51,9 +51,9 @@ def check_numbers(args) -> None:
     if args.gpu is not None and not 0 <= args.gpu < 4096:
         raise BadInput(f"--gpu {args.gpu}: not a device index (0 .. 4095)")
     if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
-        raise BadInput(f"--threads {args.threads}: must be 1 .. {MAX_THREADS}")
+        raise BadInput(f"--threads {args.threads}: must be at least 1 and at most {MAX_THREADS}")
     if not 1 <= args.cpu_ranks <= MAX_CPU_RANKS:
-        raise BadInput(f"--cpu-ranks {args.cpu_ranks}: must be 1 .. {MAX_CPU_RANKS}")
+        raise BadInput(f"--cpu-ranks {args.cpu_ranks}: must be at least 1 and at most {MAX_CPU_RANKS}")
     if not 0 <= args.seed <= MAX_SEED:
         raise BadInput(f"--seed {args.seed}: must be 0 .. 2**63-1")
 
