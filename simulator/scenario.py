@@ -32,8 +32,8 @@ MAX_MICRO_BATCHES = 1 << 14
 """Micro-batches per pipeline per step: both estimators walk every one. The 70B at PP8 with 16,384 took
 2.6 s (analytic) on the 2-core host, the engine ~1 ms each; 2**21 exhausted 5 GB."""
 MAX_DP_BUCKETS = 1 << 15
-"""Gradient buckets per rank (params x 4 B / (tp x pp) / dp_bucket_mb): the estimators time each one; the
-70B at 0.01 MB (440 K buckets) took 2.7 GB and 100 s, at 1 MB (4.4 K) 5.5 s."""
+"""Gradient buckets per rank with dp_bucketing even (params x 4 B / (tp x pp) / dp_bucket_mb): the estimators
+time each one; the 70B at 0.01 MB (440 K buckets) took 2.7 GB and 100 s, at 1 MB (4.4 K) 5.5 s."""
 MAX_EP_IMBALANCE = 1024.0
 """parallel.ep_imbalance: the busiest of ep ranks holds at most ep x the mean (validate_layout checks that
 too); EP groups of more than 1,024 ranks are not in use."""
@@ -370,7 +370,7 @@ def validate_layout(sc: Scenario) -> Scenario:
     if p.ep > 1 and p.ep_imbalance > p.ep:
         raise ScenarioError("parallel.ep_imbalance", f"{p.ep_imbalance} with ep {p.ep}",
                             f"1 .. ep = {p.ep} (all tokens on one rank is ep x the mean)")
-    if p.dp * p.cp > 1:
+    if p.dp * p.cp > 1 and p.dp_bucketing == "even":  # `param` buckets hold whole tensors: at most one per tensor
         from .params import total_params  # noqa: PLC0415 (params imports model only)
         buckets = total_params(m) * 4 / (p.tp * p.pp) / (p.dp_bucket_mb * 1e6)
         if buckets > MAX_DP_BUCKETS:

@@ -265,7 +265,7 @@ def test_sweep_with_a_fix_that_leaves_no_layout_is_a_clear_error(capsys):
     (["run", S70B, "--set", "cluster.nodes=10000000", "--set", "parallel.dp=null"], "cluster.nodes"),
     (["sweep", S70B, "--set", "cluster.nodes=1000000", "--set", "parallel.dp=null", "--jobs", "1"], "cluster.nodes"),
     (["collectives", "dgx-h100", "--nodes", "10000000"], "--nodes"),
-    (["run", S70B, "--set", "parallel.dp_bucket_mb=0.001"], "parallel.dp_bucket_mb"),
+    (["run", S70B, "--set", "parallel.dp_bucket_mb=0.001", "--set", "parallel.dp_bucketing=even"], "parallel.dp_bucket_mb"),
     (["run", S70B, "--full", "--set", "cluster.nodes=2048", "--set", "parallel.dp=null",
       "--set", "training.global_batch=16384"], "--full"),
 ])
