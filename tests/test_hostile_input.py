@@ -501,3 +501,31 @@ def test_sigterm_to_calibrate_ends_its_worker_processes(tmp_path):
     assert not left, f"workers still running 15 s after SIGTERM: {left}"
     assert p.returncode == 130 and "Traceback" not in err, err
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_to_replay_stops_every_rank():
+    p = subprocess.Popen([sys.executable, "-m", "calibrate", "replay", str(ROOT / "scenarios" / "replay" / "dp2.yaml"),
+                          "--steps", "200", "--warmup", "1", "--no-reference"], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    ranks: set[int] = set()
+    while time.monotonic() < deadline and len(ranks) < 2 and p.poll() is None:
+        ranks = {c for c in _children(p.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text(errors="replace")} \
+            if Path(f"/proc/{p.pid}").exists() else set()
+        time.sleep(0.2)
+    if len(ranks) < 2:
+        p.kill()
+        pytest.skip("the replay ranks did not start within 120 s")
+    time.sleep(2.0)
+    p.send_signal(signal.SIGTERM)
+    end = time.monotonic() + 15
+    while time.monotonic() < end and any(_alive(r) for r in ranks):
+        time.sleep(0.2)
+    left = [r for r in ranks if _alive(r)]
+    for r in left:
+        os.kill(r, signal.SIGKILL)
+    _, err = p.communicate(timeout=60)
+    assert not left, f"ranks still running 15 s after SIGTERM: {left}"
+    assert p.returncode == 130 and "Traceback" not in err, err
