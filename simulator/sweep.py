@@ -478,11 +478,13 @@ def first_fit_family(raw: dict, base_dir: Optional[str], structures: tuple[tuple
 
 def full_report(raw: dict, base_dir: Optional[str], lay: Layout, estimator: str = "analytic") -> Evaluation:
     """`run.simulate`'s whole report for one layout (fits or not)."""
-    from .run import simulate  # noqa: PLC0415
+    from .run import MAX_ENGINE_WORK, engine_work, simulate  # noqa: PLC0415
     try:
         sc = candidate_scenario(raw, base_dir, lay)
     except ScenarioError as e:
         return Evaluation(layout=lay, status="invalid", problem=str(e))
+    if estimator == "engine" and engine_work(sc, full=False) > MAX_ENGINE_WORK:
+        estimator = "analytic"  # too many micro-batch x layer passes for the engine: the report says analytic
     report = simulate(sc, estimator=estimator)
     return Evaluation(layout=lay, status="ok" if report["memory"]["fits"] else "oom", report=report,
                       memory=report["memory"], parallel=to_mapping(sc.parallel), training=to_mapping(sc.training))
