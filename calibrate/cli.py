@@ -23,7 +23,49 @@ class BadInput(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not usage + message
-        raise BadInput(message)
+        raise BadInput(" ".join(message.split()))
+
+
+MAX_THREADS = 1024
+"""--threads: more than any host has cores."""
+MAX_CPU_RANKS = 64
+"""--cpu-ranks: gloo processes on one host; each holds a torch runtime (~300 MB)."""
+MAX_SEED = 2**63 - 1
+"""torch.manual_seed takes a 64-bit seed."""
+
+
+def terminate_on_sigterm() -> None:
+    """SIGTERM ends the run as Ctrl-C does: a KeyboardInterrupt in the main process, whose handlers stop
+    the worker processes (collectives, framework probes, replay ranks) before exiting. Python's default
+    for SIGTERM kills the parent at once and leaves the spawned workers running."""
+    import signal  # noqa: PLC0415
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def check_numbers(args) -> None:
+    """Every numeric flag in range, before torch is imported or anything measured."""
+    if args.gpu is not None and not 0 <= args.gpu < 4096:
+        raise BadInput(f"--gpu {args.gpu}: not a device index (0 .. 4095)")
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise BadInput(f"--threads {args.threads}: must be at least 1 and at most {MAX_THREADS}")
+    if not 1 <= args.cpu_ranks <= MAX_CPU_RANKS:
+        raise BadInput(f"--cpu-ranks {args.cpu_ranks}: must be at least 1 and at most {MAX_CPU_RANKS}")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise BadInput(f"--seed {args.seed}: must be 0 .. 2**63-1")
+
+
+def check_out(out: Path) -> None:
+    """The profile can be written to `out` (checked before measuring, so no work is lost)."""
+    from simulator.errors import ScenarioError  # noqa: PLC0415
+    from simulator.outputs import check_output  # noqa: PLC0415
+    try:
+        check_output(str(out), "--out")
+    except ScenarioError as e:
+        raise BadInput(str(e)) from None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -84,10 +126,6 @@ def _resolve(args):
         device = torch.device("cuda", 0)
     else:
         raise BadInput("no GPU visible: pass --device cpu to calibrate this CPU (or --gpu N on a CUDA machine)")
-    if args.threads is not None and args.threads < 1:
-        raise BadInput(f"--threads {args.threads}: must be at least 1")
-    if args.cpu_ranks < 1:
-        raise BadInput(f"--cpu-ranks {args.cpu_ranks}: must be at least 1")
     probes = PROBE_NAMES
     if args.only:
         probes = tuple(x.strip() for x in args.only.split(",") if x.strip())
@@ -106,10 +144,14 @@ def default_profile_path(device, name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    terminate_on_sigterm()
     if argv and argv[0] == "replay":
         return _replay(argv[1:])
     try:
         args = parser().parse_args(argv)
+        check_numbers(args)
+        if args.out:
+            check_out(Path(args.out))
         try:
             import torch  # noqa: F401,PLC0415
         except ImportError:
@@ -143,10 +185,7 @@ def _calibrate(args, argv: list[str]) -> int:
     device, probes = _resolve(args)
     name = device_name(device)
     out = Path(args.out) if args.out else default_profile_path(device, name)
-    if out.is_dir():
-        raise BadInput(f"--out {out}: is a directory; give a file name")
-    if not out.parent.is_dir():
-        raise BadInput(f"--out {out}: directory {out.parent} does not exist")
+    check_out(out)
     sc = None
     if args.scenario:
         try:

@@ -273,6 +273,11 @@ def run(plan: CollectivePlan, threads: int, on_progress: Callable[[str], None]) 
                 break
             elif kind == "done":
                 done = True
+    except BaseException:  # Ctrl-C or SIGTERM (calibrate/cli.py): stop the workers now, not after joins
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        raise
     finally:
         for p in procs:
             p.join(timeout=10 if done else 2)

@@ -3,6 +3,7 @@ sweep, and the profile mapping they make (validated by `simulator.profile` befor
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 
@@ -100,8 +101,8 @@ SIGNIFICANT_DIGITS = 6
 
 
 def _rounded(value):
-    if isinstance(value, float):
-        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if isinstance(value, float):  # NaN / Inf become null: strict JSON, and the schema says which may be null
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if math.isfinite(value) else None
     if isinstance(value, dict):
         return {k: _rounded(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -9,25 +9,32 @@ NCCL_TESTS_SPLIT="MOD g"), and all GPUs of N nodes. Every group of the same shap
 from __future__ import annotations
 
 import argparse
-import json
 
 from .collectives import estimate
 from .nccl_algorithms import COLLECTIVES
 from .errors import ScenarioError
+from .inputs import short
+from .outputs import strict_json
+from .scenario import MAX_GPUS
 from .topology import Topology, load_topology
 
 ELEMENT_BYTES = 4
 """nccl-tests' default type is float (-d float)."""
+MAX_BYTES = 1 << 40
+"""Largest message size: 1 TiB, 128x nccl-tests' usual 8G (a GPU holds at most a few hundred GB)."""
 
 
 def _size(text: str) -> int:
-    """nccl-tests style sizes: 8, 1K, 64M, 8G (powers of 1024)."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    """nccl-tests style sizes: 8, 1K, 64M, 8G (powers of 1024), from 1 to MAX_BYTES."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
     t = text.strip().upper().rstrip("B")
     try:
-        return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except (ValueError, IndexError):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 8, 1K, 64M, 8G)")
+        raise argparse.ArgumentTypeError(f"not a size: {short(text)} (e.g. 8, 1K, 64M, 8G)") from None
+    if not 1 <= value <= MAX_BYTES:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{short(text)} is not a size from 1 byte to 1T")
+    return int(value)
 
 
 def add_parser(subparsers):
@@ -96,17 +103,18 @@ def run(args) -> int:
     topology = load_topology(args.topology, path="topology")
     if args.nodes is None:
         args.nodes = 2 if topology.node.nics else 1
-    if args.nodes < 1:
-        raise ScenarioError("--nodes", f"{args.nodes} is below the minimum", ">= 1")
+    if not 1 <= args.nodes <= MAX_GPUS // topology.node.gpus:
+        raise ScenarioError("--nodes", f"{args.nodes} is out of range",
+                            f"1 .. {MAX_GPUS // topology.node.gpus:,} ({MAX_GPUS:,} GPUs in all, the simulator's limit)")
     if args.nodes > 1 and topology.node.nics == 0:
         raise ScenarioError("--nodes", f"{args.nodes} nodes but topology {topology.name} has no NICs", "1")
-    if args.stepfactor < 2:
-        raise ScenarioError("--stepfactor", f"{args.stepfactor} is below the minimum", ">= 2")
+    if not 2 <= args.stepfactor <= MAX_BYTES:
+        raise ScenarioError("--stepfactor", f"{args.stepfactor} is out of range", ">= 2")
     if args.minbytes > args.maxbytes:
         raise ScenarioError("--minbytes", f"{args.minbytes} is above --maxbytes {args.maxbytes}")
     entries = table(topology, args.nodes, args.collective or COLLECTIVES, sizes(args.minbytes, args.maxbytes, args.stepfactor))
     if args.json:
-        print(json.dumps({"topology": topology.name, "nodes": args.nodes, "groups": entries}, indent=1))
+        print(strict_json({"topology": topology.name, "nodes": args.nodes, "groups": entries}, indent=1))
     else:
         print(format_table(topology, entries))
     return 0

@@ -8,7 +8,6 @@ row, the indices of the best.
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -111,6 +110,8 @@ def add_parser(subparsers):
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key in every scenario")
     p.add_argument("--estimator", choices=("engine", "analytic"), default="engine")
     p.add_argument("--plot", metavar="PREFIX", help="write PREFIX_breakdown.png and PREFIX_memory.png")
+    p.add_argument("--allow-profile-mismatch", action="store_true",
+                   help="price with a calibration profile of another device kind than the topology's GPU (warns)")
     return p
 
 
@@ -120,25 +121,33 @@ def run(args) -> int:
 
     if len(args.scenarios) < 2:
         raise ScenarioError("compare", f"needs at least two scenarios, got {len(args.scenarios)}")
-    if args.plot and not Path(args.plot).resolve().parent.is_dir():
-        raise ScenarioError("--plot", f"directory {Path(args.plot).resolve().parent} does not exist")
-    scenarios = [load_scenario(path, args.set) for path in args.scenarios]
+    from .cli import overrides  # noqa: PLC0415
+    from .outputs import Outputs, check_output, strict_json  # noqa: PLC0415
+
+    plots = {k: f"{args.plot}_{k}.png" for k in ("breakdown", "memory")} if args.plot else {}
+    for path in plots.values():
+        check_output(path, "--plot")
+    scenarios = [load_scenario(path, overrides(args)) for path in args.scenarios]
     reports = [simulate(sc, estimator=args.estimator) for sc in scenarios]
     stems = [Path(p).stem for p in args.scenarios]
     names = stems if len(set(stems)) == len(stems) else [f"{i + 1}:{s}" for i, s in enumerate(stems)]
     rows = compare_rows(reports)
+    if plots:
+        from .plots import plot_memory_per_stage, plot_step_breakdown  # noqa: PLC0415
+        with Outputs() as out:
+            plot_step_breakdown([{"label": n, "breakdown": r["breakdown"]} for n, r in zip(names, reports)],
+                                out.temp(plots["breakdown"]), "Where the step goes")
+            plot_memory_per_stage([{"label": n, "memory": r["memory"]} for n, r in zip(names, reports)],
+                                  out.temp(plots["memory"]), "Memory per GPU by pipeline stage")
+            out.commit()
     if args.json:
-        print(json.dumps({"scenarios": [{"file": f, "report": r} for f, r in zip(args.scenarios, reports)],
-                          "best": {r["row"]: r["best"] for r in rows if "key" in r}}, indent=2))
+        print(strict_json({"scenarios": [{"file": f, "report": r} for f, r in zip(args.scenarios, reports)],
+                           "best": {r["row"]: r["best"] for r in rows if "key" in r}}, indent=2))
     else:
         print("\n".join(f"{n}: {sc.name}" for n, sc in zip(names, scenarios)) + "\n")
         print(format_compare(names, reports, rows), end="")
         print("\n" + why_fastest(scenarios, reports))
-    if args.plot:
-        from .plots import plot_memory_per_stage, plot_step_breakdown  # noqa: PLC0415
-        paths = [plot_step_breakdown([{"label": n, "breakdown": r["breakdown"]} for n, r in zip(names, reports)],
-                                     f"{args.plot}_breakdown.png", "Where the step goes"),
-                 plot_memory_per_stage([{"label": n, "memory": r["memory"]} for n, r in zip(names, reports)],
-                                       f"{args.plot}_memory.png", "Memory per GPU by pipeline stage")]
+    if plots:
+        paths = list(plots.values())
         print(("" if args.json else "plots written: " + ", ".join(paths)), file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -6,35 +6,54 @@ normalised here; parameter counts live in `params.py`, FLOPs in `flops.py`.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from .errors import ScenarioError
+from .inputs import existing_file, read_json_file, short
 from .schema import from_mapping, to_mapping
 
 PRESET_DIR = Path(__file__).with_name("presets")
 
+# Upper bounds: each far above any published model, low enough that one step's ops, FLOPs and bytes stay
+# small numbers to build and exact to add up (a value beyond them is a typo or an attack, not a model).
+MAX_LAYERS = 2048
+"""16x Llama 3 405B's 126 layers; the simulator builds each layer's ops (10**9 layers exhausted memory)."""
+MAX_WIDTH = 1 << 20
+"""hidden / ffn sizes: 20x the widest published FFN (53,248 for Llama 3 405B)."""
+MAX_HEADS = 4096
+"""Attention (and KV) heads: 32x Llama 3 405B's 128."""
+MAX_HEAD_DIM = 4096
+"""Per-head size: 16x the largest in use (256, Gemma)."""
+MAX_VOCAB = 1 << 24
+"""16.7 M tokens: 64x the largest vocabularies (Gemma's 256 K)."""
+MAX_POSITIONS = 1 << 24
+"""Learned position rows (GPT-style): far above GPT-3's 2,048."""
+MAX_EXPERTS = 1 << 16
+"""Routed experts per layer: 256x DeepSeek-V3's 256."""
+MAX_CAPACITY_FACTOR = 1024.0
+"""Capacity factor: above experts / top_k it drops nothing; real runs use 1-2."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class MoESpec:
-    experts: int = field(metadata={"min": 1})
-    """Routed experts per MoE layer."""
-    top_k: int = field(metadata={"min": 1})
-    """Routed experts each token visits."""
-    expert_ffn_hidden: int = field(metadata={"min": 1})
-    """FFN inner size of one routed expert (SwiGLU: size of each of gate and up)."""
-    shared_experts: int = field(default=0, metadata={"min": 0})
+    experts: int = field(metadata={"min": 1, "max": MAX_EXPERTS})
+    """Routed experts per MoE layer, at most MAX_EXPERTS."""
+    top_k: int = field(metadata={"min": 1, "max": MAX_EXPERTS})
+    """Routed experts each token visits (<= experts)."""
+    expert_ffn_hidden: int = field(metadata={"min": 1, "max": MAX_WIDTH})
+    """FFN inner size of one routed expert (SwiGLU: size of each of gate and up), at most MAX_WIDTH."""
+    shared_experts: int = field(default=0, metadata={"min": 0, "max": MAX_EXPERTS})
     """Always-on experts per MoE layer (DeepSeek)."""
-    shared_ffn_hidden: Optional[int] = None
+    shared_ffn_hidden: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_WIDTH})
     """FFN inner size of one shared expert; defaults to expert_ffn_hidden."""
-    dense_layers: int = field(default=0, metadata={"min": 0})
+    dense_layers: int = field(default=0, metadata={"min": 0, "max": MAX_LAYERS})
     """The first k layers are dense (DeepSeek's first_k_dense_replace)."""
-    layer_freq: int = field(default=1, metadata={"min": 1})
+    layer_freq: int = field(default=1, metadata={"min": 1, "max": MAX_LAYERS})
     """Every layer_freq-th layer after the dense ones is MoE (Megatron moe_layer_freq)."""
-    capacity_factor: Optional[float] = None
-    """Token-dropping capacity factor; null = no dropping."""
+    capacity_factor: Optional[float] = field(default=None, metadata={"gt": 0.0, "max": MAX_CAPACITY_FACTOR})
+    """Token-dropping capacity factor (> 0, at most MAX_CAPACITY_FACTOR); null = no dropping."""
 
     @property
     def shared_ffn(self) -> int:
@@ -44,15 +63,15 @@ class MoESpec:
 @dataclass(frozen=True, kw_only=True)
 class MLASpec:
     """DeepSeek multi-head latent attention (DSV3 §2.1.1)."""
-    q_lora_rank: int = 0
+    q_lora_rank: int = field(default=0, metadata={"min": 0, "max": MAX_WIDTH})
     """0 = no low-rank query projection."""
-    kv_lora_rank: int = 512
+    kv_lora_rank: int = field(default=512, metadata={"min": 1, "max": MAX_WIDTH})
     """Rank of the compressed K/V latent."""
-    qk_nope_head_dim: int = 128
+    qk_nope_head_dim: int = field(default=128, metadata={"min": 1, "max": MAX_HEAD_DIM})
     """Per-head query/key size without rotary position."""
-    qk_rope_head_dim: int = 64
+    qk_rope_head_dim: int = field(default=64, metadata={"min": 0, "max": MAX_HEAD_DIM})
     """Per-head query/key size that carries the rotary position."""
-    v_head_dim: int = 128
+    v_head_dim: int = field(default=128, metadata={"min": 1, "max": MAX_HEAD_DIM})
     """Per-head value size."""
 
 
@@ -60,23 +79,23 @@ class MLASpec:
 class ModelSpec:
     arch: str = field(metadata={"choices": ("llama", "gpt")})
     """llama: RMSNorm, SwiGLU, RoPE, GQA, no biases. gpt: LayerNorm and linear biases, 4h GeLU MLP, learned positions."""
-    layers: int = field(metadata={"min": 1})
-    """Transformer layers."""
-    hidden: int = field(metadata={"min": 1})
-    """Model (hidden) dimension."""
-    ffn_hidden: int = field(metadata={"min": 1})
-    """Dense FFN inner size (SwiGLU: each of gate/up)."""
-    heads: int = field(metadata={"min": 1})
+    layers: int = field(metadata={"min": 1, "max": MAX_LAYERS, "why": "the simulator builds every layer's ops"})
+    """Transformer layers, at most MAX_LAYERS."""
+    hidden: int = field(metadata={"min": 1, "max": MAX_WIDTH})
+    """Model (hidden) dimension, at most MAX_WIDTH."""
+    ffn_hidden: int = field(metadata={"min": 1, "max": MAX_WIDTH})
+    """Dense FFN inner size (SwiGLU: each of gate/up), at most MAX_WIDTH."""
+    heads: int = field(metadata={"min": 1, "max": MAX_HEADS})
     """Query heads."""
-    kv_heads: Optional[int] = None
-    """KV heads (GQA groups); null = heads (plain multi-head attention)."""
-    vocab: int = field(metadata={"min": 1})
+    kv_heads: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_HEADS})
+    """KV heads (GQA groups, a divisor of heads); null = heads (plain multi-head attention)."""
+    vocab: int = field(metadata={"min": 1, "max": MAX_VOCAB})
     """Vocabulary size (as padded by the framework)."""
     tie_embeddings: bool = False
     """The LM head shares the input embedding's weights."""
-    head_dim: Optional[int] = None
+    head_dim: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_HEAD_DIM})
     """Per-head size; null = hidden / heads."""
-    positions: int = field(default=0, metadata={"min": 0})
+    positions: int = field(default=0, metadata={"min": 0, "max": MAX_POSITIONS})
     """Learned position-embedding rows (GPT-2/3); 0 for rotary models."""
     moe: Optional[MoESpec] = None
     """Mixture of experts (see `model.moe`); null = dense model."""
@@ -155,71 +174,90 @@ def model_to_mapping(m: ModelSpec) -> dict:
 
 
 def _get(cfg: dict, *keys, default=None):
+    """(value, the config key it came from) for the first of `keys` the config sets (not null)."""
     for k in keys:
         if k in cfg and cfg[k] is not None:
-            return cfg[k]
-    return default
+            return cfg[k], k
+    return default, None
 
 
 def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -> ModelSpec:
     """Normalise a Hugging Face `config.json` (Llama, Mistral, Qwen, GPT-2/GPT-3/GPT-NeoX-style, Mixtral,
     Qwen-MoE, DeepSeek-V2/V3) into a ModelSpec. Field names: transformers' configuration_*.py files
-    (see docs/ecosystem.md §2.2)."""
+    (see docs/ecosystem.md §2.2).
+
+    The config's values are gathered into the contract's own mapping as they are and validated by
+    `model_from_mapping`, so a model checks the same whichever way it arrives; an error names the
+    config key the bad value came from."""
     if not isinstance(cfg, dict):
         raise ScenarioError(path, "a Hugging Face config must be a JSON object")
+    source: dict[str, str] = {}  # contract key path -> config key
+
+    def take(key: str, *names, default=None):
+        value, came_from = _get(cfg, *names, default=default)
+        if came_from is not None:
+            source[key] = came_from
+        return value
+
     mtype = str(cfg.get("model_type", "")).lower()
     gpt = mtype in ("gpt2", "gpt3", "openai-gpt", "gpt_neox", "gptj", "gpt_bigcode", "opt") or "n_embd" in cfg
-    try:
-        hidden = int(_get(cfg, "hidden_size", "n_embd", "d_model"))
-        layers = int(_get(cfg, "num_hidden_layers", "n_layer", "num_layers"))
-        heads = int(_get(cfg, "num_attention_heads", "n_head", "num_heads"))
-        vocab = int(_get(cfg, "vocab_size"))
-    except (TypeError, ValueError):
-        raise ScenarioError(path, "config.json lacks hidden_size / num_hidden_layers / num_attention_heads / vocab_size")
-    kv = _get(cfg, "num_key_value_heads", "multi_query_group_num")
+    raw: dict[str, Any] = {
+        "arch": "gpt" if gpt else "llama",
+        "hidden": take("hidden", "hidden_size", "n_embd", "d_model"),
+        "layers": take("layers", "num_hidden_layers", "n_layer", "num_layers"),
+        "heads": take("heads", "num_attention_heads", "n_head", "num_heads"),
+        "vocab": take("vocab", "vocab_size"),
+    }
+    missing = [k for k in ("hidden", "layers", "heads", "vocab") if raw[k] is None]
+    if missing:
+        raise ScenarioError(path, f"config.json lacks {missing[0]} (hidden_size / num_hidden_layers / "
+                                  "num_attention_heads / vocab_size)")
+    kv = take("kv_heads", "num_key_value_heads", "multi_query_group_num")
     if cfg.get("multi_query") is True:
-        kv = 1
-    ffn = _get(cfg, "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
-    if ffn is None:
-        ffn = 4 * hidden
-    moe = None
-    experts = _get(cfg, "n_routed_experts", "num_local_experts", "num_experts")
+        kv, source["kv_heads"] = 1, "multi_query"
+    if kv is not None:
+        raw["kv_heads"] = kv
+    ffn = take("ffn_hidden", "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
+    raw["ffn_hidden"] = ffn if ffn is not None else _times(4, raw["hidden"])
+    experts = take("moe.experts", "n_routed_experts", "num_local_experts", "num_experts")
     if experts:
-        expert_ffn = _get(cfg, "moe_intermediate_size", default=ffn)
-        shared = int(_get(cfg, "n_shared_experts", default=0) or 0)
-        shared_ffn = _get(cfg, "shared_expert_intermediate_size")
+        shared = take("moe.shared_experts", "n_shared_experts", default=0) or 0
+        shared_ffn = take("moe.shared_ffn_hidden", "shared_expert_intermediate_size")
         if shared_ffn and not shared:
             shared = 1
-        moe = MoESpec(
-            experts=int(experts),
-            top_k=int(_get(cfg, "num_experts_per_tok", "moe_topk", default=2)),
-            expert_ffn_hidden=int(expert_ffn),
-            shared_experts=shared,
-            shared_ffn_hidden=int(shared_ffn) if shared_ffn else None,
-            dense_layers=int(_get(cfg, "first_k_dense_replace", default=0) or 0),
-            layer_freq=int(_get(cfg, "moe_layer_freq", "decoder_sparse_step", default=1) or 1),
-        )
-    mla = None
+        raw["moe"] = {
+            "experts": experts,
+            "top_k": take("moe.top_k", "num_experts_per_tok", "moe_topk", default=2),
+            "expert_ffn_hidden": take("moe.expert_ffn_hidden", "moe_intermediate_size", default=raw["ffn_hidden"]),
+            "shared_experts": shared,
+            "shared_ffn_hidden": shared_ffn or None,
+            "dense_layers": take("moe.dense_layers", "first_k_dense_replace", default=0) or 0,
+            "layer_freq": take("moe.layer_freq", "moe_layer_freq", "decoder_sparse_step", default=1) or 1,
+        }
     if cfg.get("kv_lora_rank"):
-        mla = MLASpec(
-            q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-            kv_lora_rank=int(cfg["kv_lora_rank"]),
-            qk_nope_head_dim=int(cfg.get("qk_nope_head_dim", 128)),
-            qk_rope_head_dim=int(cfg.get("qk_rope_head_dim", 64)),
-            v_head_dim=int(cfg.get("v_head_dim", 128)),
-        )
-    positions = int(_get(cfg, "n_positions", "max_position_embeddings", default=0)) if gpt else 0
+        raw["mla"] = {"q_lora_rank": take("mla.q_lora_rank", "q_lora_rank") or 0,
+                      "kv_lora_rank": take("mla.kv_lora_rank", "kv_lora_rank")}
+        for key, default in (("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64), ("v_head_dim", 128)):
+            raw["mla"][key] = take(f"mla.{key}", key, default=default)
+    if gpt:
+        raw["positions"] = take("positions", "n_positions", "max_position_embeddings", default=0)
     tie = cfg.get("tie_word_embeddings")
-    if tie is None:
-        tie = gpt  # GPT-2/3 tie input and output embeddings; Llama-family configs say so explicitly
-    m = ModelSpec(
-        arch="gpt" if gpt else "llama",
-        layers=layers, hidden=hidden, ffn_hidden=int(ffn), heads=heads,
-        kv_heads=int(kv) if kv else None, vocab=vocab, tie_embeddings=bool(tie),
-        head_dim=int(cfg["head_dim"]) if cfg.get("head_dim") else None,
-        positions=positions, moe=moe, mla=mla, name=str(cfg.get("_name_or_path") or name),
-    )
-    return _check_model(m, path)
+    raw["tie_embeddings"] = gpt if tie is None else tie  # GPT-2/3 tie; Llama-family configs say so explicitly
+    if cfg.get("head_dim"):
+        raw["head_dim"] = take("head_dim", "head_dim")
+    raw["name"] = str(cfg.get("_name_or_path") or name)[:200]
+    try:
+        return model_from_mapping(raw, path)
+    except ScenarioError as e:
+        key = e.path[len(path) + 1:] if e.path.startswith(path + ".") else ""
+        if key in source:
+            raise ScenarioError(f"{path} config.json {source[key]}", e.problem, e.allowed) from None
+        raise
+
+
+def _times(k: int, value):
+    """k * value when value is a number (the FFN default of GPT configs); else value, for the checks to name."""
+    return k * value if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 def preset_names() -> list[str]:
@@ -231,15 +269,12 @@ def load_model(spec: Any, base_dir: Path | None = None, path: str = "model") -> 
     if isinstance(spec, dict):
         return model_from_mapping(spec, path)
     if not isinstance(spec, str):
-        raise ScenarioError(path, f"expected a preset name, a path to config.json or a mapping, got {spec!r}")
-    preset = PRESET_DIR / f"{spec}.json"
-    file = preset if preset.exists() else Path(spec)
-    if not file.is_absolute() and not file.exists() and base_dir is not None:
-        file = base_dir / spec
-    if not file.exists():
-        raise ScenarioError(path, f"unknown model {spec!r}", "a preset (" + ", ".join(preset_names()) + ") or a path to a config.json")
-    try:
-        cfg = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ScenarioError(path, f"cannot read {file}: {e}")
+        raise ScenarioError(path, f"expected a preset name, a path to config.json or a mapping, got {short(spec)}")
+    candidates = [Path(spec)] + ([base_dir / spec] if base_dir is not None else [])
+    if "/" not in spec and "\\" not in spec:
+        candidates.insert(0, PRESET_DIR / f"{spec}.json")
+    file = existing_file(spec, *candidates)
+    if file is None:
+        raise ScenarioError(path, f"unknown model {short(spec)}", "a preset (" + ", ".join(preset_names()) + ") or a path to a config.json")
+    cfg = read_json_file(file, f"{path} {file}")
     return model_from_hf_config(cfg, name=file.stem, path=path)

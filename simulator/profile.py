@@ -28,7 +28,6 @@ Schema: docs/interface.md "Calibration profile"; writer: `calibrate/cli.py`.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -38,8 +37,15 @@ from typing import Optional
 from .nccl_algorithms import COLLECTIVES
 from .errors import ScenarioError
 from .layout import GroupShape
+from .inputs import existing_file, read_json_file, short_path
 from .opgraph import Comm, Compute
 from .schema import from_mapping
+
+MIN_TIME_S = 1e-9
+"""No kernel, copy or collective completes in under a nanosecond (a GPU kernel launch alone is ~2 us)."""
+MAX_DEVICE_FLOPS = 1e17
+"""A measured GEMM or attention point faster than 100 PFLOP/s (20x B200's FP8 peak) is a bad time, not a
+device: 1e-300 s GEMMs once gave an MFU of 5."""
 
 SCHEMA_VERSION = 1
 """Bump when a field changes meaning; readers refuse other versions with a message naming both."""
@@ -269,7 +275,8 @@ class Check:
     """A probe's reference check (llm.c dev/cuda): its kernels against a float64 (or plain) reference."""
     probe: str
     what: str
-    max_error: float
+    max_error: Optional[float]
+    """null when the error was not a finite number (the probe's output held NaN or Inf)."""
     tolerance: float
     ok: bool
 
@@ -677,29 +684,61 @@ def profile_from_mapping(raw, where: str = "profile") -> Profile:
         raise ScenarioError(where, f"{e.path}: {e.problem}", e.allowed) from None
     for table in ("gemm", "attention", "elementwise", "host_device", "optimizer", "framework", "collectives"):
         for i, p in enumerate(getattr(prof, table)):
-            if not p.time_s > 0 or not math.isfinite(p.time_s):
-                raise ScenarioError(where, f"{table}[{i}].time_s: {p.time_s!r} is not a positive time")
+            if not p.time_s >= MIN_TIME_S:
+                raise ScenarioError(where, f"{table}[{i}].time_s: {p.time_s!r} is not a time a kernel takes", f">= {MIN_TIME_S:g} s")
             if p.mean_s is not None and not (p.mean_s > 0 and math.isfinite(p.mean_s)):
                 raise ScenarioError(where, f"{table}[{i}].mean_s: {p.mean_s!r} is not a positive time")
             if not p.p10_s <= p.time_s * (1 + 1e-9) or not p.time_s <= p.p90_s * (1 + 1e-9):
                 raise ScenarioError(where, f"{table}[{i}]: expected p10_s <= time_s <= p90_s, got "
                                            f"{p.p10_s!r}, {p.time_s!r}, {p.p90_s!r}")
+    for table, work in (("gemm", lambda p: 2.0 * p.m * p.n * p.k),
+                        ("attention", lambda p: attention_work(p.batch_heads, p.s_q, p.s_kv, 0.5 if p.causal else 1.0)
+                         * 4 * p.d_head * (2.5 if p.phase == "bwd" else 1.0))):
+        for i, p in enumerate(getattr(prof, table)):
+            rate = work(p) / min(p.time_s, p.cost_s)
+            if rate > MAX_DEVICE_FLOPS:
+                raise ScenarioError(where, f"{table}[{i}]: {rate:.3g} FLOP/s, faster than any device",
+                                    f"at most {MAX_DEVICE_FLOPS:g} FLOP/s (times too small)")
     return prof
+
+
+def profile_mismatch(prof: Profile, topology) -> str | None:
+    """Why `prof` was not measured on `topology`'s GPU (None when it was, or cannot be told): the profile's
+    `spec` names the topology GPU calibrate matched the device to; without one, a CPU profile fits only
+    a host (gloo) topology."""
+    dev = prof.provenance
+    if prof.spec is not None:
+        if prof.spec.gpu_name != topology.gpu.name:
+            return (f"profile measured on {dev.device_type} {dev.device_name!r} ({prof.spec.gpu_name}), "
+                    f"but topology {topology.name} has {topology.gpu.name}")
+        return None
+    host = topology.node.interconnect == "host"
+    if (dev.device_type == "cpu") != host:
+        return f"profile measured on {dev.device_type} {dev.device_name!r}, but topology {topology.name} has {topology.gpu.name}"
+    return None
+
+
+def profile_warnings(sc, prof: Profile | None) -> list[str]:
+    """The report's warnings about `sc`'s profile; a mismatch is a ScenarioError unless the scenario
+    allows it (`cluster.allow_profile_mismatch`, `run --allow-profile-mismatch`)."""
+    if prof is None:
+        return []
+    why = profile_mismatch(prof, sc.topology)
+    if why is None:
+        return []
+    if not sc.cluster.allow_profile_mismatch:
+        raise ScenarioError("cluster.profile", why, "a profile of the topology's GPU, or --allow-profile-mismatch")
+    return [f"{why}: its times price another device (allowed by --allow-profile-mismatch)"]
 
 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a calibration profile; a bad file is a ScenarioError naming it and the problem."""
     path = Path(path)
-    where = f"cluster.profile {path}"
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ScenarioError(where, f"cannot read the calibration profile: {e.strerror or e}",
+    where = f"cluster.profile {short_path(path)}"
+    if existing_file(str(path), path) is None:
+        raise ScenarioError(where, "cannot read the calibration profile: no such file",
                             "default, or a file written by python -m calibrate")
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ScenarioError(where, f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})")
+    raw = read_json_file(path, where)
     prof = profile_from_mapping(raw, where)
     object.__setattr__(prof, "source", str(path))
     return prof

@@ -68,6 +68,8 @@ def format_report(r: dict) -> str:
     out.append(f"  numbers from the {r['estimator']} estimator, costs from {src}"
                + (f" ({prof['measured_compute_fraction'] * 100:.0f} % of compute time measured)" if prof["source"] != "default" else ""))
     out.append(f"  FLOPs: {r['model']['flop_convention']}")
+    for w in r.get("warnings") or []:
+        out.append(f"  warning: {w}")
     sim = r["sim"]
     out.append(f"  simulated {sim['ranks_simulated']} ranks, {sim['events']:,} events in {sim['wall_s']:.2f} s")
     return "\n".join(out)

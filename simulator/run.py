@@ -11,11 +11,23 @@ from .evaluate.analytic import estimate
 from .costs import build_cost_model
 from .flops import FLOP_CONVENTION, mfu_peak_flops, model_flops_per_step
 from .memory import memory_report
+from .errors import ScenarioError
 from .params import active_params, total_params
 from .plan.lower import build_plan, step_compute_ops
+from .profile import profile_warnings
 from .scenario import Scenario
 
 ESTIMATORS = ("engine", "analytic")
+MAX_ENGINE_WORK = 1 << 21
+"""Rank-layer passes the engine may simulate per step (ranks simulated x micro-batches x layers per rank):
+its time and memory grow with them, ~15-25 us each on the 2-core host (the 70B with --full on 512 GPUs,
+655 K passes, took 11 s; on 4,096 GPUs, 5.2 M, 121 s). 2**21 keeps a run under about a minute."""
+
+
+def engine_work(sc: Scenario, full: bool) -> int:
+    """Rank-layer passes the engine simulates for one step of `sc`."""
+    ranks = sc.gpus if full else sc.parallel.pp
+    return ranks * sc.micro_batches * -(-sc.model.layers // sc.parallel.pp)
 
 
 def _engine_available() -> bool:
@@ -42,7 +54,13 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
              memory_plot_path=None) -> dict:
     """Simulate one optimizer step of `sc` and return the `run --json` report (docs/report.md)."""
     t0 = time.perf_counter()
+    if estimator == "engine" and engine_work(sc, full) > MAX_ENGINE_WORK:
+        raise ScenarioError("--estimator engine", f"{engine_work(sc, full):,} rank-layer passes to simulate (ranks x "
+                            f"micro-batches x layers per rank{', every rank with --full' if full else ''})",
+                            f"at most {MAX_ENGINE_WORK:,} (about a minute): --estimator analytic, fewer micro-batches"
+                            + (", or without --full" if full else ""))
     cost = build_cost_model(sc)
+    warnings = profile_warnings(sc, cost.profile)
     if estimator == "engine" and not _engine_available():
         estimator = "analytic"
     if estimator == "engine":
@@ -94,4 +112,5 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "estimator": estimator,
         "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage},
         "sim": {"wall_s": time.perf_counter() - t0, "events": events, "ranks_simulated": ranks},
+        "warnings": warnings,
     }

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
 
 from .errors import ScenarioError
-from .model import ModelSpec, load_model, model_to_mapping
+from .inputs import MAX_DEPTH, existing_file, parse_yaml, read_yaml_file, short
+from .model import MAX_LAYERS, ModelSpec, load_model, model_to_mapping
 from .schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
@@ -29,14 +29,35 @@ the share of a GPU's compute rate that an in-flight collective takes (`sm_share.
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 
+# Upper bounds (each far above real use, low enough that one simulation stays seconds and megabytes):
+MAX_GPUS = 1 << 20
+"""GPUs in a cluster: 1,048,576, ~10x the largest training clusters (100-200 K GPUs); the 70B on 2**20
+GPUs simulates in 1.5 s / 94 MB, while 10**7 nodes took gigabytes."""
+MAX_SEQ_LEN = 1 << 24
+"""Tokens per sequence: 16 M, 16x the 1 M-token contexts trained with context parallelism."""
+MAX_GLOBAL_BATCH = 1 << 30
+"""Sequences per step: ~10**9 (published batches are thousands of sequences); above it token counts
+stop being exact in float arithmetic."""
+MAX_MICRO_BATCHES = 1 << 14
+"""Micro-batches per pipeline per step: both estimators walk every one. The 70B at PP8 with 16,384 took
+2.6 s (analytic) on the 2-core host, the engine ~1 ms each; 2**21 exhausted 5 GB."""
+MAX_DP_BUCKETS = 1 << 15
+"""Gradient buckets per rank with dp_bucketing even (params x 4 B / (tp x pp) / dp_bucket_mb): the estimators
+time each one; the 70B at 0.01 MB (440 K buckets) took 2.7 GB and 100 s, at 1 MB (4.4 K) 5.5 s."""
+MAX_EP_IMBALANCE = 1024.0
+"""parallel.ep_imbalance: the busiest of ep ranks holds at most ep x the mean (validate_layout checks that
+too); EP groups of more than 1,024 ranks are not in use."""
+MAX_OVERHEAD_S = 60.0
+"""A per-collective software overhead (cluster.efficiency *_s) of a minute is already absurd."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Training:
-    seq_len: int = field(metadata={"min": 1})
-    """Tokens per sequence."""
-    global_batch: int = field(metadata={"min": 1})
-    """Sequences per optimizer step, all DP replicas together."""
-    micro_batch: int = field(default=1, metadata={"min": 1})
+    seq_len: int = field(metadata={"min": 1, "max": MAX_SEQ_LEN})
+    """Tokens per sequence, at most MAX_SEQ_LEN."""
+    global_batch: int = field(metadata={"min": 1, "max": MAX_GLOBAL_BATCH})
+    """Sequences per optimizer step, all DP replicas together (at most MAX_GLOBAL_BATCH)."""
+    micro_batch: int = field(default=1, metadata={"min": 1, "max": MAX_GLOBAL_BATCH})
     """Sequences per micro-batch on one DP rank."""
     precision: str = field(default="bf16", metadata={"choices": ("fp32", "bf16", "fp8")})
     """bf16/fp8: fp32 master weights and fp32 optimizer states."""
@@ -72,13 +93,18 @@ class Training:
 class Cluster:
     topology: str
     """A file name in topologies/ without its extension, or a path to a topology YAML."""
-    nodes: int = field(default=1, metadata={"min": 1})
-    """Nodes; GPUs = nodes x gpus_per_node."""
-    gpus_per_node: Optional[int] = field(default=None, metadata={"min": 1})
-    """Defaults to the topology's."""
+    nodes: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS, "why": "at most 2**20 GPUs in all"})
+    """Nodes; GPUs = nodes x gpus_per_node, at most MAX_GPUS."""
+    gpus_per_node: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_GPUS})
+    """Defaults to the topology's; at most the topology node's GPUs (a job may use part of a node)."""
     profile: str = "default"
-    """default = the spec-based profile of the topology's GPU; or a path to a calibration profile."""
-    memory_headroom_gib: Optional[float] = field(default=None, metadata={"min": 0.0})
+    """default = the spec-based profile of the topology's GPU; or a path to a calibration profile, which
+    must have been measured on the topology's GPU (`profile.profile_mismatch`) unless
+    allow_profile_mismatch."""
+    allow_profile_mismatch: bool = False
+    """Price the scenario with a profile measured on another device kind (a CPU profile for an H100
+    topology): the report then carries a warning. `run --allow-profile-mismatch` sets it."""
+    memory_headroom_gib: Optional[float] = field(default=None, metadata={"min": 0.0, "max": 1e5})
     """Memory each GPU must keep free for a layout to fit (peak <= capacity - headroom; docs/metrics.md).
     Null: 5 % of the GPU's memory (`memory_fit.DEFAULT_HEADROOM_FRACTION`), 4.0 GiB on an 80 GB H100."""
     efficiency: dict[str, float] = field(default_factory=dict)
@@ -92,15 +118,15 @@ class Cluster:
 
 @dataclass(frozen=True, kw_only=True)
 class Parallel:
-    dp: Optional[int] = field(default=None, metadata={"min": 1})
-    """Null: GPUs / (tp * pp * cp)."""
-    tp: int = field(default=1, metadata={"min": 1})
+    dp: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_GPUS})
+    """Null: GPUs / (tp * pp * cp). Every degree is at most MAX_GPUS (their product is the GPUs)."""
+    tp: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS})
     """Tensor parallel size (Megatron: column/row-parallel linears)."""
-    pp: int = field(default=1, metadata={"min": 1})
+    pp: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS})
     """Pipeline stages."""
-    cp: int = field(default=1, metadata={"min": 1})
+    cp: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS})
     """Context parallel size: the sequence split over cp ranks (see cp_comm)."""
-    ep: int = field(default=1, metadata={"min": 1})
+    ep: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS})
     """Expert parallel; borrows from dp*cp for the expert layers."""
     zero: int = field(default=0, metadata={"choices": (0, 1, 2, 3)})
     """ZeRO stage over the DP (x CP) group: 0 plain DP; 1 optimizer states sharded (Megatron's distributed
@@ -110,7 +136,7 @@ class Parallel:
     pp_schedule: str = field(default=DEFAULT_SCHEDULE, metadata={"choices": SCHEDULES})
     """Pipeline schedule, a name in the schedule registry (`schedules.SCHEDULES`): afab (GPipe), 1f1b,
     interleaved-1f1b (vpp >= 2), zb-h1 (zero bubble), zbv and dualpipev (V-shaped, vpp 2)."""
-    vpp: int = field(default=1, metadata={"min": 1})
+    vpp: int = field(default=1, metadata={"min": 1, "max": MAX_LAYERS})
     """Model chunks per pp rank, as the schedule allows (`ScheduleSpec.vpp`: interleaved >= 2, V-shaped 2)."""
     pp_layers: Optional[list[int]] = None
     """Layers per model chunk, pp*vpp entries in pipeline order."""
@@ -122,8 +148,9 @@ class Parallel:
     pays 4 sends per micro-batch and an end stage 2, against 2 and 1 with async."""
     order: str = "tp-cp-ep-dp-pp"
     """Rank placement, innermost first."""
-    dp_bucket_mb: float = field(default=25.0, metadata={"min": 0.001})
-    """Gradient bucket size in MB for DP / ZeRO communication (PyTorch DDP's bucket_cap_mb default: 25)."""
+    dp_bucket_mb: float = field(default=25.0, metadata={"min": 0.001, "max": 1e9})
+    """Gradient bucket size in MB (1e6 bytes) for DP / ZeRO communication (PyTorch DDP's bucket_cap_mb
+    default: 25); the rank's gradients may fill at most MAX_DP_BUCKETS of them."""
     dp_bucketing: str = field(default="param", metadata={"choices": ("param", "even")})
     """How gradients are grouped into DP buckets (`ops.dp_buckets`). param: whole parameter tensors, a
     bucket closing once it holds dp_bucket_mb (PyTorch DDP, Megatron), so a tensor larger than that (an
@@ -142,8 +169,9 @@ class Parallel:
     modelled. `overlap_tp: true` supersedes it."""
     cp_comm: str = field(default="ring", metadata={"choices": ("ring", "allgather")})
     """ring: K/V passed around the CP group (zig-zag balanced); allgather: Llama 3's all-gather of K/V."""
-    ep_imbalance: float = field(default=1.0, metadata={"min": 1.0})
-    """Tokens on the busiest expert rank over the mean (1.0 = perfectly balanced routing)."""
+    ep_imbalance: float = field(default=1.0, metadata={"min": 1.0, "max": MAX_EP_IMBALANCE})
+    """Tokens on the busiest expert rank over the mean (1.0 = perfectly balanced routing); at most ep (every
+    token on one rank), checked with the layout."""
     zero_gather: str = field(default="bucketed", metadata={"choices": ("bucketed", "whole")})
     """ZeRO-1/2 parameter all-gather: `bucketed` in dp_bucket_mb buckets, issued when the step starts and
     waited for by the first forward that needs each (Megatron's overlap_param_gather; after the optimizer,
@@ -219,15 +247,17 @@ class _RawScenario:
 def parse_override(text: str) -> tuple[list[str], Any]:
     """'parallel.tp=4' -> (['parallel', 'tp'], 4); the value is read as YAML (safe_load)."""
     if "=" not in text:
-        raise ScenarioError("--set", f"{text!r} is not KEY=VALUE", "dotted.key=value, e.g. parallel.tp=4")
+        raise ScenarioError("--set", f"{short(text)} is not KEY=VALUE", "dotted.key=value, e.g. parallel.tp=4")
     key, _, value = text.partition("=")
     parts = [p for p in key.strip().split(".")]
-    if not all(parts):
-        raise ScenarioError("--set", f"bad key {key!r}", "dotted.key=value")
+    if not all(parts) or len(parts) > MAX_DEPTH:
+        raise ScenarioError("--set", f"bad key {short(key)}", "dotted.key=value")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError:
-        parsed = value
+        parsed = parse_yaml(value, f"--set {short(key)}") if value.strip() else None
+    except ScenarioError as e:
+        if "nested" in e.problem or "duplicate" in e.problem:
+            raise
+        parsed = value  # not YAML: the text itself (a string key takes it; any other refuses it by type)
     return parts, parsed
 
 
@@ -244,7 +274,7 @@ def apply_overrides(raw: dict, overrides: list[str], base_dir: Path | None) -> d
             if child is None:
                 child = node[key] = {}
             if not isinstance(child, dict):
-                raise ScenarioError(".".join(parts[: i + 1]), f"is {child!r}, not a mapping; cannot set {text!r}")
+                raise ScenarioError(".".join(parts[: i + 1]), f"is {short(child)}, not a mapping; cannot set {short(text)}")
             node = child
         node[parts[-1]] = value
     return raw
@@ -253,21 +283,14 @@ def apply_overrides(raw: dict, overrides: list[str], base_dir: Path | None) -> d
 # ----------------------------------------------------------------------------------- loading
 
 def read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ScenarioError(str(path), f"cannot read: {e.strerror or e}")
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        first = str(e).replace("\n", " ")
-        raise ScenarioError(str(path), f"not valid YAML (or uses tags safe_load refuses): {first[:200]}")
+    """A YAML file as plain data: UTF-8, safe tags, each key once, nested at most inputs.MAX_DEPTH."""
+    return read_yaml_file(path, str(path))
 
 
 def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
     path = Path(path)
-    if path.is_dir() or not path.exists():
-        raise ScenarioError(str(path), "no such scenario file")
+    if existing_file(str(path), path) is None:
+        raise ScenarioError(short(str(path)), "no such scenario file")
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ScenarioError(str(path), f"a scenario must be a YAML mapping, got {type(raw).__name__}")
@@ -293,8 +316,10 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     for key, value in cluster.efficiency.items():
         if key not in EFFICIENCY_KEYS:
             raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(EFFICIENCY_KEYS))
-        if key.endswith(("_s", "_us")):
-            ok, allowed = value >= 0, "seconds >= 0" if key.endswith("_s") else "microseconds >= 0"
+        if key.endswith("_s"):
+            ok, allowed = 0 <= value <= MAX_OVERHEAD_S, f"seconds in [0, {MAX_OVERHEAD_S:g}]"
+        elif key.endswith("_us"):
+            ok, allowed = 0 <= value <= MAX_OVERHEAD_S * 1e6, f"microseconds in [0, {MAX_OVERHEAD_S * 1e6:g}]"
         elif key == "comm_sm_share":
             ok, allowed = 0 <= value < 1, "a fraction in [0, 1)"
         else:
@@ -303,8 +328,8 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
             raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range", allowed)
     topology = load_topology(cluster.topology, base_dir)
     if cluster.profile not in ("default",) and base_dir is not None and not Path(cluster.profile).is_absolute():
-        local = base_dir / cluster.profile
-        if local.exists():
+        local = existing_file(cluster.profile, base_dir / cluster.profile)
+        if local is not None:
             cluster = replace(cluster, profile=str(local))
     sc = Scenario(name=str(top.name), model=model, training=training, cluster=cluster, parallel=parallel, topology=topology,
                   run=run)
@@ -318,7 +343,15 @@ def _divides(a: int, b: int) -> bool:
 def validate_layout(sc: Scenario) -> Scenario:
     """Cross-key checks (the layout rules at the top of docs/scenario.md); fills dp when omitted."""
     m, t, p = sc.model, sc.training, sc.parallel
+    node_gpus = sc.topology.node.gpus
+    # a GPU node has node.gpus; a host topology's "GPUs" are CPU processes, as many as a run starts
+    if sc.cluster.gpus_per_node is not None and sc.cluster.gpus_per_node > node_gpus and sc.topology.node.interconnect != "host":
+        raise ScenarioError("cluster.gpus_per_node", f"{sc.cluster.gpus_per_node} but a {sc.topology.name} node has {node_gpus} GPUs",
+                            f"1 .. {node_gpus}")
     gpus = sc.gpus
+    if gpus > MAX_GPUS:
+        raise ScenarioError("cluster.nodes", f"{sc.cluster.nodes:,} nodes x {sc.gpus_per_node} GPUs = {gpus:,} GPUs",
+                            f"at most {MAX_GPUS:,} GPUs in all (the simulator's limit)")
     fixed = p.tp * p.pp * p.cp
     if p.dp is None:
         if gpus % fixed:
@@ -375,6 +408,18 @@ def validate_layout(sc: Scenario) -> Scenario:
         modelled = join_names(n for n, x in SCHEDULES.items() if x.p2p_in_steady_state)
         raise ScenarioError("parallel.pp_p2p", f"blocking with pp_schedule {s}", f"async (blocking sends are modelled for {modelled})")
     m_micro = t.global_batch // (p.dp * t.micro_batch)
+    if m_micro > MAX_MICRO_BATCHES:
+        raise ScenarioError("training.global_batch", f"{t.global_batch:,} gives {m_micro:,} micro-batches per pipeline "
+                            f"(global_batch / (dp*micro_batch))", f"at most {MAX_MICRO_BATCHES:,}: raise micro_batch or dp")
+    if p.ep > 1 and p.ep_imbalance > p.ep:
+        raise ScenarioError("parallel.ep_imbalance", f"{p.ep_imbalance} with ep {p.ep}",
+                            f"1 .. ep = {p.ep} (all tokens on one rank is ep x the mean)")
+    if p.dp * p.cp > 1 and p.dp_bucketing == "even":  # `param` buckets hold whole tensors: at most one per tensor
+        from .params import total_params  # noqa: PLC0415 (params imports model only)
+        buckets = total_params(m) * 4 / (p.tp * p.pp) / (p.dp_bucket_mb * 1e6)
+        if buckets > MAX_DP_BUCKETS:
+            raise ScenarioError("parallel.dp_bucket_mb", f"{p.dp_bucket_mb:g} MB cuts each rank's gradients into ~{buckets:,.0f} buckets",
+                                f"at most {MAX_DP_BUCKETS:,} buckets: dp_bucket_mb >= {total_params(m) * 4 / (p.tp * p.pp) / MAX_DP_BUCKETS / 1e6:.3g}")
     problem = spec.microbatch_error(p.pp, m_micro)
     if problem:
         raise ScenarioError("training.global_batch", problem)

@@ -1,17 +1,26 @@
 """Strict conversion of a YAML mapping into a frozen dataclass: unknown keys, wrong types and values
 outside a field's allowed set are `ScenarioError`s that name the key path.
 
-A field declares its allowed values with `metadata={"choices": (...)}` or a lower bound with
-`metadata={"min": x}`; `Optional[...]` admits null; nested dataclasses are converted recursively.
+A field declares its allowed values with `metadata={"choices": (...)}`, bounds with `metadata={"min": x}`,
+`{"gt": x}` (strictly above) and `{"max": x}` (each upper bound says in the field's docstring why it is
+there: a value beyond it would exhaust memory or time, or is physically absurd); `Optional[...]` admits
+null; nested dataclasses are converted recursively. Numbers must be finite (NaN passes every `<` test, so
+it is refused before any), strings at most `MAX_STR` characters, and a message quotes a value through
+`inputs.short`, never whole (a YAML alias bomb expands to gigabytes).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any
 
 from .errors import ScenarioError
+from .inputs import short
+
+MAX_STR = 8192
+"""Longest string field (names, paths, provenance lines): far above any real one, small enough to print."""
 
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
@@ -48,48 +57,75 @@ def _convert(value: Any, tp, path: str):
     if origin in (list, tuple):
         (item,) = typing.get_args(tp)[:1] or (typing.Any,)
         if not isinstance(value, list):
-            raise ScenarioError(path, f"expected a list, got {value!r}")
+            raise ScenarioError(path, f"expected a list, got {short(value)}")
         out = [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
         return tuple(out) if origin is tuple else out
     if origin is dict or tp is dict:
         if not isinstance(value, dict):
-            raise ScenarioError(path, f"expected a mapping, got {value!r}")
+            raise ScenarioError(path, f"expected a mapping, got {short(value)}")
         _, vt = typing.get_args(tp) or (str, typing.Any)
         if vt is typing.Any:
             return dict(value)
         return {str(k): _convert(v, vt, f"{path}.{k}") for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
-            raise ScenarioError(path, f"expected true or false, got {value!r}")
+            raise ScenarioError(path, f"expected true or false, got {short(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ScenarioError(path, f"expected an integer, got {value!r}")
+            raise ScenarioError(path, f"expected an integer, got {short(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ScenarioError(path, f"expected a number, got {value!r}")
-        return float(value)
+            raise ScenarioError(path, f"expected a number, got {short(value)}")
+        try:
+            out = float(value)
+        except OverflowError:  # an integer beyond float range (10**400)
+            raise ScenarioError(path, f"{short(value)} is not a finite number", "a finite number") from None
+        if not math.isfinite(out):
+            raise ScenarioError(path, f"{short(value)} is not a finite number", "a finite number (no .nan or .inf)")
+        return out
     if tp is str:
         if not isinstance(value, str):
-            raise ScenarioError(path, f"expected a string, got {value!r}")
+            raise ScenarioError(path, f"expected a string, got {short(value)}")
+        if len(value) > MAX_STR:
+            raise ScenarioError(path, f"a string of {len(value):,} characters", f"at most {MAX_STR:,}")
         return value
     raise TypeError(f"schema: unsupported field type {tp!r} at {path}")
+
+
+def check_range(value, meta, path: str) -> None:
+    """The field metadata's choices, min, gt and max, on a converted value (None passes)."""
+    if value is None:
+        return
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ScenarioError(path, f"{short(value)} is not allowed", " | ".join(map(str, choices)))
+    low, gt, high = meta.get("min"), meta.get("gt"), meta.get("max")
+    if low is not None and value < low:
+        raise ScenarioError(path, f"{short(value)} is below the minimum", f">= {low}" + (f" and <= {high:,}" if high is not None else ""))
+    if gt is not None and not value > gt:
+        raise ScenarioError(path, f"{short(value)} is not above {gt}", f"> {gt}" + (f" and <= {high:,}" if high is not None else ""))
+    if high is not None and value > high:
+        why = meta.get("why")
+        raise ScenarioError(path, f"{short(value)} is above the maximum {high:,}" + (f" ({why})" if why else ""),
+                            f"<= {high:,}")
 
 
 def from_mapping(cls, raw: Any, path: str = ""):
     """Build dataclass `cls` from `raw` (a dict), strictly. `path` is the dotted key path for messages."""
     where = path or "scenario"
     if not isinstance(raw, dict):
-        raise ScenarioError(where, f"expected a mapping, got {type(raw).__name__} {raw!r}"[:200])
+        raise ScenarioError(where, f"expected a mapping, got {type(raw).__name__} {short(raw)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in raw if k not in fields]
     if unknown:
         key = unknown[0]
-        raise ScenarioError(f"{path}.{key}" if path else str(key), "unknown key", ", ".join(sorted(fields)))
+        name = key if isinstance(key, str) and len(key) <= 60 else short(key)
+        raise ScenarioError(f"{path}.{name}" if path else str(name), "unknown key", ", ".join(sorted(fields)))
     kwargs = {}
     for name, f in fields.items():
         key_path = f"{path}.{name}" if path else name
@@ -98,12 +134,7 @@ def from_mapping(cls, raw: Any, path: str = ""):
                 raise ScenarioError(key_path, "missing required key")
             continue
         value = _convert(raw[name], hints[name], key_path)
-        choices = f.metadata.get("choices")
-        if choices is not None and value is not None and value not in choices:
-            raise ScenarioError(key_path, f"{value!r} is not allowed", " | ".join(map(str, choices)))
-        low = f.metadata.get("min")
-        if low is not None and value is not None and value < low:
-            raise ScenarioError(key_path, f"{value!r} is below the minimum", f">= {low}")
+        check_range(value, f.metadata, key_path)
         kwargs[name] = value
     return cls(**kwargs)
 

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-import yaml
 
 from .errors import ScenarioError
 from .evaluate.analytic import estimate
@@ -31,7 +30,8 @@ from .memory import GIB, memory_report, stage_memory, state_bytes_per_param
 from .memory_fit import MemoryReport, fits, headroom_gib
 from .model import model_to_mapping
 from .params import layer_params, total_params
-from .scenario import Scenario, apply_overrides, read_yaml, scenario_from_mapping, validate_layout
+from .inputs import parse_yaml, short
+from .scenario import MAX_GPUS, Scenario, apply_overrides, read_yaml, scenario_from_mapping, validate_layout
 from .schedules import DEFAULT_SCHEDULE, SCHEDULES, schedule_spec
 from .schema import to_mapping
 
@@ -118,18 +118,18 @@ def _check_value(key: str, value: Any) -> Any:
     name = SWEEP_KEYS[key]
     if name == "sp":
         if not isinstance(value, bool):
-            raise ScenarioError("--fix", f"{key}={value!r} is not a boolean", "true | false")
+            raise ScenarioError("--fix", f"{key}={short(value)} is not a boolean", "true | false")
     elif name == "pp_schedule":
         if value not in SCHEDULES:
-            raise ScenarioError("--fix", f"{key}={value!r} is not a schedule", " | ".join(SCHEDULES))
+            raise ScenarioError("--fix", f"{key}={short(value)} is not a schedule", " | ".join(SCHEDULES))
     elif name == "recompute":
         if value not in RECOMPUTE_ORDER:
-            raise ScenarioError("--fix", f"{key}={value!r} is not a recompute mode", " | ".join(RECOMPUTE_ORDER))
+            raise ScenarioError("--fix", f"{key}={short(value)} is not a recompute mode", " | ".join(RECOMPUTE_ORDER))
     elif name == "zero":
         if value not in (0, 1, 2, 3) or isinstance(value, bool):
-            raise ScenarioError("--fix", f"{key}={value!r} is not a ZeRO stage", "0 | 1 | 2 | 3")
-    elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ScenarioError("--fix", f"{key}={value!r} is not a positive integer", "integers >= 1")
+            raise ScenarioError("--fix", f"{key}={short(value)} is not a ZeRO stage", "0 | 1 | 2 | 3")
+    elif not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_GPUS:
+        raise ScenarioError("--fix", f"{key}={short(value)} is not a positive integer", f"integers in 1 .. {MAX_GPUS:,}")
     return value
 
 
@@ -142,12 +142,12 @@ def parse_fix(texts: Iterable[str]) -> dict[str, tuple]:
         key = key.strip()
         full = key if key in SWEEP_KEYS else next((k for k, v in SWEEP_KEYS.items() if v == key), None)
         if not sep or full is None:
-            raise ScenarioError("--fix", f"{text!r} does not name a sweep key", "KEY=V1,V2 with KEY one of " + ", ".join(SWEEP_KEYS))
+            raise ScenarioError("--fix", f"{short(text)} does not name a sweep key", "KEY=V1,V2 with KEY one of " + ", ".join(SWEEP_KEYS))
         parsed = []
         for item in values.split(","):
             try:
-                v = yaml.safe_load(item.strip()) if item.strip() else None
-            except yaml.YAMLError:
+                v = parse_yaml(item.strip(), "--fix") if item.strip() else None
+            except ScenarioError:
                 v = item.strip()
             parsed.append(_check_value(full, v))
         name = SWEEP_KEYS[full]
@@ -474,11 +474,13 @@ def first_fit_family(raw: dict, base_dir: Optional[str], structures: tuple[tuple
 
 def full_report(raw: dict, base_dir: Optional[str], lay: Layout, estimator: str = "analytic") -> Evaluation:
     """`run.simulate`'s whole report for one layout (fits or not)."""
-    from .run import simulate  # noqa: PLC0415
+    from .run import MAX_ENGINE_WORK, engine_work, simulate  # noqa: PLC0415
     try:
         sc = candidate_scenario(raw, base_dir, lay)
     except ScenarioError as e:
         return Evaluation(layout=lay, status="invalid", problem=str(e))
+    if estimator == "engine" and engine_work(sc, full=False) > MAX_ENGINE_WORK:
+        estimator = "analytic"  # too many micro-batch x layer passes for the engine: the report says analytic
     report = simulate(sc, estimator=estimator)
     return Evaluation(layout=lay, status="ok" if report["memory"]["fits"] else "oom", report=report,
                       memory=report["memory"], parallel=to_mapping(sc.parallel), training=to_mapping(sc.training))
@@ -702,6 +704,10 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
     sc = replace(sc, cluster=replace(sc.cluster, memory_headroom_gib=room))
     cap = float(sc.topology.gpu.memory_gib) - room
     layouts = enumerate_layouts(sc, options.fixed)
+    if not layouts:
+        fixed = ", ".join(f"{k}={','.join(map(str, v))}" for k, v in options.fixed.items())
+        raise ScenarioError("--fix" if fixed else "sweep", f"no valid layout of {sc.gpus} GPUs" + (f" with {fixed}" if fixed else ""),
+                            "values the model and cluster allow (tp dividing heads and ffn, degrees multiplying to the GPUs)")
     counts = {"enumerated": len(layouts)}
     notes = [default_space_note(sc, options.fixed)]
     if sc.parallel.pp_layers is not None:
@@ -784,10 +790,11 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
         # the leader is the engine's (at most engine_top more): #1 is never an estimate the engine slowed
         for _ in range(options.engine_top):
             top = rank_by_best_estimate(ranked, refined)[0]
-            if top.estimator == "engine":
-                break
+            if top.estimator == "engine" or any(ev.layout == top.layout for ev in refined):
+                break  # the engine's, or an engine pick reported analytic (past run.MAX_ENGINE_WORK)
             refined += [replace(ev, status="ok", summary=ok[ev.layout].summary) for ev in
                         run("engine: a new leader", full_report, [(raw, base_dir, top.layout, "engine")])]
+    if refined:  # the engine may have run none: every pick was refused (e.g. --fix leaving nothing valid)
         ratios = [ev.report["iteration_time_s"] / ev.summary["iteration_time_s"] for ev in refined]
         notes.append(f"{len(refined)} layouts were simulated by the engine; every row is ranked by its best estimate, the "
                      f"engine's where it ran, else the analytic one (column 'estimator'; on those {len(refined)} the engine's "

@@ -10,7 +10,6 @@ overflows and by how much. `--export` writes the chosen layout as a framework co
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import replace
@@ -303,9 +302,6 @@ def format_sweep(result, sc, top: int) -> str:
 
 # ----------------------------------------------------------------------------------- command line
 
-def _check_parent(path: str, flag: str) -> None:
-    if not Path(path).resolve().parent.is_dir():
-        raise ScenarioError(flag, f"directory {Path(path).resolve().parent} does not exist")
 
 
 def add_parser(subparsers):
@@ -332,7 +328,26 @@ def add_parser(subparsers):
     p.add_argument("--tokens", metavar="N", help="tokens of the whole run for --objective (K/M/B/T suffixes)")
     p.add_argument("--price-per-gpu-hour", type=float, metavar="USD", help="price for --objective cost")
     p.add_argument("--ray", metavar="ADDRESS", help="run the simulations on a Ray cluster (optional dependency)")
+    p.add_argument("--allow-profile-mismatch", action="store_true",
+                   help="price with a calibration profile of another device kind than the topology's GPU (warns)")
     return p
+
+
+MAX_JOBS = 1024
+"""Worker processes: more than any host has cores."""
+MAX_COUNT = 1 << 20
+"""--top, --engine-top, --expand: far beyond the layouts any scenario has."""
+
+
+def check_numbers(args) -> None:
+    """Every numeric flag in range (finite, bounded) before anything starts."""
+    import math  # noqa: PLC0415
+    for flag, value, low, high in (("--top", args.top, 0, MAX_COUNT), ("--engine-top", args.engine_top, 0, MAX_COUNT),
+                                   ("--jobs", args.jobs, 1, MAX_JOBS), ("--expand", args.expand, 0, MAX_COUNT)):
+        if value is not None and not low <= value <= high:
+            raise ScenarioError(flag, f"{value} is out of range", f"{low} .. {high:,}")
+    if args.headroom is not None and not (math.isfinite(args.headroom) and 0 <= args.headroom <= 1e5):
+        raise ScenarioError("--headroom", f"{args.headroom} is out of range", "GiB in [0, 100000]")
 
 
 def run(args) -> int:
@@ -340,18 +355,25 @@ def run(args) -> int:
     from .sweep import DEFAULT_EXPAND, SweepOptions, make_runner, parse_fix, run_sweep, sweep_base  # noqa: PLC0415
 
     clock = Stopwatch("sweep")
+    from .cli import overrides  # noqa: PLC0415
+    from .outputs import Outputs, check_distinct, check_output, strict_json  # noqa: PLC0415
+    from .profile import load_profile, profile_warnings  # noqa: PLC0415
 
     fixed = parse_fix(args.fix)
-    if args.top < 0 or args.engine_top < 0 or args.jobs < 1 or (args.headroom is not None and args.headroom < 0):
-        raise ScenarioError("--top/--engine-top/--jobs/--headroom", "must not be negative (--jobs >= 1)")
+    check_numbers(args)
     if args.export_out and not args.export:
         raise ScenarioError("--export-out", "given without --export", "--export torchtitan|megatron|nanotron")
     if args.export and args.json and not args.export_out:
         raise ScenarioError("--export", "with --json needs --export-out FILE (stdout holds the JSON)")
-    for path, flag in ((args.export_out, "--export-out"), (args.plot and args.plot + "_scatter.png", "--plot")):
+    plots = [f"{args.plot}_{k}.png" for k in ("scatter", "breakdown", "memory")] if args.plot else []
+    for path, flag in [(args.export_out, "--export-out")] + [(p, "--plot") for p in plots]:
         if path:
-            _check_parent(path, flag)
-    sc, raw, base_dir = sweep_base(args.scenario, args.set)
+            check_output(path, flag)
+    check_distinct({"--export-out": args.export_out, **{f"--plot ({p})": p for p in plots}})
+    sc, raw, base_dir = sweep_base(args.scenario, overrides(args))
+    if sc.cluster.profile != "default":
+        for w in profile_warnings(sc, load_profile(sc.cluster.profile)):
+            print(f"warning: {w}", file=sys.stderr)
     options = SweepOptions(fixed=fixed, top=args.top, engine_top=args.engine_top,
                            expand=DEFAULT_EXPAND if args.expand is None else args.expand, headroom_gib=args.headroom)
     whole = None
@@ -375,30 +397,36 @@ def run(args) -> int:
     if args.export:
         from .export import export_best  # noqa: PLC0415
         exported = export_best(result.ranked, args.export, sc, raw, base_dir)
-    if args.json:
-        print(json.dumps([{**ev.to_json(), **({"whole_run": runs[ev.layout].to_json()} if runs else {})}
-                          for ev in shown], indent=2))
-    else:
-        print(format_sweep(result, sc, args.top), end="")
-        if runs:
-            from .wholerun.sweep_objective import format_objective  # noqa: PLC0415
-            print(format_objective(result, runs, args.objective, args.top), end="")
+    with Outputs() as out:  # every file whole, or none
+        if args.json:
+            body = strict_json([{**ev.to_json(), **({"whole_run": runs[ev.layout].to_json()} if runs else {})}
+                                for ev in shown], indent=2) + "\n"
+        else:
+            body = format_sweep(result, sc, args.top)
+            if runs:
+                from .wholerun.sweep_objective import format_objective  # noqa: PLC0415
+                body += format_objective(result, runs, args.objective, args.top)
+        if exported is not None and args.export_out:
+            Path(out.temp(args.export_out)).write_text(exported[0])
+        written = []
+        if args.plot:
+            from .plots import sweep_plots  # noqa: PLC0415
+            prefix = out.temp_prefix(args.plot)
+            written = [f"{args.plot}{p[len(prefix):]}" for p in sweep_plots(result, prefix)]
+        out.commit()
+    print(body, end="")
     if exported is not None:
         text, chosen, warnings = exported
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
         if args.export_out:
-            Path(args.export_out).write_text(text)
             if not args.json:
                 print(f"  {args.export} config for {chosen.layout.label()} written to {args.export_out}")
         else:
             print(f"\n# --- {args.export} config for {chosen.layout.label()} ---")
             print(text, end="")
-    if args.plot:
-        from .plots import sweep_plots  # noqa: PLC0415
-        paths = sweep_plots(result, args.plot)
-        if not args.json:
-            print("  plots written: " + ", ".join(paths))
+    if written and not args.json:
+        print("  plots written: " + ", ".join(written))
     sys.stdout.flush()
     clock.report()
     return 0

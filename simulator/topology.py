@@ -12,14 +12,24 @@ from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
-import yaml
 
 from .errors import ScenarioError
+from .inputs import existing_file, read_yaml_file, short
 from .schema import from_mapping, to_mapping
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+MAX_NODE_GPUS = 4096
+"""GPUs in one NVLink domain: 7x NVL576, the largest announced; the collectives table walks each size."""
+MAX_BANDWIDTH_GBS = 1e6
+"""Any bandwidth, GB/s: 125x B200's 8 TB/s of HBM; a larger figure is a unit slip."""
+MAX_MEMORY_GIB = 1e5
+"""Device memory, GiB: 500x B200's 192 GB."""
+MAX_PEAK_TFLOPS = 1e5
+"""Dense peak, TFLOP/s: 20x B200's FP8 4.5 PFLOP/s."""
+MAX_LATENCY_US = 1e7
+"""Any latency, us: 10 s (the slowest measured, a degraded pipeline send, is 250 ms)."""
 FIBRE_KM_PER_S = 299_792.458 * 2 / 3
 """Light in optical fibre travels at about 2/3 c (refractive index ~1.5): ~5 us per km."""
 
@@ -28,40 +38,41 @@ FIBRE_KM_PER_S = 299_792.458 * 2 / 3
 class GPUSpec:
     name: str
     """The GPU model, e.g. "H100 SXM 80GB" (a calibration profile's device is compared with it)."""
-    memory_gib: float = field(metadata={"min": 0.001})
+    memory_gib: float = field(metadata={"min": 0.001, "max": MAX_MEMORY_GIB})
     """HBM capacity usable by the framework (what torch.cuda reports as total), GiB = 2^30 bytes."""
-    hbm_bandwidth_gbs: float = field(metadata={"min": 0.001})
+    hbm_bandwidth_gbs: float = field(metadata={"min": 0.001, "max": MAX_BANDWIDTH_GBS})
     """Peak HBM bandwidth, GB/s (1e9 bytes/s)."""
     peak_tflops: dict[str, float] = field(default_factory=dict)
-    """Dense peak per dtype (fp32, tf32, bf16, fp16, fp8), TFLOP/s, without 2:4 sparsity."""
+    """Dense peak per dtype (fp32, tf32, bf16, fp16, fp8), TFLOP/s, without 2:4 sparsity; each in
+    (0, MAX_PEAK_TFLOPS]."""
     sources: list[str] = field(default_factory=list)
     """Where each figure comes from; figures not checked against a primary source say "unverified"."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class NodeSpec:
-    gpus: int = field(metadata={"min": 1})
-    """GPUs in one node = one NVLink domain (72 for GB200 NVL72)."""
+    gpus: int = field(metadata={"min": 1, "max": MAX_NODE_GPUS})
+    """GPUs in one node = one NVLink domain (72 for GB200 NVL72), at most MAX_NODE_GPUS."""
     interconnect: str = field(default="nvswitch", metadata={"choices": ("nvswitch", "nvlink", "pcie", "host")})
     """nvswitch: all-to-all NVLink through switches; nvlink: direct NVLink (priced like nvswitch);
     pcie: GPUs hang off PCIe switches; host: CPU processes talking through host memory (gloo)."""
-    bandwidth_gbs: float = field(metadata={"min": 0.0})
+    bandwidth_gbs: float = field(metadata={"min": 0.0, "max": MAX_BANDWIDTH_GBS})
     """Intra-node bandwidth per GPU per direction, GB/s (H100 NVLink4: 450; PCIe Gen4 x16: 32)."""
-    latency_us: Optional[float] = field(default=None, metadata={"min": 0.0})
+    latency_us: Optional[float] = field(default=None, metadata={"min": 0.0, "max": MAX_LATENCY_US})
     """Per-step latency of an intra-node ring hop with NCCL's Simple protocol; null = NCCL's table for
     the interconnect (NVLink 3.4 us, PCIe 5.7 us). The only intra-node latency for `host`."""
     nvls: bool = False
     """NVLink SHARP (in-switch reduction) available for all-reduce."""
     bus_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
     """Large-message ring busbw / bandwidth_gbs; null = the constant for the interconnect in collectives.py."""
-    pcie_switches: int = field(default=1, metadata={"min": 1})
+    pcie_switches: int = field(default=1, metadata={"min": 1, "max": MAX_NODE_GPUS})
     """PCIe switches the GPUs are split across (pcie interconnect); a ring spanning them crosses the uplinks."""
-    switch_uplink_gbs: float = field(default=0.0, metadata={"min": 0.0})
+    switch_uplink_gbs: float = field(default=0.0, metadata={"min": 0.0, "max": MAX_BANDWIDTH_GBS})
     """Bandwidth between PCIe switches (through the CPU root complexes), per direction; 0 = not a bottleneck."""
-    nics: int = field(default=0, metadata={"min": 0})
+    nics: int = field(default=0, metadata={"min": 0, "max": 8 * MAX_NODE_GPUS})
     """Scale-out NICs per node (one per GPU on DGX H100). With fewer NICs than GPUs, GPU i uses NIC
     i * nics // gpus; with more (AWS p5: 4 per GPU), GPU i owns NICs i*k .. i*k+k-1, k = nics // gpus."""
-    nic_bandwidth_gbs: float = field(default=0.0, metadata={"min": 0.0})
+    nic_bandwidth_gbs: float = field(default=0.0, metadata={"min": 0.0, "max": MAX_BANDWIDTH_GBS})
     """Per NIC per direction, GB/s (400 Gb/s NDR: 50)."""
     nic_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
     """Achieved / nominal NIC bandwidth for large messages; null = the constant in collectives.py (0.94)."""
@@ -69,7 +80,7 @@ class NodeSpec:
     """The same for point-to-point sends (pipeline stages, CP rings); null = nic_efficiency. Set apart by
     `measured_network.measured_topology`, which solves the collectives' efficiencies from all-job
     all-gather and all-reduce probes: those have every node sending at once, a lone pipeline send does not."""
-    p2p_latency_us: Optional[float] = field(default=None, metadata={"min": 0.0})
+    p2p_latency_us: Optional[float] = field(default=None, metadata={"min": 0.0, "max": MAX_LATENCY_US})
     """Measured latency of one point-to-point send (a pipeline send, a CP ring step), in place of NCCL's
     model (base + one ring step); its transfer time comes on top. null = NCCL's model. Set by
     `measured_network.measured_topology` for a job in a state that breaks sends (the playbook's jobs with
@@ -85,7 +96,7 @@ class NodeSpec:
     `overlap_cp`). Measured on the 2-core cpu-host machine (`python benchmarks/cpu_comm_overlap.py`): an
     async gloo all-reduce of 0.25-16 MB next to a GEMM loop hid between -48 % and +16 % of its time (30
     repeats; negative: the pair ran slower than one after the other), i.e. no dependable overlap."""
-    nic_latency_us: float = field(default=1.0, metadata={"min": 0.0})
+    nic_latency_us: float = field(default=1.0, metadata={"min": 0.0, "max": MAX_LATENCY_US})
     """Network latency added to each inter-node step on top of NCCL's software latency: NIC to NIC
     through one switch (NCCL's `latencyInter`; added twice for Simple, which flushes)."""
 
@@ -94,18 +105,18 @@ class NodeSpec:
 class FabricSpec:
     rail_optimized: bool = True
     """GPU i of every node reaches GPU i of every other node in its scalable unit through its own leaf (rail)."""
-    oversubscription: float = field(default=1.0, metadata={"min": 1.0})
+    oversubscription: float = field(default=1.0, metadata={"min": 1.0, "max": 1024.0})
     """Leaf-to-spine oversubscription (1 = full bisection)."""
-    leaf_radix: int = field(default=64, metadata={"min": 2})
+    leaf_radix: int = field(default=64, metadata={"min": 2, "max": 1 << 20})
     """Ports per leaf switch that face nodes (rail-optimized: nodes per scalable unit)."""
-    switch_latency_us: float = field(default=0.6, metadata={"min": 0.0})
+    switch_latency_us: float = field(default=0.6, metadata={"min": 0.0, "max": MAX_LATENCY_US})
     """Per switch hop; a path through the spine crosses three switches instead of one."""
-    ring_step_latency_us: float = field(default=0.0, metadata={"min": 0.0})
+    ring_step_latency_us: float = field(default=0.0, metadata={"min": 0.0, "max": MAX_LATENCY_US})
     """Measured time of one step of a ring that spans nodes: every step of such a ring (n - 1 for an
     all-gather or reduce-scatter over n ranks, 2(n - 1) for an all-reduce) waits at least this long, the
     intra-node steps included, since the ring moves in lockstep behind its network hops. 0 = NCCL's
     tuning model alone (intra steps at NVLink latency, inter steps at the NIC's). See aws-p5.yaml."""
-    ring_core_gbs: float = field(default=0.0, metadata={"min": 0.0})
+    ring_core_gbs: float = field(default=0.0, metadata={"min": 0.0, "max": MAX_BANDWIDTH_GBS})
     """Cross-node bandwidth (nominal, per direction) one collective gets in total however many nodes it
     spans: each of its n nodes gets 1/n of it through the spine (`collectives.shares`). 0 = no such limit
     (every shipped topology). aws-p5 once used it for the playbook cluster's slow network state; the
@@ -115,11 +126,12 @@ class FabricSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class DatacenterLink:
-    bandwidth_gbs: float = field(metadata={"min": 0.0})
+    bandwidth_gbs: float = field(metadata={"min": 0.0, "max": MAX_BANDWIDTH_GBS})
     """Bandwidth of the WAN link between neighbouring sites, per direction, GB/s."""
-    distance_km: float = field(default=0.0, metadata={"min": 0.0})
-    """Fibre length between neighbouring sites (sets the latency when latency_ms is null)."""
-    latency_ms: Optional[float] = field(default=None, metadata={"min": 0.0})
+    distance_km: float = field(default=0.0, metadata={"min": 0.0, "max": 40_075.0})
+    """Fibre length between neighbouring sites (sets the latency when latency_ms is null); at most the
+    Earth's circumference."""
+    latency_ms: Optional[float] = field(default=None, metadata={"min": 0.0, "max": MAX_LATENCY_US / 1e3})
     """One-way latency; null = distance / (2/3 c) in fibre."""
 
     @property
@@ -131,7 +143,7 @@ class DatacenterLink:
 
 @dataclass(frozen=True, kw_only=True)
 class DatacenterSpec:
-    sites: int = field(default=1, metadata={"min": 1})
+    sites: int = field(default=1, metadata={"min": 1, "max": 1024})
     """Datacenters the nodes are spread over."""
     nodes_per_site: Optional[int] = field(default=None, metadata={"min": 1})
     """Node k sits in site k // nodes_per_site (the last site takes any extra nodes)."""
@@ -209,6 +221,9 @@ def check_topology(t: Topology, where: str) -> Topology:
     unknown = [k for k in t.gpu.peak_tflops if k not in DTYPES]
     if unknown:
         raise ScenarioError(f"{where}.gpu.peak_tflops.{unknown[0]}", "unknown dtype", " | ".join(DTYPES))
+    for k, v in t.gpu.peak_tflops.items():
+        if not 0 < v <= MAX_PEAK_TFLOPS:
+            raise ScenarioError(f"{where}.gpu.peak_tflops.{k}", f"{v} is out of range", f"(0, {MAX_PEAK_TFLOPS:g}] TFLOP/s")
     if not any(k in t.gpu.peak_tflops for k in ("bf16", "fp32")):
         raise ScenarioError(f"{where}.gpu.peak_tflops", "needs at least a bf16 or an fp32 figure")
     n = t.node
@@ -248,16 +263,12 @@ def topology_from_mapping(raw, where: str = "topology") -> Topology:
 def load_topology(spec: str, base_dir: Path | None = None, path: str = "cluster.topology") -> Topology:
     """A name in topologies/ (without extension) or a path to a topology YAML."""
     if not isinstance(spec, str):
-        raise ScenarioError(path, f"expected a topology name or path, got {spec!r}")
-    file = TOPOLOGY_DIR / f"{spec}.yaml"
-    if not file.exists():
-        file = Path(spec)
-        if not file.is_absolute() and base_dir is not None and not file.exists():
-            file = base_dir / spec
-    if not file.exists() or file.is_dir():
-        raise ScenarioError(path, f"unknown topology {spec!r}", ", ".join(topology_names()) + " or a path to a YAML file")
-    try:
-        raw = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as e:
-        raise ScenarioError(path, f"{file} is not valid YAML: {str(e).splitlines()[0]}")
+        raise ScenarioError(path, f"expected a topology name or path, got {short(spec)}")
+    candidates = [Path(spec)] + ([base_dir / spec] if base_dir is not None else [])
+    if "/" not in spec and "\\" not in spec:
+        candidates.insert(0, TOPOLOGY_DIR / f"{spec}.yaml")
+    file = existing_file(spec, *candidates)
+    if file is None:
+        raise ScenarioError(path, f"unknown topology {short(spec)}", ", ".join(topology_names()) + " or a path to a YAML file")
+    raw = read_yaml_file(file, f"{path} {file}")
     return topology_from_mapping(raw, f"topology {file.name}")

@@ -10,7 +10,6 @@ terminal and the wall time at the end go to stderr (`progress.py`).
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -50,12 +49,9 @@ def run(args) -> int:
 
     if args.sample is not None and args.sample < 1:
         raise ScenarioError("--sample", f"{args.sample}", "a positive number of runs")
+    from .outputs import PLOT_SUFFIXES, Outputs, check_output, strict_json  # noqa: PLC0415
     if args.plot:
-        parent = Path(args.plot).resolve().parent
-        if not parent.is_dir():
-            raise ScenarioError("--plot", f"directory {parent} does not exist")
-        if Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
-            raise ScenarioError("--plot", f"{args.plot!r} has no known image extension", ".png | .svg | .pdf")
+        check_output(args.plot, "--plot", PLOT_SUFFIXES)
     if args.csv and not Path(args.csv).is_file():
         raise ScenarioError("--csv", f"no such file {args.csv}")
     sets = ("playbook", "published") if args.sets == "all" else (args.sets,)
@@ -66,9 +62,11 @@ def run(args) -> int:
     if not result["outcomes"]:
         raise ScenarioError("--set/--split", "no reference runs selected")
     if args.plot:
-        plot(result, args.plot)
+        with Outputs() as out:
+            plot(result, out.temp(args.plot))
+            out.commit()
     if args.json:
-        print(json.dumps(to_json(result, args.verbose), indent=1, default=str))
+        print(strict_json(to_json(result, args.verbose), indent=1, default=str))
     elif args.markdown:
         print(markdown_table(result))
     else:

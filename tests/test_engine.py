@@ -43,7 +43,9 @@ def scenario(pp=4, m=8, schedule="1f1b", vpp=1, layers=None, dp=1, tp=1, cp=1, *
     raw = {"name": "uniform", "model": {"arch": "llama", "layers": layers, "hidden": 256, "ffn_hidden": 512,
                                         "heads": 4, "vocab": 1000},
            "training": {"seq_len": 128, "global_batch": m * dp},
-           "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": pp * dp * tp * cp},
+           # one NVLink node of pp*dp*tp*cp GPUs: a DGX H100 up to 8, else an NVL72 rack (a node holds at most its GPUs)
+           "cluster": {"topology": "dgx-h100" if pp * dp * tp * cp <= 8 else "gb200-nvl72", "nodes": 1,
+                       "gpus_per_node": pp * dp * tp * cp},
            "parallel": {"pp": pp, "dp": dp, "tp": tp, "cp": cp, "pp_schedule": schedule, "vpp": vpp, **parallel}}
     return scenario_from_mapping(raw)
 

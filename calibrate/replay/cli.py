@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from simulator.errors import ScenarioError
@@ -20,9 +21,44 @@ from .plan import ReplayOptions, plan_replay
 from .report import build_report, format_table
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line on stderr, exit 2 (argparse would print the usage too)
+        print(f"error: {self.prog}: {' '.join(message.split())}", file=sys.stderr)
+        sys.exit(2)
+
+
+MAX_STEPS = 100_000
+"""--steps: each is a real optimizer step of the scenario on this machine."""
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+"""--timeout: a week."""
+
+
+def check_numbers(args) -> None:
+    """Every numeric flag in range (finite, bounded), before the scenario is read or a rank started."""
+    def bad(flag, value, allowed):
+        raise ScenarioError(flag, f"{value} is out of range", allowed)
+    if not 1 <= args.steps <= MAX_STEPS:
+        bad("--steps", args.steps, f"1 .. {MAX_STEPS:,}")
+    if not 0 <= args.warmup < args.steps:
+        bad("--warmup", args.warmup, "0 <= warmup < steps")
+    if args.threads is not None and not 1 <= args.threads <= 1024:
+        bad("--threads", args.threads, "1 .. 1024")
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S):
+        bad("--timeout", args.timeout, f"seconds in (0, {MAX_TIMEOUT_S:.0f}]")
+    if args.rtol is not None and not (math.isfinite(args.rtol) and 0 < args.rtol <= 1):
+        bad("--rtol", args.rtol, "a relative tolerance in (0, 1]")
+    if not (math.isfinite(args.lr) and 0 < args.lr <= 1e3):
+        bad("--lr", args.lr, "a learning rate in (0, 1000]")
+    if not 0 <= args.seed <= 2**63 - 1:
+        bad("--seed", args.seed, "0 .. 2**63-1")
+    if args.torch_trace:
+        from simulator.outputs import check_output  # noqa: PLC0415
+        check_output(args.torch_trace, "--torch-trace")
+
+
 def _parser() -> argparse.ArgumentParser:
     d = ReplayOptions()
-    ap = argparse.ArgumentParser(prog="python -m calibrate replay",
+    ap = _Parser(prog="python -m calibrate replay",
                                  description="Run a scenario's parallel plan for real and compare it with the simulator.")
     ap.add_argument("scenario", help="scenario YAML")
     ap.add_argument("--steps", type=int, default=d.steps, help=f"optimizer steps, warm-up included (default {d.steps})")
@@ -42,19 +78,34 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    from calibrate.cli import terminate_on_sigterm  # noqa: PLC0415
+    terminate_on_sigterm()  # `python -m calibrate.replay` comes here directly
     try:
         args = _parser().parse_args(argv)
     except SystemExit as e:  # argparse: usage errors are exit 2, --help is 0
         return int(e.code or 0)
-    options = ReplayOptions(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr, device=args.device,
-                            threads=args.threads, timeout_s=args.timeout, torch_trace=args.torch_trace,
-                            rtol=args.rtol, reference=not args.no_reference)
     clock = Stopwatch("replay")
     try:
+        check_numbers(args)
+        options = ReplayOptions(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr, device=args.device,
+                                threads=args.threads, timeout_s=args.timeout, torch_trace=args.torch_trace,
+                                rtol=args.rtol, reference=not args.no_reference)
         plan = plan_replay(load_scenario(args.scenario, args.set), options)
+        if plan.scenario.cluster.profile != "default":  # read and checked now, not after the ranks ran
+            from simulator.profile import load_profile, profile_warnings  # noqa: PLC0415
+            for w in profile_warnings(plan.scenario, load_profile(plan.scenario.cluster.profile)):
+                print(f"warning: {w}", file=sys.stderr)
     except ScenarioError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    try:
+        return _run(plan, options, args, clock)
+    except KeyboardInterrupt:
+        print("error: replay interrupted; every rank was stopped", file=sys.stderr)
+        return 130
+
+
+def _run(plan, options, args, clock) -> int:
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     from .host_speed import host_speed

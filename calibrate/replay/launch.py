@@ -117,6 +117,9 @@ def launch_many(plans: list[ReplayPlan]) -> Optional[list[dict]]:
         except mp.ProcessExitedException as e:
             how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
             raise ReplayFailed(f"rank {e.error_index} died ({how}); the other ranks were stopped") from None
+        except BaseException:  # Ctrl-C, or SIGTERM turned into KeyboardInterrupt (replay/cli.py): no rank outlives us
+            _terminate(ctx)
+            raise
         path = Path(outdir, "result.json")
         if not path.exists():
             raise ReplayFailed("rank 0 finished without writing its result")
