@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.sweep import SweepOptions, make_runner, run_sweep, sweep_base  # noqa: E402
+from simulator.sweep import SweepOptions, run_sweep, sweep_base
+from simulator.sweep_runners import make_runner  # noqa: E402
 
 BAR_S = 60.0
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 
 from simulator.opgraph import Compute
 from simulator.plan.lower import build_plan, step_compute_ops
-from simulator.profile import COLLECTIVES, ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
+from simulator.profile import COLLECTIVES
+from simulator.profile_schema import ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
 from simulator.scenario import Scenario, scenario_from_mapping
 
 

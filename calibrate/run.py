@@ -11,7 +11,8 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from simulator.profile import SCHEMA_VERSION, profile_from_mapping
+from simulator.profile import profile_from_mapping
+from simulator.profile_schema import SCHEMA_VERSION
 
 from . import collectives
 from .probes import Context, Skip, Task, attention, first_line, framework, gemm, memory, optimizer

@@ -91,7 +91,8 @@ def format_compare(names: list[str], reports: list[dict], rows: list[dict]) -> s
 
 def why_fastest(scenarios, reports) -> str:
     """`sweep_cmd.explain_win` for the fastest against the next fastest."""
-    from .sweep import Evaluation, layout_of  # noqa: PLC0415
+    from .sweep_tasks import Evaluation
+    from .sweep_space import layout_of  # noqa: PLC0415
     from .sweep_cmd import explain_win  # noqa: PLC0415
     order = sorted(range(len(reports)), key=lambda i: reports[i]["iteration_time_s"])
     a, b = order[0], order[1]

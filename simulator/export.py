@@ -208,7 +208,7 @@ def export_layout(sc: Scenario, framework: str, label: str = "") -> str:
 
 def export_best(ranked: list, framework: str, sc: Scenario, raw: dict, base_dir) -> tuple[str, object, list[str]]:
     """(config text, the Evaluation exported, warnings): the best-ranked layout `framework` can run."""
-    from .sweep import candidate_scenario  # noqa: PLC0415
+    from .sweep_tasks import candidate_scenario  # noqa: PLC0415
     if not ranked:
         raise ScenarioError("--export", "no layout fits, nothing to export")
     warnings = []

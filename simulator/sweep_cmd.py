@@ -180,7 +180,7 @@ def _versus(result, best, other) -> str:
 def advice_notes(result, sc) -> list[str]:
     """The ranking against the Playbook's practical advice (TP inside a node; ZeRO-3 only when memory
     needs it), with the reason wherever the ranking disagrees."""
-    from .sweep import model_state_floor_gib, param_split  # noqa: PLC0415
+    from .sweep_space import model_state_floor_gib, param_split  # noqa: PLC0415
     if not result.ranked:
         return []
     gpn, gb = result.gpus_per_node, sc.training.global_batch
@@ -352,7 +352,9 @@ def check_numbers(args) -> None:
 
 def run(args) -> int:
     from .progress import PhaseProgress, Stopwatch  # noqa: PLC0415
-    from .sweep import DEFAULT_EXPAND, SweepOptions, make_runner, parse_fix, run_sweep, sweep_base  # noqa: PLC0415
+    from .sweep import SweepOptions, run_sweep, sweep_base
+    from .sweep_runners import make_runner
+    from .sweep_space import DEFAULT_EXPAND, parse_fix  # noqa: PLC0415
 
     clock = Stopwatch("sweep")
     from .cli import overrides  # noqa: PLC0415
@@ -388,7 +390,7 @@ def run(args) -> int:
         runner.close()
     runs = {}
     if whole is not None:  # the whole run ranks the layouts (issue 41)
-        from .sweep import sibling_scenario  # noqa: PLC0415
+        from .sweep_tasks import sibling_scenario  # noqa: PLC0415
         from .wholerun.sweep_objective import rerank  # noqa: PLC0415
         result, runs = rerank(result, sc, args.objective, whole, sibling=sibling_scenario,
                               price_per_gpu_hour=args.price_per_gpu_hour)

@@ -10,8 +10,9 @@ from simulator.costs import build_cost_model
 from simulator.errors import ScenarioError
 from simulator.layout import GroupShape
 from simulator.opgraph import Comm, Compute
-from simulator.profile import COMM_ABOVE, GEMM_DIM_ABOVE, GEMM_DIM_BELOW, STREAM_ABOVE, STREAM_BELOW, \
-    SCHEMA_VERSION, load_profile, profile_from_mapping
+from simulator.profile import load_profile, profile_from_mapping
+from simulator.profile_schema import (COMM_ABOVE, GEMM_DIM_ABOVE, GEMM_DIM_BELOW, STREAM_ABOVE, STREAM_BELOW,
+                                      SCHEMA_VERSION)
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from simulator.export import FRAMEWORKS, unsupported
 from simulator.run import simulate
 from simulator.scenario import load_scenario
 from simulator.schedules import SCHEDULES, pipeline_schedule, schedule_spec
-from simulator.sweep import enumerate_layouts, parse_fix
+from simulator.sweep_space import enumerate_layouts, parse_fix
 
 ROOT = Path(__file__).resolve().parent.parent
 S8 = str(ROOT / "scenarios/8b_8gpu.yaml")

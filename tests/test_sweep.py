@@ -7,10 +7,11 @@ import pytest
 
 from simulator.errors import ScenarioError
 from simulator.memory import memory_report
-from simulator.sweep import (Layout, PoolRunner, RayRunner, SerialRunner, SweepOptions, candidate_scenario,
-                             enumerate_layouts, first_fit, layout_of, make_runner, model_state_floor_gib, param_split,
-                             parse_fix, rank_by_best_estimate, run_sweep, sweep_base)
-from simulator.sweep import Evaluation
+from simulator.sweep import SweepOptions, rank_by_best_estimate, run_sweep, sweep_base
+from simulator.sweep_runners import PoolRunner, RayRunner, SerialRunner, make_runner
+from simulator.sweep_tasks import candidate_scenario, first_fit
+from simulator.sweep_space import Layout, enumerate_layouts, layout_of, model_state_floor_gib, param_split, parse_fix
+from simulator.sweep_tasks import Evaluation
 
 S8B = "scenarios/8b_8gpu.yaml"
 SMALL = {"micro_batch": (1, 2), "cp": (1, 2)}

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from simulator.cli import main
-from simulator.sweep import Evaluation, Layout
+from simulator.sweep_tasks import Evaluation
+from simulator.sweep_space import Layout
 from simulator.sweep_cmd import explain_win, overflow_text, reason
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -160,7 +160,8 @@ def test_llama3_validation_prints_the_comparison():
 def test_sweep_objective_a_layout_slightly_faster_per_step_with_a_slower_checkpoint_loses():
     from dataclasses import dataclass, field
 
-    from simulator.sweep import layout_of, sibling_scenario
+    from simulator.sweep_tasks import sibling_scenario
+    from simulator.sweep_space import layout_of
     from simulator.wholerun.sweep_objective import rerank
 
     @dataclass(frozen=True)

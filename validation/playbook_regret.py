@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from simulator.errors import ScenarioError  # noqa: E402
 from simulator.playbook import FIT_LABELS, NETWORK, NETWORK_CHOICES, network_state, read_runs, zero_twins  # noqa: E402
-from simulator.sweep import make_runner  # noqa: E402
+from simulator.sweep_runners import make_runner  # noqa: E402
 
 BAR = 0.02
 """Issue 7: clustersim's pick within 2 % of the measured best."""
