@@ -25,8 +25,8 @@ import simpy
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.costs import build_cost_model  # noqa: E402
-from simulator.engine import simulate_engine  # noqa: E402
+from simulator.cost.costs import build_cost_model  # noqa: E402
+from simulator.evaluate.engine import simulate_engine  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
 CASES = [

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.sweep import SweepOptions, run_sweep, sweep_base
-from simulator.sweep_runners import make_runner  # noqa: E402
+from simulator.sweep.search import SweepOptions, run_sweep, sweep_base
+from simulator.sweep.runners import make_runner  # noqa: E402
 
 BAR_S = 60.0
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.opgraph import Compute
+from simulator.plan.opgraph import Compute
 from simulator.plan.lower import build_plan, step_compute_ops
-from simulator.profile import COLLECTIVES
-from simulator.profile_schema import ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
+from simulator.cost.profile import COLLECTIVES
+from simulator.cost.profile_schema import ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
 from simulator.scenario import Scenario, scenario_from_mapping
 
 
@@ -52,7 +52,7 @@ class AttentionSpec:
 @dataclass(frozen=True, kw_only=True)
 class ElementwiseSpec:
     op: str
-    """A simulator.profile.ELEMENTWISE_KINDS name."""
+    """A simulator.cost.profile.ELEMENTWISE_KINDS name."""
     dtype: str
     elements: int
     width: int

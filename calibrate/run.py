@@ -1,5 +1,5 @@
 """One calibration run: the probes' checks, their measurements under a progress bar, the collective
-sweep, and the profile mapping they make (validated by `simulator.profile` before it is written)."""
+sweep, and the profile mapping they make (validated by `simulator.cost.profile` before it is written)."""
 from __future__ import annotations
 
 import json
@@ -11,8 +11,8 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from simulator.profile import profile_from_mapping
-from simulator.profile_schema import SCHEMA_VERSION
+from simulator.cost.profile import profile_from_mapping
+from simulator.cost.profile_schema import SCHEMA_VERSION
 
 from . import collectives
 from .probes import Context, Skip, Task, attention, first_line, framework, gemm, memory, optimizer

@@ -8,13 +8,13 @@ from __future__ import annotations
 import time
 
 from .evaluate.analytic import estimate
-from .costs import build_cost_model
-from .flops import FLOP_CONVENTION, mfu_peak_flops, model_flops_per_step
-from .memory import memory_report
+from .cost.costs import build_cost_model
+from .plan.flops import FLOP_CONVENTION, mfu_peak_flops, model_flops_per_step
+from .plan.memory import memory_report
 from .errors import ScenarioError
-from .params import active_params, total_params
+from .plan.params import active_params, total_params
 from .plan.lower import build_plan, step_compute_ops
-from .profile import profile_warnings
+from .cost.profile import profile_warnings
 from .scenario import Scenario
 
 ESTIMATORS = ("engine", "analytic")
@@ -32,7 +32,7 @@ def engine_work(sc: Scenario, full: bool) -> int:
 
 def _engine_available() -> bool:
     try:
-        from .engine import simulate_engine  # noqa: F401, PLC0415
+        from .evaluate.engine import simulate_engine  # noqa: F401, PLC0415
     except ImportError:
         return False
     return True
@@ -64,7 +64,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
     if estimator == "engine" and not _engine_available():
         estimator = "analytic"
     if estimator == "engine":
-        from .engine import simulate_engine  # noqa: PLC0415
+        from .evaluate.engine import simulate_engine  # noqa: PLC0415
         res = simulate_engine(sc, cost, full=full, trace_path=trace_path, plot_path=plot_path,
                               memory_plot_path=memory_plot_path)
         mem_peaks = res.memory_peak_bytes

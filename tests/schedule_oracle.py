@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simulator.schedules import KINDS, Action
+from simulator.plan.schedules import KINDS, Action
 
 
 def peak_inflight(actions: list[Action]) -> int:

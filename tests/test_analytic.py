@@ -3,7 +3,7 @@ communication, and agreement with the engine."""
 import pytest
 
 from simulator.evaluate.analytic import estimate
-from simulator.costs import CostModel
+from simulator.cost.costs import CostModel
 from simulator.scenario import scenario_from_mapping
 
 LAYER = 1e-3  # seconds per pass per layer (F, B and W each)
@@ -75,7 +75,7 @@ def host_scenario(nodes, host_s=0.0, pp=2, mbs=1):
 
 def _templates(sc, stage):
     """The pass templates (F and the fused BW) of `stage`'s only chunk."""
-    from simulator.costs import build_cost_model
+    from simulator.cost.costs import build_cost_model
     from simulator.evaluate.passes import OpTimes, build_template
     from simulator.plan.lower import build_plan
     plan, times = build_plan(sc), OpTimes(sc, build_cost_model(sc))
@@ -87,7 +87,7 @@ def test_host_floor_bounds_every_pass_from_below():
     """A pass takes max(GPU time, host time): each TP collective's host cost, at any pp and node count. 1F1B
     runs a micro-batch's B and W back to back on one host clock (the engine's fused BW pass), so the floor
     holds for the two together."""
-    from simulator.costs import build_cost_model
+    from simulator.cost.costs import build_cost_model
     host = 0.05  # per TP collective: far above any GPU time here
     sc = host_scenario(nodes=2, host_s=host)
     f, bw = _templates(sc, 1)  # last stage: 4 layers, no embedding
@@ -105,7 +105,7 @@ def test_host_floor_bounds_every_pass_from_below():
 
 def test_host_floor_is_a_max_not_a_sum():
     """With a host cost below the GPU time, the step is the GPU's (the host keeps ahead)."""
-    from simulator.costs import build_cost_model
+    from simulator.cost.costs import build_cost_model
     sc, plain = host_scenario(nodes=2, host_s=1e-7, mbs=4), host_scenario(nodes=2, mbs=4)
     assert estimate(sc, build_cost_model(sc)).iteration_time_s == pytest.approx(
         estimate(plain, build_cost_model(plain)).iteration_time_s, rel=1e-6)
@@ -177,7 +177,7 @@ def test_uneven_stages_take_the_schedules_exact_span(schedule, pp_layers):
     """With uneven stages the step is the schedule's span as the engine runs it, at most the closed form
     (m-1)*max_r(t_r) + sum_r(t_r) that holds for uniform stages; below it in 1F1B when the slowest stage
     is not the last (the others' fill and drain hide behind its backlog)."""
-    from simulator.engine import simulate_engine
+    from simulator.evaluate.engine import simulate_engine
     sc = scenario(pp=4, m=8, schedule=schedule, pp_layers=pp_layers)
     cost = UniformCost(topology=sc.topology)
     stage = [3 * LAYER * n for n in pp_layers]
@@ -218,9 +218,9 @@ def test_tied_embeddings_on_two_stages_add_one_gradient_all_reduce(estimator):
     """With pp > 1 the LM head's stage holds a copy of the tied embedding (same parameters per stage as
     untied), and the two copies' gradients are summed after the backward: the step grows by one all-reduce
     of the table's gradient between the first and the last stage, here across two nodes."""
-    from simulator.costs import build_cost_model
-    from simulator.layout import pair_shape, pp_rank_of_stage_rank
-    from simulator.step_ops import tied_embedding_allreduce
+    from simulator.cost.costs import build_cost_model
+    from simulator.plan.layout import pair_shape, pp_rank_of_stage_rank
+    from simulator.plan.step_ops import tied_embedding_allreduce
     from simulator.run import simulate
     tied, untied = _tied_scenario(True, pp=2, dp=16), _tied_scenario(False, pp=2, dp=16)
     op = tied_embedding_allreduce(tied)
@@ -269,8 +269,8 @@ def test_zero2_reduce_scatters_every_micro_batch_as_the_engine_does(pp, overlap)
 def dp_gather(sc, cost=None):
     """Seconds of stage 0's ZeRO-1/2 parameter all-gathers as the plan has them (the same for ZeRO-1 and
     ZeRO-2), and how many collectives (`parallel.zero_gather: whole` makes one)."""
-    from simulator.costs import build_cost_model
-    from simulator.layout import group_shape
+    from simulator.cost.costs import build_cost_model
+    from simulator.plan.layout import group_shape
     from simulator.plan.lower import build_plan
     cost = cost or build_cost_model(sc)
     prog = build_plan(sc).stages[0]
@@ -286,7 +286,7 @@ def test_every_schedule_takes_the_span_the_engine_runs(schedule, vpp, pp, m):
     for few micro-batches too. The closed forms fall short there: ZB-H1 at m = 1 takes p (F + B) + W (one
     micro-batch down and back, the first rank's W last), not F + B + W + (p-1)(F + B - W); ZB-V and
     DualPipeV pay the (p-1) chunk forwards before the last rank's first backward."""
-    from simulator.engine import simulate_engine
+    from simulator.evaluate.engine import simulate_engine
     sc = scenario(pp=pp, m=m, schedule=schedule, vpp=vpp)
     cost = UniformCost(topology=sc.topology)
     got = estimate(sc, cost).iteration_time_s
@@ -337,8 +337,8 @@ def test_analytic_lists_the_plan_as_the_engine_runs_it(name, overrides):
     every rule of what happens lives in the plan, only the timing differs."""
     from pathlib import Path
 
-    from simulator.costs import build_cost_model
-    from simulator.engine import simulate_engine
+    from simulator.cost.costs import build_cost_model
+    from simulator.evaluate.engine import simulate_engine
     from simulator.scenario import load_scenario
     sc = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / f"{name}.yaml", list(overrides))
     cost = build_cost_model(sc)

@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from simulator import collectives_cmd
-from simulator.collectives import collective_demand, collective_time, estimate, link_capacities, p2p_time
-from simulator.nccl_algorithms import busbw_factor
-from simulator.costs import CostModel
+from simulator.cli import collectives_cmd
+from simulator.cost.collectives import collective_demand, collective_time, estimate, link_capacities, p2p_time
+from simulator.cost.nccl_algorithms import busbw_factor
+from simulator.cost.costs import CostModel
 from simulator.errors import ScenarioError
-from simulator.layout import GroupShape
-from simulator.network import Transfer, fair_share_finish_times, group_links
-from simulator.opgraph import Comm
+from simulator.plan.layout import GroupShape
+from simulator.cost.network import Transfer, fair_share_finish_times, group_links
+from simulator.plan.opgraph import Comm
 from simulator.topology import load_topology
 
 GB = 1 << 30

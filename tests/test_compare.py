@@ -2,8 +2,8 @@
 import json
 from pathlib import Path
 
-from simulator.cli import main
-from simulator.compare_cmd import best_indices, compare_rows
+from simulator.cli.main import main
+from simulator.cli.compare_cmd import best_indices, compare_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 A = str(ROOT / "scenarios" / "8b_8gpu.yaml")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.docs_cmd import render, undocumented
+from simulator.cli.docs_cmd import render, undocumented
 from simulator.run import simulate
 from simulator.scenario import load_scenario
 

@@ -4,11 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.costs import CostModel
-from simulator.engine import run_engine, simulate_engine
+from simulator.cost.costs import CostModel
+from simulator.evaluate.engine import run_engine, simulate_engine
 from simulator.evaluate.analytic import estimate
-from simulator.schedules import schedule_spec
-from simulator.memory import chunk_activation_bytes, memory_report
+from simulator.plan.schedules import schedule_spec
+from simulator.plan.memory import chunk_activation_bytes, memory_report
 from simulator.scenario import scenario_from_mapping
 
 LAYER = 1e-3  # seconds per layer per pass (F, B and W each)
@@ -92,7 +92,7 @@ def test_zbv_bubble_is_near_zero_when_m_at_least_2p(pp, m):
 @pytest.mark.parametrize("pp, m", [(2, 4), (4, 8), (4, 12)])
 def test_step_time_equals_the_schedule_oracle(schedule, vpp, pp, m):
     """With uniform stages and free communication the engine's step is schedules.makespan's."""
-    from simulator.schedules import pipeline_schedule, makespan
+    from simulator.plan.schedules import pipeline_schedule, makespan
     if schedule == "dualpipev" and m < 2 * pp:
         pytest.skip("dualpipev needs m >= 2p")
     layers_per_chunk = 2
@@ -193,7 +193,7 @@ def test_hfu_flops_count_recompute_on_every_gpu():
 def test_an_impossible_schedule_is_reported_not_hung(monkeypatch):
     """Stage 0 waits for a gradient that stage 1 can only produce after stage 0's next forward."""
     from simulator.plan import lower as lower_mod
-    from simulator.schedules import Action
+    from simulator.plan.schedules import Action
 
     def bad(name, pp, vpp, m):
         return [[Action("F", 0, 0), Action("B", 0, 0), Action("W", 0, 0), Action("F", 0, 1), Action("B", 0, 1),
@@ -211,7 +211,7 @@ def test_an_impossible_schedule_is_reported_not_hung(monkeypatch):
 
 def test_a_schedule_that_breaks_a_local_dependency_is_rejected(monkeypatch):
     from simulator.plan import lower as lower_mod
-    from simulator.schedules import Action
+    from simulator.plan.schedules import Action
     monkeypatch.setattr(lower_mod, "pipeline_schedule",
                         lambda name, pp, vpp, m: [[Action("B", 0, 0), Action("W", 0, 0), Action("F", 0, 0)]])
     with pytest.raises(ValueError, match="local dependency"):
@@ -223,7 +223,7 @@ def test_a_schedule_that_breaks_a_local_dependency_is_rejected(monkeypatch):
 def _shipped(*overrides):
     from pathlib import Path
 
-    from simulator.costs import build_cost_model
+    from simulator.cost.costs import build_cost_model
     from simulator.scenario import load_scenario
     sc = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "70b_512gpu.yaml", list(overrides))
     return sc, build_cost_model(sc)

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from simulator.evaluate.analytic import estimate
-from simulator.engine import run_engine, simulate_engine
+from simulator.evaluate.engine import run_engine, simulate_engine
 from simulator.errors import ScenarioError
 from simulator.scenario import scenario_from_mapping
 from test_engine import LAYER, CommCost, UniformCost, scenario
@@ -315,7 +315,7 @@ def test_ep_all_to_alls_are_exposed_when_blocking():
 ])
 def test_block_parameters_add_up_to_ops_rank_params(model, parallel):
     """The engine's per-block (layer, embedding, head) split of DP traffic covers exactly ops.rank_params."""
-    from simulator.sharded_params import rank_params
+    from simulator.plan.sharded_params import rank_params
     gpus = parallel["pp"] * parallel.get("tp", 1) * parallel["dp"]
     sc = scenario_from_mapping({"name": "p", "model": model, "training": {"seq_len": 128, "global_batch": 8},
                                 "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": gpus},

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import simpy
 
-from simulator.collectives import link_busy
-from simulator.costs import build_cost_model
-from simulator.engine import run_engine, simulate_engine
+from simulator.cost.collectives import link_busy
+from simulator.cost.costs import build_cost_model
+from simulator.evaluate.engine import run_engine, simulate_engine
 from simulator.evaluate.links import LinkSharing, fluid_ends, max_min_speeds
-from simulator.layout import pair_shape
-from simulator.network import Transfer, fair_share_finish_times
+from simulator.plan.layout import pair_shape
+from simulator.cost.network import Transfer, fair_share_finish_times
 from simulator.scenario import load_scenario, scenario_from_mapping
 from test_engine import CommCost, UniformCost, scenario
 
@@ -224,7 +224,7 @@ def test_tp_and_cp_collectives_overlapping_in_a_pass_share_nvlink():
     sharing, at T each without; the compute that consumes both starts that much later."""
     from simulator.plan.blocks import Block
     from simulator.evaluate.passes import OpTimes, build_template
-    from simulator.opgraph import Comm, Compute, Node
+    from simulator.plan.opgraph import Comm, Compute, Node
 
     class InPass(UniformCost):
         def comm_time(self, op, group):
@@ -303,7 +303,7 @@ def test_link_sharing_is_deterministic():
 def test_link_busy_busiest_class_is_the_bandwidth_part_of_the_price(collective, ranks):
     """For large messages (Simple protocol, no protocol bandwidth factor) the busiest link class is busy
     for exactly the bandwidth part of the static price: a transfer alone uses all of its bottleneck."""
-    from simulator.collectives import estimate
+    from simulator.cost.collectives import estimate
     from simulator.topology import load_topology
     topo = load_topology("dgx-h100")
     est = estimate(topo, collective, 4e9, ranks)

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from simulator.engine import run_engine, simulate_engine
-from simulator.engine.trace import build_trace, validate_trace
+from simulator.evaluate.engine import run_engine, simulate_engine
+from simulator.evaluate.engine.trace import build_trace, validate_trace
 from test_engine import CommCost, scenario
 
 
@@ -91,8 +91,8 @@ def test_timeline_and_memory_plots_are_written(tmp_path):
 
 
 def test_two_step_memory_shows_optimizer_states_appearing_at_the_first_step():
-    from simulator.engine.plot import memory_series
-    from simulator.memory import memory_report
+    from simulator.evaluate.engine.plot import memory_series
+    from simulator.plan.memory import memory_report
     sc = scenario(pp=2, m=4, dp=2, zero=1)
     eng, _ = run_engine(sc, CommCost(sc.topology), steps=2)
     rk = eng.ranks[0]
@@ -109,7 +109,7 @@ def test_memory_counter_rises_through_forwards_and_falls_through_backwards():
     """F [0, 1] stores 4 bytes, B [1, 2] frees them, F [2, 3] stores 4 again: the counter goes up, back down
     to the static level between the two forwards, and up again, one event per timestamp."""
     from types import SimpleNamespace as S
-    from simulator.engine.trace import memory_counter
+    from simulator.evaluate.engine.trace import memory_counter
     passes = [(0.0, 1.0, S(alloc=4.0, free=0.0)), (1.0, 2.0, S(alloc=0.0, free=4.0)), (2.0, 3.0, S(alloc=4.0, free=0.0))]
     counter = memory_counter(passes, 10.0, ramp_steps=4)
     times = [t for t, _ in counter]
@@ -121,7 +121,7 @@ def test_memory_counter_rises_through_forwards_and_falls_through_backwards():
 
 def test_memory_counter_puts_a_free_before_an_allocation_at_the_same_instant():
     from types import SimpleNamespace as S
-    from simulator.engine.trace import memory_counter
+    from simulator.evaluate.engine.trace import memory_counter
     passes = [(0.0, 1.0, S(alloc=4.0, free=0.0)), (1.0, 1.0, S(alloc=0.0, free=4.0)), (1.0, 1.0, S(alloc=4.0, free=0.0))]
     assert memory_counter(passes, 0.0, ramp_steps=2) == [(0.0, 0.0), (0.5, 2.0), (1.0, 4.0)]
 
@@ -142,6 +142,6 @@ def test_trace_memory_counter_reaches_the_engine_peak_and_dips_in_the_steady_sta
 
 
 def test_memory_plot_y_axis_holds_the_capacity_line():
-    from simulator.engine.plot import memory_ylim
+    from simulator.evaluate.engine.plot import memory_ylim
     assert memory_ylim(79.65, 20.0) > 79.65
     assert memory_ylim(79.65, 95.0) > 95.0

@@ -7,12 +7,12 @@ import pytest
 import yaml
 
 from simulator.errors import ScenarioError
-from simulator.export import (export_best, export_layout, megatron_args, to_megatron, to_nanotron,
+from simulator.report.export import (export_best, export_layout, megatron_args, to_megatron, to_nanotron,
                               to_torchtitan, unsupported)
 from simulator.scenario import load_scenario
-from simulator.sweep import sweep_base
-from simulator.sweep_tasks import Evaluation, candidate_scenario
-from simulator.sweep_space import Layout, layout_of
+from simulator.sweep.search import sweep_base
+from simulator.sweep.tasks import Evaluation, candidate_scenario
+from simulator.sweep.space import Layout, layout_of
 
 TORCHTITAN_SCHEDULES = {"afab": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "zbv": "ZBVZeroBubble",
                         "dualpipev": "DualPipeV"}

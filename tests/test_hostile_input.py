@@ -2,7 +2,7 @@
 traceback, within seconds and bounded memory; outputs are whole or absent; JSON on stdout is strict.
 
 Cases that could hang or eat memory if a check were missing run in a subprocess under a time limit and
-`RLIMIT_AS` (3 GiB); the rest call `simulator.cli.main` in-process (fast).
+`RLIMIT_AS` (3 GiB); the rest call `simulator.cli.main.main` in-process (fast).
 """
 import json
 import os
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from simulator.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 S70B = ROOT / "scenarios" / "70b_512gpu.yaml"
@@ -395,7 +395,7 @@ def test_a_bad_plot_extension_leaves_no_trace_behind(capsys, tmp_path):
 def test_a_failure_while_writing_removes_every_file_of_the_run(capsys, tmp_path, monkeypatch):
     """The trace is written, then the plot fails (a full disk): neither file, nor a temporary, remains."""
     import errno
-    import simulator.engine.plot as plot
+    import simulator.evaluate.engine.plot as plot
 
     def full_disk(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "P.png"))

@@ -1,8 +1,8 @@
 """A topology set to a job's measured busbw reproduces it, and only where it was measured."""
 import pytest
 
-from simulator.collectives import collective_time
-from simulator.measured_network import LATENCY_SHARE_MIN, measured_topology, probe_busbw, ring_latency_share
+from simulator.cost.collectives import collective_time
+from simulator.cost.measured_network import LATENCY_SHARE_MIN, measured_topology, probe_busbw, ring_latency_share
 from simulator.topology import load_topology
 
 GB = 1e9

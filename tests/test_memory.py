@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator import memory as mem
-from simulator.layout import rank_chunks
-from simulator.sharded_params import rank_params
+from simulator.plan import memory as mem
+from simulator.plan.layout import rank_chunks
+from simulator.plan.sharded_params import rank_params
 from simulator.errors import ScenarioError
 from simulator.scenario import load_scenario, scenario_from_mapping
 

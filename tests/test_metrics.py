@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.flops import mfu_peak_flops, model_flops_per_step
+from simulator.plan.flops import mfu_peak_flops, model_flops_per_step
 from simulator.run import simulate
 from simulator.scenario import load_scenario
 
@@ -45,7 +45,7 @@ def test_fp8_mfu_and_hfu_share_one_denominator():
 # ----------------------------------------------------------------------------------- memory fits
 
 def test_default_headroom_is_five_percent_of_the_gpu():
-    from simulator.memory import memory_report
+    from simulator.plan.memory import memory_report
     rep = memory_report(load_scenario(EIGHT_B))
     assert rep.headroom_gib == pytest.approx(0.05 * 79.65)
     assert rep.to_json()["free_gib"] == pytest.approx(rep.capacity_gib - rep.peak_gib)
@@ -53,7 +53,7 @@ def test_default_headroom_is_five_percent_of_the_gpu():
 
 @pytest.mark.parametrize("margin,fits", [(-0.1, True), (0.1, False)])
 def test_a_layout_fits_only_if_it_leaves_the_headroom_free(margin, fits):
-    from simulator.memory import memory_report
+    from simulator.plan.memory import memory_report
     free = memory_report(load_scenario(EIGHT_B, ["cluster.memory_headroom_gib=0"])).to_json()["free_gib"]
     rep = memory_report(load_scenario(EIGHT_B, [f"cluster.memory_headroom_gib={free + margin}"]))
     assert rep.fits is fits
@@ -61,7 +61,7 @@ def test_a_layout_fits_only_if_it_leaves_the_headroom_free(margin, fits):
 
 def test_no_free_memory_is_not_a_fit():
     """A peak that uses the whole GPU (0.0 GiB free) does not fit under the default headroom."""
-    from simulator.memory_fit import fits
+    from simulator.plan.memory_fit import fits
     assert not fits(79.65, 79.65, 0.05 * 79.65)
     assert fits(79.65 - 4.0, 79.65, 0.05 * 79.65)
 
@@ -125,7 +125,7 @@ def test_memory_fits_follows_its_definition(reports):
 
 
 def test_the_doc_states_the_default_headroom_and_the_peaks_the_code_uses():
-    from simulator.memory_fit import DEFAULT_HEADROOM_FRACTION
+    from simulator.plan.memory_fit import DEFAULT_HEADROOM_FRACTION
     from simulator.topology import load_topology
     assert f"{DEFAULT_HEADROOM_FRACTION * 100:.0f} % of the GPU's memory" in FLAT
     h100 = load_topology("dgx-h100").gpu.peak_tflops
@@ -133,7 +133,7 @@ def test_the_doc_states_the_default_headroom_and_the_peaks_the_code_uses():
 
 
 def test_the_doc_wording_example_is_what_the_explanations_say():
-    from simulator.sweep_cmd import win_head
+    from simulator.cli.sweep_cmd import win_head
     a = {"iteration_time_s": 5.0, "tokens_per_s_per_gpu": 1400.0}
     b = {"iteration_time_s": 7.0, "tokens_per_s_per_gpu": 1000.0}
     text = win_head("A", "B", a, b, "engine")

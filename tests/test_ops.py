@@ -1,11 +1,11 @@
 """Op lists: FLOPs are conserved across the layout; collectives sit where Megatron puts them."""
 import pytest
 
-from simulator.flops import model_flops_per_step
-from simulator.step_ops import dp_buckets, head_backward, head_forward, param_gather_buckets
-from simulator.sharded_params import layer_rank_params, layer_rank_tensors, rank_params, rank_tensors
-from simulator.layer_ops import layer_passes
-from simulator.opgraph import Comm, Compute, shard
+from simulator.plan.flops import model_flops_per_step
+from simulator.plan.step_ops import dp_buckets, head_backward, head_forward, param_gather_buckets
+from simulator.plan.sharded_params import layer_rank_params, layer_rank_tensors, rank_params, rank_tensors
+from simulator.plan.layer_ops import layer_passes
+from simulator.plan.opgraph import Comm, Compute, shard
 from simulator.scenario import load_scenario
 
 FLASH_MODEL_SHARE = 3 / 3.5  # FA runs fwd + 2.5x bwd; the model convention counts 3x fwd (docs/modeling.md §2.4)
@@ -150,7 +150,7 @@ def test_unfused_fp32_grad_accumulation_adds_a_pass_over_the_gradients():
 
 
 def test_gemm_efficiency_override_slows_gemms():
-    from simulator.costs import build_cost_model
+    from simulator.cost.costs import build_cost_model
     base = load_scenario("scenarios/70b_512gpu.yaml")
     slow = load_scenario("scenarios/70b_512gpu.yaml", ["cluster.efficiency={gemm: 0.39}"])
     qkv = next(n.op for n in layer_passes(base, 0).F if n.op.name == "qkv")
@@ -162,7 +162,7 @@ def test_flash_attention_at_head_dim_64_runs_at_the_fa2_share_of_its_head_dim_12
     """FA2 on H100 at 4k tokens: 284 / 319 TFLOP/s forward, 279 / 310 backward at head dim 64 / 128 (FA3
     paper, Figs. 4-5). The same FLOPs at head dim 64 take 1/0.895 as long, at 96 in between, above 128 the same."""
     from dataclasses import replace
-    from simulator.costs import KERNEL_OVERHEAD_S, build_cost_model
+    from simulator.cost.costs import KERNEL_OVERHEAD_S, build_cost_model
     sc = load_scenario("scenarios/70b_512gpu.yaml")
     cost = build_cost_model(sc)
     attn = next(n.op for n in (layer_passes(sc, 0).F + layer_passes(sc, 0).B) if isinstance(n.op, Compute)
@@ -207,8 +207,8 @@ def test_ring_hops_block_where_communication_takes_the_compute_cores_turn():
 def test_gpt_layers_add_learned_positions_not_rope_and_drop_out_before_each_residual():
     """GPT (Megatron) has no rotary pass; its bias-dropout-add writes a byte mask per element on top of the
     residual's three passes (KOR22 §4.1). Llama pays RoPE and a plain residual add."""
-    from simulator.opgraph import RESIDUAL_PASSES
-    from simulator.validate import case_scenario, reference_cases
+    from simulator.plan.opgraph import RESIDUAL_PASSES
+    from simulator.validate.accuracy import case_scenario, reference_cases
     gpt = case_scenario(next(c for c in reference_cases() if c.id == "megatron_kor22:22b-full"))
     llama = load_scenario("scenarios/70b_512gpu.yaml")
     for sc, rope, mask_bytes in ((gpt, False, 1), (llama, True, 0)):
@@ -223,7 +223,7 @@ def test_autocast_casts_each_weight_once_a_step_and_each_gradient_every_micro_ba
     """Over a step of m micro-batches: one fp32 -> bf16 cast of the layer's weights (6 B/param, served from
     autocast's cache afterwards), m casts of the bf16 gradient to fp32 (6 each) and m - 1 adds into .grad
     (12 each; the first gradient is kept as it is)."""
-    from simulator.sharded_params import autocast_layer_params
+    from simulator.plan.sharded_params import autocast_layer_params
     sc = load_scenario("scenarios/replay/gpu/1b-accum.yaml")
     m = sc.micro_batches
     assert m == 4

@@ -4,7 +4,7 @@ import csv
 import pytest
 
 from simulator.errors import ScenarioError
-from simulator.playbook import (FIT_LABELS, build_scenario, nanotron_pp_layers, network_state, read_runs,
+from simulator.validate.playbook import (FIT_LABELS, build_scenario, nanotron_pp_layers, network_state, read_runs,
                                 run_from_row, scenario_mapping)
 
 MODELS = {  # label: (layers, hidden, ffn, heads, tied)   validation/data/playbook/README.md

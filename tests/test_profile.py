@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from simulator.costs import build_cost_model
+from simulator.cost.costs import build_cost_model
 from simulator.errors import ScenarioError
-from simulator.layout import GroupShape
-from simulator.opgraph import Comm, Compute
-from simulator.profile import load_profile, profile_from_mapping
-from simulator.profile_schema import (COMM_ABOVE, GEMM_DIM_ABOVE, GEMM_DIM_BELOW, STREAM_ABOVE, STREAM_BELOW,
+from simulator.plan.layout import GroupShape
+from simulator.plan.opgraph import Comm, Compute
+from simulator.cost.profile import load_profile, profile_from_mapping
+from simulator.cost.profile_schema import (COMM_ABOVE, GEMM_DIM_ABOVE, GEMM_DIM_BELOW, STREAM_ABOVE, STREAM_BELOW,
                                       SCHEMA_VERSION)
 from simulator.scenario import load_scenario
 

@@ -2,7 +2,7 @@
 import pytest
 
 from simulator.errors import ScenarioError
-from simulator.layout import group_ranks, group_shape, rank_chunks
+from simulator.plan.layout import group_ranks, group_shape, rank_chunks
 from simulator.scenario import load_scenario, scenario_from_mapping
 
 BASE = {
@@ -128,8 +128,8 @@ def test_efficiency_overrides_are_validated():
 
 
 def test_internode_tp_overhead_applies_only_when_tp_leaves_the_node():
-    from simulator.costs import build_cost_model
-    from simulator.opgraph import Comm
+    from simulator.cost.costs import build_cost_model
+    from simulator.plan.opgraph import Comm
     sc = load(["cluster.efficiency={tp_internode_overhead_s: 0.001}"])
     cost = build_cost_model(sc)
     op = Comm("x", "tp", "all_gather", 1e6)
@@ -140,8 +140,8 @@ def test_internode_tp_overhead_applies_only_when_tp_leaves_the_node():
 
 
 def test_internode_tp_overhead_grows_with_the_nodes_tp_spans():
-    from simulator.costs import build_cost_model
-    from simulator.opgraph import Comm
+    from simulator.cost.costs import build_cost_model
+    from simulator.plan.opgraph import Comm
     sc = load(["cluster.efficiency={tp_internode_overhead_s: 0.001}", "cluster.nodes=4", "parallel.tp=32",
                "parallel.dp=1"])
     op = Comm("x", "tp", "all_gather", 1e6)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from simulator.errors import ScenarioError
-from simulator.export import FRAMEWORKS, unsupported
+from simulator.report.export import FRAMEWORKS, unsupported
 from simulator.run import simulate
 from simulator.scenario import load_scenario
-from simulator.schedules import SCHEDULES, pipeline_schedule, schedule_spec
-from simulator.sweep_space import enumerate_layouts, parse_fix
+from simulator.plan.schedules import SCHEDULES, pipeline_schedule, schedule_spec
+from simulator.sweep.space import enumerate_layouts, parse_fix
 
 ROOT = Path(__file__).resolve().parent.parent
 S8 = str(ROOT / "scenarios/8b_8gpu.yaml")

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from simulator.layout import chunk_owner
+from simulator.plan.layout import chunk_owner
 from simulator.scenario import Parallel
-from simulator.schedules import SCHEDULES, Action, check_schedule_args, chunk_rank, pipeline_schedule
+from simulator.plan.schedules import SCHEDULES, Action, check_schedule_args, chunk_rank, pipeline_schedule
 from schedule_oracle import makespan, peak_inflight
 
 VPP = {"afab": 1, "1f1b": 1, "zb-h1": 1, "interleaved-1f1b": 2, "zbv": 2, "dualpipev": 2}

@@ -1,7 +1,7 @@
 """`sm_share.slowed_end`: a compute op runs at 1 - s while collectives are in flight beside it."""
 import pytest
 
-from simulator.sm_share import slowed_end
+from simulator.evaluate.sm_share import slowed_end
 
 
 def test_alone_or_without_a_share_it_takes_its_own_time():

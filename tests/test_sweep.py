@@ -6,12 +6,12 @@ import types
 import pytest
 
 from simulator.errors import ScenarioError
-from simulator.memory import memory_report
-from simulator.sweep import SweepOptions, rank_by_best_estimate, run_sweep, sweep_base
-from simulator.sweep_runners import PoolRunner, RayRunner, SerialRunner, make_runner
-from simulator.sweep_tasks import candidate_scenario, first_fit
-from simulator.sweep_space import Layout, enumerate_layouts, layout_of, model_state_floor_gib, param_split, parse_fix
-from simulator.sweep_tasks import Evaluation
+from simulator.plan.memory import memory_report
+from simulator.sweep.search import SweepOptions, rank_by_best_estimate, run_sweep, sweep_base
+from simulator.sweep.runners import PoolRunner, RayRunner, SerialRunner, make_runner
+from simulator.sweep.tasks import candidate_scenario, first_fit
+from simulator.sweep.space import Layout, enumerate_layouts, layout_of, model_state_floor_gib, param_split, parse_fix
+from simulator.sweep.tasks import Evaluation
 
 S8B = "scenarios/8b_8gpu.yaml"
 SMALL = {"micro_batch": (1, 2), "cp": (1, 2)}

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
-from simulator.sweep_tasks import Evaluation
-from simulator.sweep_space import Layout
-from simulator.sweep_cmd import explain_win, overflow_text, reason
+from simulator.cli.main import main
+from simulator.sweep.tasks import Evaluation
+from simulator.sweep.space import Layout
+from simulator.cli.sweep_cmd import explain_win, overflow_text, reason
 
 ROOT = Path(__file__).resolve().parent.parent
 S8B = str(ROOT / "scenarios" / "8b_8gpu.yaml")

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from simulator.errors import ScenarioError
-from simulator.network import build_graph, group_layout, group_links, locate, path
+from simulator.cost.network import build_graph, group_layout, group_links, locate, path
 from simulator.topology import load_topology, topology_from_mapping, topology_names
 
 REQUIRED = ("dgx-a100", "dgx-h100", "hgx-h200", "gb200-nvl72", "pcie-l40s", "cpu-host", "two-dc-h100")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from simulator.playbook import run_from_row
-from simulator.validate import (Case, Outcome, pipeline_sends, reference_cases, score, slow_sends, stratified_sample,
+from simulator.validate.playbook import run_from_row
+from simulator.validate.accuracy import (Case, Outcome, pipeline_sends, reference_cases, score, slow_sends, stratified_sample,
                                 summarize)
-from simulator.validate_report import markdown_table
+from simulator.validate.tables import markdown_table
 from test_playbook import row, write_csv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,7 +91,7 @@ def test_slow_sends_flags_pipelines_that_lost_a_blocking_send_worth_each_and_kee
 def test_published_references_state_their_source_and_build():
     refs = reference_cases()
     assert {c.label for c in refs} >= {"Llama-3-405B", "GPT-1T", "GPT-22B", "GPT-175B", "GPT-530B"}
-    from simulator.validate import case_scenario
+    from simulator.validate.accuracy import case_scenario
     for c in refs:
         assert c.source and c.split == "validation" and (c.tokens_per_s_per_gpu or c.model_tflops_per_gpu)
         sc = case_scenario(c)
@@ -105,7 +105,7 @@ def test_selective_recompute_speedup_matches_kor22_table5():
     model, layout and batch): 1.29-1.32x faster. clustersim's ratio of the two predictions is within 5 % of
     the measured one for each of the four models (it prices the full pass it drops and the SP collectives)."""
     from simulator.run import simulate
-    from simulator.validate import case_scenario
+    from simulator.validate.accuracy import case_scenario
     refs = {c.id: c for c in reference_cases() if c.id.startswith("megatron_kor22:")}
     for size in ("22b", "175b", "530b", "1t"):
         full, sel = refs[f"megatron_kor22:{size}-full"], refs[f"megatron_kor22:{size}-selective"]

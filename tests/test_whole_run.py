@@ -108,7 +108,7 @@ def test_mtbi_is_inverse_in_gpus():
 def test_checkpoint_saves_weights_and_adam_states_once():
     sc = load_scenario(S70)
     ck = checkpoint(sc)
-    from simulator.params import total_params
+    from simulator.plan.params import total_params
     assert ck.total_bytes == pytest.approx(14 * total_params(sc.model))  # bf16 W 2 + fp32 master 4 + m, v 8
     assert ck.per_rank_bytes >= ck.total_bytes / sc.gpus
 
@@ -160,8 +160,8 @@ def test_llama3_validation_prints_the_comparison():
 def test_sweep_objective_a_layout_slightly_faster_per_step_with_a_slower_checkpoint_loses():
     from dataclasses import dataclass, field
 
-    from simulator.sweep_tasks import sibling_scenario
-    from simulator.sweep_space import layout_of
+    from simulator.sweep.tasks import sibling_scenario
+    from simulator.sweep.space import layout_of
     from simulator.wholerun.sweep_objective import rerank
 
     @dataclass(frozen=True)

@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.sweep import sweep_base
-from simulator.sweep_runners import make_runner
-from simulator.sweep_tasks import candidate_scenario
-from simulator.sweep_space import enumerate_layouts  # noqa: E402
+from simulator.sweep.search import sweep_base
+from simulator.sweep.runners import make_runner
+from simulator.sweep.tasks import candidate_scenario
+from simulator.sweep.space import enumerate_layouts  # noqa: E402
 
 SCENARIOS = ("scenarios/70b_512gpu.yaml", "scenarios/mixtral_ep.yaml", "scenarios/8b_8gpu.yaml")
 NO_OVERLAP = "parallel.overlap_dp=false"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from simulator.collectives import estimate  # noqa: E402
+from simulator.cost.collectives import estimate  # noqa: E402
 from simulator.topology import DatacenterLink, DatacenterSpec, FIBRE_KM_PER_S, load_topology  # noqa: E402
 
 TOLERANCE = 0.10

@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.memory import (GIB, activation_bytes_in_flight, activation_bytes_per_layer,  # noqa: E402
+from simulator.plan.memory import (GIB, activation_bytes_in_flight, activation_bytes_per_layer,  # noqa: E402
                               head_activation_terms, inflight_microbatches, memory_report, static_bytes)
-from simulator.sharded_params import rank_params  # noqa: E402
+from simulator.plan.sharded_params import rank_params  # noqa: E402
 from simulator.scenario import load_scenario, scenario_from_mapping  # noqa: E402
 
 SCENARIO_70B = ROOT / "scenarios" / "70b_512gpu.yaml"

@@ -2,7 +2,7 @@
 
     python validation/playbook_accuracy.py [--sample N] [--estimator analytic|engine] [--out DIR] [--plot FILE]
 
-Runs `simulator.validate.validate` on every set (the playbook's 4,104 nanotron runs and the published
+Runs `simulator.validate.accuracy.validate` on every set (the playbook's 4,104 nanotron runs and the published
 references), then writes `validation/results/accuracy.md` (the tables `validate --markdown` prints, the
 busbw check, and the error broken down by layout regime, which is where a model fix should look) and
 `accuracy.json`, and the predicted-vs-measured plot `docs/accuracy.png`.
@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.validate import MAIN_GROUP, validate  # noqa: E402
-from simulator.validate_report import format_text, plot, to_json  # noqa: E402
+from simulator.validate.accuracy import MAIN_GROUP, validate  # noqa: E402
+from simulator.validate.tables import format_text, plot, to_json  # noqa: E402
 
 REGIMES = (
     ("A", "one node, tp = 1, pp = 1 (compute, DP over NVLink)"),

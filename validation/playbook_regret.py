@@ -13,7 +13,7 @@ validation split (80B/469G), which nothing was tuned on (validation/data/playboo
 
 Runs with pp > 1 from before nanotron's pipeline fix (`after_pp_fix` false) are left out: they measure
 a since-fixed slowdown, not the layout (validation/data/playbook/README.md). A layout run more than once counts with its best
-measurement. Scenarios come from `simulator.playbook` (issue 8's CSV-to-scenario mapping: nanotron's
+measurement. Scenarios come from `simulator.validate.playbook` (issue 8's CSV-to-scenario mapping: nanotron's
 uneven pipeline split, DDP buckets, async TP), on the topology given (default aws-p5, the playbook's
 cluster), each job's network set to the busbw nanotron measured for it (`--network spec`: the YAML's).
 
@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simulator.errors import ScenarioError  # noqa: E402
-from simulator.playbook import FIT_LABELS, NETWORK, NETWORK_CHOICES, network_state, read_runs, zero_twins  # noqa: E402
-from simulator.sweep_runners import make_runner  # noqa: E402
+from simulator.validate.playbook import FIT_LABELS, NETWORK, NETWORK_CHOICES, network_state, read_runs, zero_twins  # noqa: E402
+from simulator.sweep.runners import make_runner  # noqa: E402
 
 BAR = 0.02
 """Issue 7: clustersim's pick within 2 % of the measured best."""
@@ -52,7 +52,7 @@ FLOOR_DRAWS = 2000
 
 def predict(run, topology: str, estimator: str, network: str = NETWORK) -> dict:
     """clustersim's numbers for one run's layout (a task for the process pool)."""
-    from simulator.playbook import build_scenario  # noqa: PLC0415
+    from simulator.validate.playbook import build_scenario  # noqa: PLC0415
     from simulator.run import simulate  # noqa: PLC0415
     try:
         sc = build_scenario(run, topology, network)

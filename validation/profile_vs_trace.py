@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.costs import build_cost_model  # noqa: E402
+from simulator.cost.costs import build_cost_model  # noqa: E402
 from simulator.errors import ScenarioError  # noqa: E402
-from simulator.opgraph import Compute  # noqa: E402
+from simulator.plan.opgraph import Compute  # noqa: E402
 from simulator.scenario import Scenario, load_scenario, scenario_from_mapping  # noqa: E402
 
 TOLERANCE = 0.10
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         return 0
     from calibrate.cli import default_profile_path  # noqa: PLC0415
     from calibrate.provenance import device_name  # noqa: PLC0415
-    from simulator.profile import load_profile  # noqa: PLC0415
+    from simulator.cost.profile import load_profile  # noqa: PLC0415
 
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     profile = Path(args.profile) if args.profile else default_profile_path(device, device_name(device))

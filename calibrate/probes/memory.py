@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from simulator.opgraph import GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES
+from simulator.plan.opgraph import GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES
 
 from ..plan import ElementwiseSpec
 from ..replay.experts import permute, sort_rows, unpermute

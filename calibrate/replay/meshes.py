@@ -1,10 +1,10 @@
 """Process groups for one rank, read off one grid (STYLE.md; picotron, Megatron).
 
 The world `DeviceMesh` has the scenario's dense dimensions outermost first (`order` "tp-cp-ep-dp-pp"
--> mesh dims (pp, dp, cp, tp)), exactly `simulator.layout.rank_grid`, so the executor's groups are the
+-> mesh dims (pp, dp, cp, tp)), exactly `simulator.plan.layout.rank_grid`, so the executor's groups are the
 simulator's. Gradients of dense weights reduce over dp x cp (CP ranks hold the same weights);
 EP groups are runs of `ep` consecutive members of that (dp, cp) plane and expert gradients reduce over
-the strided expert-data-parallel (edp) group, as `simulator.layout.group_ranks` defines them.
+the strided expert-data-parallel (edp) group, as `simulator.plan.layout.group_ranks` defines them.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from simulator.layout import rank_grid
+from simulator.plan.layout import rank_grid
 from simulator.scenario import Scenario
 
 from .experts import EPGroup

@@ -1,6 +1,6 @@
 """Pipeline parallelism with torch.distributed.pipelining: one `PipelineStage` per local model chunk and
 the scenario's schedule class (`ScheduleSpec.torch_class`). Chunk placement is the simulator's
-(`simulator.layout.rank_chunks`: round-robin for interleaved 1F1B, V-shaped for ZBV and DualPipeV), which
+(`simulator.plan.layout.rank_chunks`: round-robin for interleaved 1F1B, V-shaped for ZBV and DualPipeV), which
 is also what torch's schedules expect. `scale_grads=False`: the loss function already divides by the
 step's token count, so micro-batch gradients are summed as in the reference. `return_outputs=False`: a
 training step needs the losses, not the last stage's logits, so the schedule neither keeps every

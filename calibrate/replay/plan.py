@@ -14,7 +14,7 @@ from typing import Optional
 
 from simulator.errors import ScenarioError
 from simulator.scenario import Scenario
-from simulator.schedules import schedule_spec
+from simulator.plan.schedules import schedule_spec
 
 MAX_CPU_RANKS = 8
 """More CPU processes than this on one host only measures the scheduler; refuse (issue 6)."""

@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from simulator.layout import rank_chunks
+from simulator.plan.layout import rank_chunks
 
 from .data import global_batch, rank_batch, zigzag_positions
 from .dp import BucketedAllReduce

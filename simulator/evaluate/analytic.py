@@ -27,12 +27,12 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from ..costs import CostModel
-from ..layout import pair_shape, pp_rank_of_stage_rank
-from ..opgraph import Comm
+from ..cost.costs import CostModel
+from ..plan.layout import pair_shape, pp_rank_of_stage_rank
+from ..plan.opgraph import Comm
 from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..scenario import Scenario
-from ..sm_share import in_turn, slowed_end
+from .sm_share import in_turn, slowed_end
 from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
 from .results import EngineResult, summarize
 

@@ -32,12 +32,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..collectives import link_busy
-from ..costs import CostModel
-from ..layout import GroupShape, group_shape
-from ..opgraph import Comm, Compute
+from ..cost.collectives import link_busy
+from ..cost.costs import CostModel
+from ..plan.layout import GroupShape, group_shape
+from ..plan.opgraph import Comm, Compute
 from ..scenario import Scenario
-from ..sm_share import beside_end
+from .sm_share import beside_end
 from .links import fluid_ends
 from ..plan.blocks import Block
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..layout import chunk_layers, last_chunk
-from ..step_ops import embedding_backward, embedding_forward, head_backward, head_forward
-from ..sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_tensors
-from ..layer_ops import layer_passes
-from ..opgraph import Compute, Node, shard
+from .layout import chunk_layers, last_chunk
+from .step_ops import embedding_backward, embedding_forward, head_backward, head_forward
+from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_tensors
+from .layer_ops import layer_passes
+from .opgraph import Compute, Node, shard
 from ..scenario import Scenario
 
 PASS_KINDS = ("F", "B", "W", "BW")

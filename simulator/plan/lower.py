@@ -27,13 +27,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..layout import chunk_owner, group_shape, rank_chunks
-from ..step_ops import (bucket_release_blocks, dp_buckets, optimizer_op, param_gather_buckets, pp_activation_bytes,
+from .layout import chunk_owner, group_shape, rank_chunks
+from .step_ops import (bucket_release_blocks, dp_buckets, optimizer_op, param_gather_buckets, pp_activation_bytes,
                         sp_norm_grad_allreduce, tied_embedding_allreduce)
-from ..sharded_params import param_bytes
-from ..opgraph import Comm, Compute
+from .sharded_params import param_bytes
+from .opgraph import Comm, Compute
 from ..scenario import Scenario
-from ..schedules import Action, chunk_rank, pipeline_schedule, schedule_spec
+from .schedules import Action, chunk_rank, pipeline_schedule, schedule_spec
 from .blocks import PASS_KINDS, Block, chunk_blocks
 from .policy import ShardingPolicy, sharding_policy
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..memory import state_bytes_per_param
-from ..params import total_params
+from ..plan.memory import state_bytes_per_param
+from ..plan.params import total_params
 from ..scenario import Scenario
-from ..sharded_params import rank_params
+from ..plan.sharded_params import rank_params
 
 GB = 1e9
 

@@ -1,0 +1,218 @@
+"""One cost-model interface: how long an op takes on this cluster.
+
+`CostModel.compute_time(op)` prices a `Compute` op and `CostModel.comm_time(op, group)` a `Comm` on a
+process group. The spec-based default is a roofline with stated efficiency curves (below, with
+sources); a calibration profile (`cluster.profile`) and the topology-aware collective algorithms plug in
+behind the same two methods, so the analytic estimate and the engine never change when they do.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from . import collectives
+from ..plan.layout import GroupShape
+from ..plan.opgraph import Comm, Compute
+from ..topology import Topology
+
+# --- spec-based efficiency curves (the "default profile") --------------------------------------
+GEMM_PEAK_EFFICIENCY = 0.78
+"""Large bf16 GEMMs on H100 reach ~75-80 % of dense peak with cuBLAS (FA3 §1 cites 80-90 % for tuned
+GEMMs; we take the lower end for the shapes transformers use). Replaced by measurements in a profile."""
+GEMM_HALF_EFFICIENCY_S = 2.0e-6
+"""A GEMM whose ideal time at peak is this short reaches half its peak efficiency: small GEMMs do not
+fill the device (wave quantisation, launch and tail). 2 us = 2e9 FLOPs on an H100; as a time it carries
+over to other devices (on the CPU profile the fitted knee is ~1e6 FLOPs at ~0.12 TFLOP/s, ~8 us)."""
+ATTENTION_EFFICIENCY = {"fwd": 0.55, "bwd": 0.45}
+"""FlashAttention-2/3 on H100: FA2 ~35 % of peak, FA3 fwd up to 75 % (FA3 abstract); a middle value."""
+ATTENTION_HEAD_DIM_FACTOR = ((64, 0.895), (128, 1.0))
+"""FlashAttention's efficiency falls with the head dimension below 128 (fewer FLOPs per byte of Q/K/V tile
+loaded): FA2 on H100 SXM5 at 4k tokens runs 284 / 319 TFLOP/s forward (causal) and 279 / 310 backward at head
+dim 64 / 128 (FA3 paper, arXiv 2407.08608, Figs. 4-5), 0.89 and 0.90 of its head-dim-128 speed. The
+efficiencies above (and a stack's `attention_fwd` / `attention_bwd`) hold at 128; between the points the factor
+is interpolated linearly, outside them it is the nearest point's (above 128 not modelled). Applied to every
+attention op; eager attention is bound by its scores' HBM traffic anyway. Playbook fit split: MAPE 34.9 ->
+34.8 %, median APE 5.71 -> 5.66 %, the 1B's (head dim 64) one-node tp 1 runs 1.03 -> 1.01 of measured; the
+GEMM efficiency stays 0.55 (0.56 / 0.57: median 5.64 / 5.71 %)."""
+HBM_EFFICIENCY = 0.80
+"""Streaming memory-bound kernels reach 80-90 % of HBM peak (docs/modeling.md §7.3, assumption)."""
+KERNEL_OVERHEAD_S = 4e-6
+"""Per-kernel launch/tail gap on the GPU stream (assumption, a few microseconds)."""
+
+
+def attention_head_dim_factor(d_head: float) -> float:
+    """FlashAttention's speed at head dimension `d_head` relative to 128 (`ATTENTION_HEAD_DIM_FACTOR`)."""
+    (d0, f0), (d1, f1) = ATTENTION_HEAD_DIM_FACTOR
+    d = min(max(float(d_head), d0), d1)
+    return f0 + (f1 - f0) * (d - d0) / (d1 - d0)
+
+
+@dataclass(frozen=True)
+class CommSpec:
+    """Alpha-beta parameters for one group shape: time = steps*alpha + bytes_on_wire / bandwidth."""
+    alpha_s: float
+    bandwidth_Bps: float
+
+
+@dataclass
+class CostModel:
+    topology: Topology
+    precision: str = "bf16"
+    profile: object | None = None
+    """A calibration profile (calibrate/profile schema) consulted first when given."""
+    efficiency: dict = field(default_factory=dict)
+    """`cluster.efficiency` overrides (EFFICIENCY_KEYS)."""
+    framework: dict = field(default_factory=dict)
+    """How the step runs on the host, for the profile's `framework` table (Profile.framework_overhead):
+    mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""
+    _dp_topologies: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ compute
+    def peak_flops(self, dtype: str) -> float:
+        return self.topology.peak_flops(dtype)
+
+    def gemm_efficiency(self, flops: float, dtype: str = "bf16") -> float:
+        """eta_max * F / (F + F_half), F_half = peak * GEMM_HALF_EFFICIENCY_S."""
+        half = self.peak_flops(dtype) * GEMM_HALF_EFFICIENCY_S
+        return self.efficiency.get("gemm", GEMM_PEAK_EFFICIENCY) * flops / (flops + half)
+
+    def spec_compute_time(self, op: Compute) -> float:
+        hbm = self.topology.gpu.hbm_bandwidth_gbs * 1e9 * self.efficiency.get("hbm", HBM_EFFICIENCY)
+        t_mem = op.bytes / hbm
+        if op.kind == "gemm":
+            per = op.flops / op.repeat
+            t_c = op.flops / (self.peak_flops(op.dtype) * self.gemm_efficiency(per, op.dtype))
+        elif op.kind == "attention":
+            phase = op.shape[5] if len(op.shape) > 5 else "fwd"
+            eff = self.efficiency.get(f"attention_{phase}", ATTENTION_EFFICIENCY[phase])
+            t_c = op.flops / (self.peak_flops(op.dtype) * eff * attention_head_dim_factor(op.shape[3]))
+        else:
+            t_c = 0.0
+        return max(t_c, t_mem) + KERNEL_OVERHEAD_S * op.repeat
+
+    def compute_time(self, op: Compute) -> float:
+        t = None
+        if self.profile is not None:
+            t = self.profile.compute_time(op)
+        if t is not None and getattr(self.profile, "framework", None):
+            # host time per op (autograd, DTensor dispatch) that the isolated kernel probes do not include
+            fw = self.profile.framework_overhead(op, self.framework.get("mode", "eager"),
+                                                 tuple(self.framework.get("dtensor_names", ())),
+                                                 int(self.framework.get("param_tensors", 0)),
+                                                 bool(self.framework.get("dtensor_params", False)))
+            t += fw
+        if t is None:
+            t = self.spec_compute_time(op)
+        return t
+
+    # ------------------------------------------------------------------ communication
+    def comm_spec(self, group: GroupShape) -> CommSpec:
+        """Alpha-beta summary of a group from `collectives.group_alpha_beta`: NCCL's per-step latency
+        (intra- or inter-node) and the large-message ring busbw through the group's bottleneck link."""
+        alpha, busbw = collectives.group_alpha_beta(self.topology, group)
+        return CommSpec(alpha, busbw)
+
+    def comm_time(self, op: Comm, group: GroupShape) -> float:
+        """Seconds for `op` on `group`: the profile's measurement or the collectives model, plus the stack's
+        per-collective adders (`tp_comm_overhead_s`, `tp_internode_overhead_s`, `dp_comm_overhead_s`)."""
+        n = group.size
+        if n <= 1 or op.bytes <= 0:
+            return 0.0
+        overhead = 0.0
+        if op.dim == "tp":
+            overhead = self.efficiency.get("tp_comm_overhead_s", 0.0)
+            if not group.intra_node:  # per extra node the group's ring crosses
+                overhead += (group.nodes - 1) * self.efficiency.get("tp_internode_overhead_s", 0.0)
+        elif op.dim == "dp":
+            overhead = self.efficiency.get("dp_comm_overhead_s", 0.0)
+        if self.profile is not None:
+            t = self.profile.comm_time(op, group)
+            if t is not None:
+                if op.dim == "tp" and self.framework.get("mode") == "dtensor":
+                    # TP collectives go through DTensor redistributes: host time beyond the raw collective
+                    t += self.profile.tp_comm_overhead(op.bytes)
+                elif op.dim == "dp" and self.framework.get("fsdp"):
+                    # ZeRO collectives go through FSDP2 (copy-in/out, hooks), per unit of op.bytes
+                    t += self.profile.zero_comm_overhead(op.bytes)
+                return t + overhead
+        topology = self.topology
+        step = self.efficiency.get("dp_ring_step_latency_us") if op.dim == "dp" else None
+        if step is not None and not group.intra_node and op.collective != "all_reduce":
+            topology = self._dp_topology(step)
+        return collectives.collective_time(topology, op.collective, op.bytes, group) + overhead
+
+    def _dp_topology(self, step_us: float) -> Topology:
+        """The topology with DP rings' step latency (`dp_ring_step_latency_us`); one object per value, so
+        the collectives' caches keep hitting."""
+        t = self._dp_topologies.get(step_us)
+        if t is None:
+            t = dataclasses.replace(self.topology, fabric=dataclasses.replace(self.topology.fabric, ring_step_latency_us=step_us))
+            self._dp_topologies[step_us] = t
+        return t
+
+    def host_time(self, op, group: GroupShape) -> float:
+        """Seconds the host spends issuing `op` (the GPU cannot start it, nor anything after it, earlier):
+        the schedulers keep a host clock per pass, so a pass takes max(its GPU time, its host time).
+
+        One stack effect is priced (`cluster.efficiency`, 0 by default): each TP collective costs
+        tp_host_s + tp x tp_host_per_rank_s of host time. Seen in the playbook's nanotron runs: a layer
+        never runs faster than a floor that does not grow with the micro-batch, whatever pp; flat in tp in
+        the cluster's healthy network state (`playbook.NANOTRON_EFFICIENCY`), growing with tp in its slow
+        one (`playbook.SLOW_STATE_TP_HOST`)."""
+        if not (isinstance(op, Comm) and op.dim == "tp" and group.size > 1):
+            return 0.0
+        e = self.efficiency
+        return e.get("tp_host_s", 0.0) + group.size * e.get("tp_host_per_rank_s", 0.0)
+
+    def sm_share(self, group: GroupShape) -> float:
+        """Share of the compute rate a collective on `group` takes while it runs beside compute
+        (`sm_share.slowed_end`): `comm_sm_share` for any group of more than one rank (NCCL's kernels hold
+        their SMs for the whole collective, inside a node or across)."""
+        if group.size <= 1:
+            return 0.0
+        return self.efficiency.get("comm_sm_share", 0.0)
+
+    def p2p_time(self, nbytes: float, same_node: bool) -> float:
+        return collectives.p2p_time(self.topology, nbytes, same_node)
+
+
+def build_cost_model(sc) -> CostModel:
+    """The cost model a scenario asks for: spec-based, or with its calibration profile."""
+    profile = None
+    if sc.cluster.profile not in ("default", "", None):
+        from .profile import load_profile  # noqa: PLC0415 (optional piece, lands with calibration)
+        profile = load_profile(sc.cluster.profile)
+    return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
+                     efficiency=dict(sc.cluster.efficiency),
+                     framework=framework_context(sc) if profile is not None and profile.framework else {})
+
+
+DTENSOR_ELEMENTWISE = ("norm", "final_norm", "residual", "embedding")
+"""simulator.ops elementwise ops that run on DTensors under TP with sequence parallelism (torchtitan's plan:
+SequenceParallel norms, residual adds of Shard(1) activations, the vocab-parallel embedding)."""
+PARAM_TENSORS_PER_LAYER = 9
+"""Parameter tensors per transformer block (2 norms, wq/wk/wv/wo, 3 MLP or router + 3 stacked experts - 1)."""
+
+
+def framework_context(sc) -> dict:
+    """The `CostModel.framework` of a scenario: DTensor modules under TP, DTensor parameters under TP or
+    ZeRO (FSDP2 shards parameters as DTensors), and the parameter tensors on the busiest pp rank."""
+    from ..plan.sharded_params import rank_params  # noqa: PLC0415
+    p = sc.parallel
+    tensors = 0
+    for r in range(p.pp):
+        rp = rank_params(sc, r)
+        tensors = max(tensors, PARAM_TENSORS_PER_LAYER * len(rp.layers) + int(rp.embedding) + 2 * int(rp.head))
+    return {"mode": "dtensor" if p.tp > 1 else "eager",
+            "fsdp": p.zero > 0,
+            "dtensor_params": p.tp > 1 or p.zero > 0,
+            "dtensor_names": DTENSOR_ELEMENTWISE if (p.tp > 1 and p.sp) else (),
+            "param_tensors": tensors}
+
+
+def bytes_fmt(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} TB"

@@ -1,0 +1,169 @@
+"""`simulate_engine`: scenario -> plan -> simulated ranks -> `EngineResult` (+ trace and plots).
+
+Representative mode (default) simulates one rank per pipeline stage: TP/CP/EP/DP peers of a stage run
+the same ops at the same times on a homogeneous cluster, so their collectives' rendezvous is immediate
+and one member stands for the group (its collectives are still priced on the real group shape). PP
+pairs and the tied-embedding pair connect different stages and stay real rendezvous.
+Full mode (`full=True`) simulates every rank with its real groups from `layout.group_ranks`: DP/ZeRO
+collectives are rendezvous of all dp_cp (or edp) members, each pass with in-pass TP/CP/EP collectives
+starts with a rendezvous of the rank's TP/CP/EP group (the collectives inside it then run in lockstep),
+and PP sends go to the same (tp, cp, dp) coordinates of the next stage. `rank_speed` (full mode) makes
+a GPU slower or faster: {global rank: compute-time multiplier}; a pass runs at the pace of the slowest
+member of its TP/CP/EP group.
+Link sharing between concurrent transfers (`links.py`) is on by default; `contention=False` prices
+every transfer alone (each gets its full share of its links whatever else is in flight).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ...plan.layout import chunk_owner, group_ranks, group_shape, last_chunk, pair_shape, pp_rank_of_stage_rank, rank_grid
+from ...plan.memory import buffer_bytes, buffers_total, chunk_activation_bytes, static_bytes, zero_groups
+from ...scenario import Scenario
+from ...plan.lower import build_plan
+from ..results import EngineResult, summarize
+from .sim import Engine
+from .state import RankState, Recorder
+
+
+def _static(sc: Scenario) -> list[float]:
+    """Per stage: weights + grads + optimizer states + buffers (memory.py), held through the step."""
+    groups = zero_groups(sc)
+    out = []
+    for r in range(sc.parallel.pp):
+        st = static_bytes(sc, r, groups=groups)
+        out.append(sum(st.values()) + buffers_total(buffer_bytes(sc, r, groups=groups)))
+    return out
+
+
+def _representative(sc: Scenario, emb_stage: int, head_stage: int) -> tuple[list[RankState], dict]:
+    pp = sc.parallel.pp
+    ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, 1.0) for s in range(pp)]
+    shapes = {}
+    for rk in ranks:
+        rk.groups = {"dp_cp": (rk.idx,), "edp": (rk.idx,), "embd": (emb_stage, head_stage)}
+        rk.pp_peer = {s: s for s in range(pp)}
+        rk.rec = Recorder()
+    for a in ranks:
+        for b in ranks:
+            shapes[(a.idx, b.idx)] = pair_shape(sc, a.grank, b.grank)
+    return ranks, shapes
+
+
+class _Union:
+    def __init__(self, n: int):
+        self.parent = list(range(n))
+
+    def find(self, x: int) -> int:
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, xs) -> None:
+        root = self.find(xs[0])
+        for x in xs[1:]:
+            r = self.find(x)
+            if r != root:
+                self.parent[r] = root
+
+
+def _groups_of(sc: Scenario, dim: str) -> list[tuple[int, ...]]:
+    """Each rank's group of `dim`, from `layout.group_ranks`, computed once per distinct group."""
+    out: list = [None] * sc.gpus
+    for r in range(sc.gpus):
+        if out[r] is None:
+            members = tuple(group_ranks(sc, dim, r))
+            for x in members:
+                out[x] = members
+    return out
+
+
+def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[list[RankState], dict]:
+    grid, dims = rank_grid(sc)
+    pp_axis = dims.index("pp")
+    stage_of = np.unravel_index(np.arange(sc.gpus), grid.shape)[pp_axis]
+    pp_groups = _groups_of(sc, "pp")
+    dp_cp, edp = _groups_of(sc, "dp_cp"), _groups_of(sc, "edp")
+    uf = _Union(sc.gpus)
+    for dim in ("tp", "cp") + (("ep",) if sc.model.moe is not None and sc.parallel.ep > 1 else ()):
+        for members in set(_groups_of(sc, dim)):
+            uf.union(members)
+    sync: dict = {}
+    for r in range(sc.gpus):
+        sync.setdefault(uf.find(r), []).append(r)
+    reps = {pp_rank_of_stage_rank(sc, s) for s in range(sc.parallel.pp)}
+    ranks = []
+    for r in range(sc.gpus):
+        members = tuple(sync[uf.find(r)])
+        rk = RankState(r, r, int(stage_of[r]), max(float(speed.get(x, 1.0)) for x in members))
+        pg = pp_groups[r]
+        rk.groups = {"dp_cp": dp_cp[r], "edp": edp[r], "embd": (pg[emb_stage], pg[head_stage])}
+        if len(members) > 1:
+            rk.groups["sync"] = members
+        rk.pp_peer = {s: pg[s] for s in range(len(pg))}
+        rk.rec = Recorder() if r in reps else None
+        ranks.append(rk)
+    return ranks, _LazyPairs(sc)
+
+
+class _LazyPairs(dict):
+    """(idx_a, idx_b) -> GroupShape, computed on first use (full mode has many pairs)."""
+
+    def __init__(self, sc: Scenario):
+        super().__init__()
+        self.sc = sc
+
+    def __missing__(self, key):
+        v = self[key] = pair_shape(self.sc, key[0], key[1])
+        return v
+
+
+def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | None = None, steps: int = 1,
+               record_slices: bool = True, contention: bool = True) -> tuple[Engine, list[float]]:
+    """Lower and simulate; returns the engine (ranks with their accumulators and recorders) and the
+    per-stage static memory."""
+    if rank_speed and not full:
+        raise ValueError("rank_speed needs full=True: representative mode assumes identical ranks")
+    act: dict = {}
+
+    def act_bytes(r: int, c: int) -> float:
+        if (r, c) not in act:
+            act[(r, c)] = chunk_activation_bytes(sc, r, c)
+        return act[(r, c)]
+
+    plan = build_plan(sc, act_bytes)
+    emb_stage, head_stage = chunk_owner(sc, 0)[0], chunk_owner(sc, last_chunk(sc))[0]
+    if full:
+        ranks, pairs = _full(sc, emb_stage, head_stage, rank_speed or {})
+    else:
+        ranks, pairs = _representative(sc, emb_stage, head_stage)
+    shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"),
+              "embd": pair_shape(sc, pp_rank_of_stage_rank(sc, emb_stage), pp_rank_of_stage_rank(sc, head_stage))}
+    eng = Engine(plan, cost, ranks, pairs, shapes, steps=steps, record_slices=record_slices, contention=contention)
+    eng.run()
+    return eng, _static(sc)
+
+
+def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, plot_path=None, memory_plot_path=None,
+                    rank_speed: dict | None = None, contention: bool = True) -> EngineResult:
+    """Simulate one training step of `sc` on the discrete-event engine (module docstring)."""
+    t0 = time.perf_counter()
+    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention)
+    res = summarize(sc, eng.ranks, static, events=eng.env.processed, wall_s=time.perf_counter() - t0, full=full,
+                    links=eng.links)
+    traced = [rk for rk in eng.ranks if rk.rec is not None]
+    if trace_path:
+        from .trace import write_trace  # noqa: PLC0415 (only when asked)
+        write_trace(Path(trace_path), sc, eng, traced, static)
+    if plot_path:
+        from .plot import plot_timeline  # noqa: PLC0415
+        plot_timeline(Path(plot_path), sc, eng, traced, res)
+    if memory_plot_path:
+        from .plot import plot_memory  # noqa: PLC0415
+        eng2, _ = run_engine(sc, cost, full=False, steps=2, record_slices=False, contention=contention)
+        plot_memory(Path(memory_plot_path), sc, eng2)
+    return res

@@ -1,0 +1,49 @@
+"""Training FLOPs. Convention (stated in every report): matmul FLOPs only, 2 per multiply-add, backward =
+2x forward, attention counted causally (only the lower triangle), LM head counted, embedding lookup not,
+recomputation not (that is HFU, not MFU). This is Megatron-LM's `num_floating_point_operations`
+(docs/modeling.md §2.3): per token 6*N + 6*L*h_q*s; PaLM/Korthikanti count attention non-causally (12*L*h_q*s).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..model import ModelSpec
+from .params import flop_params
+
+if TYPE_CHECKING:
+    from ..scenario import Scenario
+
+FLOP_CONVENTION = "6N + causal attention (Megatron num_floating_point_operations); recompute excluded"
+
+
+def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
+    """3 passes x 2 FLOP/MAC x keys seen (s/2 causal, s otherwise) x a*(d_qk + d_v) per layer."""
+    if m.mla:
+        width = m.heads * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim)
+    else:
+        width = 2 * m.q_dim
+    keys = seq_len / 2 if causal else seq_len
+    return 3 * 2 * keys * width * m.layers
+
+
+def training_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:
+    """6*N_active (matmul params incl. LM head) + attention term."""
+    return 6 * flop_params(m) + attention_flops_per_token(m, seq_len, causal)
+
+
+def model_flops_per_step(m: ModelSpec, seq_len: int, global_batch: int) -> float:
+    return training_flops_per_token(m, seq_len) * seq_len * global_batch
+
+
+def gemm_dtype(sc: "Scenario") -> str:
+    """The precision the step's GEMMs run in: `training.precision` (autocast requires bf16, and its
+    GEMMs run in bf16). The cost model prices every matmul at `peak_flops(op.dtype)` with this dtype
+    (`ops.py`), fp32 at the FP32 peak (no TF32)."""
+    return sc.training.precision
+
+
+def mfu_peak_flops(sc: "Scenario") -> float:
+    """Dense peak FLOP/s per GPU that MFU and HFU divide by (docs/metrics.md): the peak of the precision
+    the GEMMs run in. The numerator of either is at most what those GEMMs could do at that peak, so
+    MFU <= 100 %, and HFU (recomputation included) >= MFU since both share this denominator."""
+    return sc.topology.peak_flops(gemm_dtype(sc))

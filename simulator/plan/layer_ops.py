@@ -1,0 +1,335 @@
+"""One transformer layer's ops on one rank for one micro-batch: forward F, input-grad backward B (with
+any recomputation in front) and weight-grad W, kept apart so zero-bubble schedules can move W
+(`layer_passes`). Each entry is a `Node` (`opgraph.py`): an op and the indices of the nodes in the same
+list it waits for.
+
+Where Megatron puts TP/SP collectives: NAR21 §3.2, KOR22 §4.2.2 and docs/modeling.md §4.2; CP: docs/modeling.md
+4.3 (RFA); EP: 4.5 (MEG-MAP). Memory-bound byte counts: docs/modeling.md §7.3 (derived).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
+                      LayerPasses, OpList, Shard, elementwise, gemm, residual_add, shard, tp_collective)
+from ..scenario import Scenario
+from .schedules import schedule_spec
+from .sharded_params import autocast_layer_params, layer_rank_params, param_bytes
+
+# ----------------------------------------------------------------------------------- attention
+
+def _attention_flops(z: Shard, s_kv: int, causal_fraction: float) -> float:
+    """Forward 4*b*s_q*s_kv*d_h per head (QK^T and AV), times the causal fraction (FA benchmark)."""
+    return 4.0 * z.b * z.s * s_kv * z.d_head * z.heads * causal_fraction
+
+
+def _attention_op(sc: Scenario, z: Shard, name: str, s_kv: int, causal_fraction: float, bwd: bool) -> Compute:
+    """Flash: fwd 1x, bwd 2.5x (recomputes the scores, FA benchmark_flash_attention.py);
+    bytes = Q, K, V, O (and dO, dQ, dK, dV in backward). Eager: the s^2 scores go through HBM."""
+    flops = _attention_flops(z, s_kv, causal_fraction)
+    io = (2 * z.T * z.q + 2 * z.b * s_kv * z.kv) * z.ab
+    if sc.training.attention == "eager":
+        scores = z.b * z.heads * z.s * s_kv
+        flops = 4.0 * z.b * z.s * s_kv * z.d_head * z.heads  # eager computes masked entries too
+        io += scores * z.ab * (6 if not bwd else 8)  # write scores, softmax read/write, dropout mask
+        flops *= 2.0 if bwd else 1.0
+    else:
+        flops *= 2.5 if bwd else 1.0
+        io *= 2 if bwd else 1
+    return Compute(name, "attention", flops, float(io), z.dtype,
+                   (z.b * z.heads, z.s, s_kv, z.d_head, causal_fraction, "bwd" if bwd else "fwd"))
+
+
+def _attention_forward(sc: Scenario, z: Shard, seq: OpList, tag: str = "") -> None:
+    c = sc.parallel.cp
+    kv_bytes = float(2 * z.T * z.kv * z.ab)  # local K and V chunk
+    if c == 1:
+        seq.compute(_attention_op(sc, z, "attn", z.s, 0.5, bwd=False))
+    elif sc.parallel.cp_comm == "allgather":
+        seq.comm(Comm("cp_kv_allgather", "cp", "all_gather", kv_bytes * c))
+        # local queries (head-tail balanced) against the whole gathered sequence: on average half of it
+        seq.compute(_attention_op(sc, z, "attn", z.s * c, 0.5, bwd=False))
+    else:
+        # zig-zag ring (RFA): step 0 is the local causal block, steps 1..c-1 unmasked half blocks against
+        # remote K/V (s_local queries x s_local/2 keys, or half the queries x all keys: the same work),
+        # each merged into the running output through the log-sum-exp (fp32: read O, O_blk, write O)
+        prev = None
+        for i in range(c):
+            extra = (prev,) if prev is not None else ()
+            if i < c - 1:
+                # pass the chunk on as soon as it arrived (the first one right after the QKV projection)
+                nxt = seq.comm(Comm(f"cp_kv_ring{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
+                               extra=extra, after_compute=(i == 0))
+            seq.compute(_ring_step_attention(sc, z, f"attn_step{i}", i, bwd=False), extra=extra)
+            if i > 0:
+                seq.compute(elementwise(f"cp_merge{i}", z.T * z.q, 3, z, elt_bytes=4))
+            prev = nxt if i < c - 1 else None
+
+
+def _ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool) -> Compute:
+    """Step 0: causal s_local x s_local; later steps: an unmasked s_local x s_local/2 block (zig-zag)."""
+    if step == 0:
+        return _attention_op(sc, z, name, z.s, 0.5, bwd=bwd)
+    return _attention_op(sc, z, name, z.s // 2, 1.0, bwd=bwd)
+
+
+def _attention_backward(sc: Scenario, z: Shard, seq: OpList) -> None:
+    c = sc.parallel.cp
+    kv_bytes = float(2 * z.T * z.kv * z.ab)
+    if c == 1:
+        seq.compute(_attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True))
+    elif sc.parallel.cp_comm == "allgather":
+        seq.comm(Comm("cp_kv_allgather_bwd", "cp", "all_gather", kv_bytes * c))
+        seq.compute(_attention_op(sc, z, "attn_bwd", z.s * c, 0.5, bwd=True))
+        seq.comm(Comm("cp_dkv_reduce_scatter", "cp", "reduce_scatter", kv_bytes * c))
+    else:
+        # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA); each step
+        # adds its block's dQ and dK/dV into fp32 accumulators
+        prev = None
+        for i in range(c):
+            extra = (prev,) if prev is not None else ()
+            if i < c - 1:
+                nxt = seq.comm(Comm(f"cp_kv_ring_bwd{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
+                               extra=extra, after_compute=(i == 0))
+            seq.compute(_ring_step_attention(sc, z, f"attn_bwd_step{i}", i, bwd=True), extra=extra)
+            seq.compute(elementwise(f"cp_accumulate{i}_bwd", z.T * (z.q + 2 * z.kv), 3, z, elt_bytes=4))
+            seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1) or not sc.overlap_cp))
+            prev = nxt if i < c - 1 else None
+
+
+# ----------------------------------------------------------------------------------- one layer
+
+def _mlp_ops(sc: Scenario, z: Shard, moe: bool):
+    """(forward GEMM/act list) for a dense MLP or the shared experts; FFN sharded by TP."""
+    m = sc.model
+    if moe:
+        f = m.moe.shared_ffn * m.moe.shared_experts // z.t
+    else:
+        f = m.ffn_hidden // z.t
+    if f == 0:
+        return []
+    n1 = 2 * f if m.gated_mlp else f
+    act = elementwise("swiglu" if m.gated_mlp else "gelu", z.T * f, (SWIGLU_PASSES if m.gated_mlp else GELU_PASSES)[0], z)
+    pre = "shared_" if moe else ""
+    return [gemm(pre + "fc1", z.T, n1, z.h, z), act, gemm(pre + "fc2", z.T, z.h, f, z)]
+
+
+def _moe_tokens(sc: Scenario, z: Shard) -> tuple[int, float]:
+    """Tokens this rank routes (its SP shard: T/t) and expert-token rows it computes (x top_k x imbalance)."""
+    routed = z.T // z.t if z.t > 1 else z.T
+    return routed, routed * sc.model.moe.top_k * sc.parallel.ep_imbalance
+
+
+def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
+    m, p = sc.model, sc.parallel
+    seq = OpList(tag)
+    sp = p.sp and z.t > 1
+    cast = autocast_cast_op(sc, "autocast_cast", autocast_layer_params(sc, layer)) if not tag else None
+    if cast is not None:
+        seq.compute(cast)
+    seq.compute(elementwise("norm1", z.T_sp * z.h, NORM_PASSES[0], z))
+    if z.t > 1 and sp:
+        seq.comm(tp_collective(sc, z, "sp_allgather_attn", "all_gather"))
+    seq.compute(gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
+    if m.rotary:
+        seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
+    _attention_forward(sc, z, seq, tag)
+    seq.compute(gemm("out_proj", z.T, z.h, z.q, z))
+    if z.t > 1:
+        seq.comm(tp_collective(sc, z, "sp_reducescatter_attn" if sp else "tp_allreduce_attn", "reduce_scatter" if sp else "all_reduce"))
+    seq.compute(residual_add(sc, z, "residual1"))
+    seq.compute(elementwise("norm2", z.T_sp * z.h, NORM_PASSES[0], z))
+    moe = m.is_moe_layer(layer)
+    if moe:
+        e = m.moe
+        routed, rows = _moe_tokens(sc, z)
+        seq.compute(gemm("router", routed, e.experts, z.h, z))
+        seq.compute(elementwise("permute", routed * e.top_k * z.h, 2, z))
+        a2a = float(routed * e.top_k * z.h * z.ab * p.ep_imbalance)
+        if p.ep > 1:
+            seq.comm(Comm("ep_counts", "ep", "all_to_all", float(e.experts * EP_COUNT_BYTES)))
+            seq.comm(Comm("ep_dispatch", "ep", "all_to_all", a2a))
+        local = e.experts // p.ep
+        per_expert = max(1, int(round(rows / local)))
+        fe = e.expert_ffn_hidden
+        local_sort = p.ep > 1 and local > 1
+        if local_sort:  # the received rows come grouped by source rank: regroup them by local expert
+            seq.compute(elementwise("ep_sort", round(rows) * z.h, 2, z))
+        seq.compute(gemm("expert_fc1", per_expert, 2 * fe if m.gated_mlp else fe, z.h, z, repeat=local))
+        seq.compute(elementwise("expert_act", rows * fe, (SWIGLU_PASSES if m.gated_mlp else GELU_PASSES)[0], z))
+        seq.compute(gemm("expert_fc2", per_expert, z.h, fe, z, repeat=local))
+        if local_sort:
+            seq.compute(elementwise("ep_unsort", round(rows) * z.h, 2, z))
+        if p.ep > 1:
+            seq.comm(Comm("ep_combine", "ep", "all_to_all", a2a))
+        seq.compute(elementwise("unpermute", routed * e.top_k * z.h, 2, z))
+        shared = _mlp_ops(sc, z, moe=True)
+        if shared:
+            if sp:
+                seq.comm(tp_collective(sc, z, "sp_allgather_shared", "all_gather"))
+            for op in shared:
+                seq.compute(op)
+            if z.t > 1:
+                seq.comm(tp_collective(sc, z, "sp_reducescatter_shared" if sp else "tp_allreduce_shared",
+                                  "reduce_scatter" if sp else "all_reduce"))
+    else:
+        if sp:
+            seq.comm(tp_collective(sc, z, "sp_allgather_mlp", "all_gather"))
+        for op in _mlp_ops(sc, z, moe=False):
+            seq.compute(op)
+        if z.t > 1:
+            seq.comm(tp_collective(sc, z, "sp_reducescatter_mlp" if sp else "tp_allreduce_mlp", "reduce_scatter" if sp else "all_reduce"))
+    seq.compute(residual_add(sc, z, "residual2"))
+    return seq
+
+
+EP_COUNT_BYTES = 8
+"""Bytes per expert of the token-count exchange that precedes every EP dispatch: the ranks must know how
+many rows each will receive before the variable-size all-to-all (torchtitan `expert_parallel.py`: an
+`all_to_all_single` of int64 counts per expert; Megatron's all-to-all dispatcher gathers the same counts).
+Forward only: the backward all-to-alls reuse the forward's split sizes."""
+
+COLUMN_LINEARS = ("qkv", "fc1", "shared_fc1")
+"""Column-parallel GEMMs: their input is the SP all-gather's output."""
+_BWD_COMM = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "all_to_all": "all_to_all"}
+
+
+def backward_of(op: Compute, z: Shard) -> tuple[Compute | None, Compute | None]:
+    """(input-grad op, weight-grad op) for a forward compute op."""
+    if op.kind == "gemm":
+        m, n, k = op.shape
+        dgrad = Compute(op.name + "_dgrad", "gemm", op.flops, op.bytes, op.dtype, (m, k, n), op.repeat)
+        if op.name in ("attn_scores",):
+            return dgrad, None
+        wgrad = Compute(op.name + "_wgrad", "gemm", op.flops, op.bytes, op.dtype, (k, n, m), op.repeat)
+        return dgrad, wgrad
+    if op.kind == "elementwise":
+        passes = {"norm": NORM_PASSES, "swiglu": SWIGLU_PASSES, "expert_act": SWIGLU_PASSES, "gelu": GELU_PASSES,
+                  "rope": ROPE_PASSES, "residual": RESIDUAL_PASSES}
+        key = next((k for k in passes if op.name.startswith(k)), None)
+        fwd, bwd = passes[key] if key else (2, 2)
+        return Compute(op.name + "_bwd", "elementwise", 0.0, op.bytes * bwd / fwd, op.dtype, op.shape), None
+    return None, None
+
+
+def tp_linear_async(sc: Scenario) -> bool:
+    """`parallel.tp_linear_async` where it applies: SP over tp > 1, comm that can overlap, `overlap_tp` off,
+    weight gradients computed with their dgrads (not a split-backward schedule). NCCL runs the collectives
+    on the SMs the overlapped GEMM needs (the reason Megatron's --tp-comm-overlap moves them to copy
+    engines): that cost is `cluster.efficiency.comm_sm_share` (`sm_share.py`)."""
+    p = sc.parallel
+    return (p.tp_linear_async and p.sp and p.tp > 1 and not sc.overlap_tp and sc.topology.node.comm_overlaps_compute
+            and not schedule_spec(p.pp_schedule).splits_backward)
+
+
+def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasses:
+    """F, B and W node lists of one layer for one micro-batch on one rank."""
+    z = z or shard(sc)
+    fwd = layer_forward(sc, layer, z)
+    b = OpList()
+    rc = sc.training.recompute
+    if rc == "full":
+        b.extend(layer_forward(sc, layer, z, tag="R"))
+    w_ops: list[Compute] = []
+    wgrad_ag: list[Comm] = []
+    sp = sc.parallel.sp and z.t > 1
+    async_linear = tp_linear_async(sc)
+    regather = None  # async column linear: its re-gather's node, then its wgrad waits for the dgrad's reduce-scatter
+    attention_done = False
+    for node in reversed(fwd.nodes):
+        op = node.op
+        if isinstance(op, Comm):
+            if op.dim == "cp":
+                continue  # handled with the attention backward
+            if op.name == "ep_counts":
+                continue  # the backward all-to-alls reuse the forward's split sizes
+            if op.collective == "all_reduce":  # TP g -> f: backward all-reduce sits after the column-parallel dgrad
+                continue
+            if regather is not None and op.dim == "tp" and op.collective == "all_gather":
+                # the column linear's dgrad reduce-scatter, under its wgrad GEMM (which needs the re-gather)
+                ag, wgrad = regather
+                rs = b.comm(Comm(op.name + "_bwd", "tp", "reduce_scatter", op.bytes, blocking=False), extra=(ag,))
+                b.compute(wgrad, extra=(ag,))
+                b.pending.append(rs)
+                regather = None
+                continue
+            b.comm(Comm(op.name + "_bwd", op.dim, _BWD_COMM[op.collective], op.bytes, op.blocking))
+            if op.collective == "all_gather" and sp:
+                # Megatron re-gathers the SP input for the weight gradient (KOR22 §4.2.2), overlapped with dgrad
+                wgrad_ag.append(Comm(op.name + "_wgrad", "tp", "all_gather", op.bytes, blocking=not sc.overlap_tp))
+            continue
+        if op.name.startswith("cp_merge"):
+            continue  # the ring backward's blocks use the merged log-sum-exp; no backward of their own
+        if op.kind == "attention":
+            if attention_done:
+                continue  # the CP ring's forward steps share one backward (emitted once, all steps)
+            attention_done = True
+            if rc == "selective" and sc.training.attention == "eager":
+                sub = OpList("R")
+                _attention_forward(sc, z, sub)
+                b.extend(sub)
+            _attention_backward(sc, z, b)
+            continue
+        dgrad, wgrad = backward_of(op, z)
+        if async_linear and op.name in COLUMN_LINEARS and wgrad is not None:
+            # re-gather the SP input under the dgrad GEMM; the wgrad comes with the reduce-scatter (above)
+            regather_op = replace(tp_collective(sc, z, op.name + "_regather_wgrad", "all_gather"), blocking=False)
+            regather = (b.comm(regather_op), wgrad)
+            b.compute(dgrad)
+            continue
+        if dgrad is not None:
+            b.compute(dgrad)
+        if wgrad is not None:
+            w_ops.append(wgrad)
+        if op.kind == "gemm" and op.name in COLUMN_LINEARS and z.t > 1 and not sp:
+            b.comm(tp_collective(sc, z, f"tp_allreduce_{op.name}_dgrad", "all_reduce"))
+    # weight-grad list: norm weight grads are folded into their backward kernels
+    w = OpList()
+    ag = {c.name.split("_", 2)[-1].replace("_wgrad", ""): c for c in wgrad_ag}
+    for op in w_ops:
+        key = {"qkv_wgrad": "attn", "fc1_wgrad": "mlp", "shared_fc1_wgrad": "shared"}.get(op.name)
+        if key and key in ag:
+            # the re-gather reads the saved SP-sharded input: with overlap_tp it starts at once, behind earlier
+            # W GEMMs; without, it runs in line like every other TP collective
+            w.comm(ag.pop(key), after_compute=not sc.overlap_tp)
+            w.pending = [len(w.nodes) - 1]
+        w.compute(op)
+    acc = grad_accum_op(sc, sum(layer_rank_params(sc, layer)))
+    if acc is not None:
+        w.compute(acc)
+    return LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes))
+
+
+def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
+    """`grad += new_grad` after each micro-batch's backward when the accumulation is not fused into the
+    weight-gradient GEMM (nanotron's FP32GradientAccumulator, PyTorch autograd's `.grad` accumulation);
+    None when it is fused (Megatron's gradient_accumulation_fusion). Memory-bound: read the new gradient
+    (weight dtype), read and write the accumulator (grad dtype): 2 + 4 + 4 = 10 B/param for bf16 into
+    fp32, 12 for fp32 training. Under `training.autocast` every micro-batch casts its bf16 gradient to
+    fp32 (6 B/param) and all but the first add it into `.grad` (12): 6 + 12 (m-1)/m B/param on average."""
+    tr = sc.training
+    if tr.autocast and params > 0:
+        m = sc.micro_batches
+        moved = params * (AUTOCAST_CAST_BYTES + AUTOCAST_GRAD_ADD_BYTES * (m - 1) / m)
+        return Compute("grad_accum_fp32", "elementwise", 0.0, moved, "fp32", (int(params),))
+    if tr.grad_accum_fused or params <= 0:
+        return None
+    moved = params * (param_bytes(sc) + 2 * tr.grad_bytes)
+    dtype = "bf16" if tr.grad_bytes == 2 else "fp32"
+    return Compute(f"grad_accum_{dtype}", "elementwise", 0.0, moved, dtype, (int(params),))
+
+
+AUTOCAST_CAST_BYTES = 6
+"""A cast between a bf16 and an fp32 copy of one parameter: read 2 + write 4 (or read 4 + write 2)."""
+AUTOCAST_GRAD_ADD_BYTES = 12
+"""`.grad += g` in fp32: read both, write one (AccumulateGrad; the first micro-batch's gradient is kept as is)."""
+
+
+def autocast_cast_op(sc: Scenario, name: str, params: float) -> Compute | None:
+    """Under `training.autocast`, the fp32 -> bf16 cast of `params` weights that the step's first forward
+    makes and autocast's cache serves to the other micro-batches: 6 B/param once a step, emitted in every
+    micro-batch's forward as 6/m B/param (one op list serves all m micro-batches). None without autocast."""
+    if not sc.training.autocast or params <= 0:
+        return None
+    moved = params * AUTOCAST_CAST_BYTES / sc.micro_batches
+    return Compute(name, "elementwise", 0.0, moved, "fp32", (int(params),))

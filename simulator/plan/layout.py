@@ -1,0 +1,148 @@
+"""Where ranks sit and which layers each pipeline rank holds.
+
+One grid for ranks (STYLE.md, after picotron and Megatron): `order` names the dimensions innermost
+first ("tp-cp-ep-dp-pp" = Megatron's default: TP inside a node), and every process group is read off
+`arange(world).reshape(...)`. EP borrows from the cp x dp ranks, and `ep` stands next to `dp` in the
+string (`scenario.validate_layout`): before it ("ep-dp", inner), an EP group is a run of `ep` consecutive
+members of the (cp, dp) group in the order the string gives; after it ("dp-ep", outer), it takes every
+(cp*dp/ep)-th member, and the expert-data-parallel peers are the runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..scenario import Scenario
+from .schedules import schedule_spec
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShape:
+    """How one process group sits on the cluster (all groups of a dimension have the same shape)."""
+    dim: str
+    size: int
+    nodes: int
+    """Distinct nodes its ranks span."""
+    per_node: int
+    """Most ranks of the group on one node."""
+    ranks: tuple[int, ...]
+    """The group of global rank 0 (or of the first rank in it), for printing and tests."""
+
+    @property
+    def intra_node(self) -> bool:
+        return self.nodes <= 1
+
+
+def _dense_order(order: str) -> list[str]:
+    return [d for d in order.split("-") if d != "ep"]
+
+
+def rank_grid(sc: Scenario) -> tuple[np.ndarray, list[str]]:
+    """grid[c_outer, ..., c_inner] = global rank; returns (grid, dims outermost first)."""
+    inner_first = _dense_order(sc.parallel.order)
+    sizes = {"tp": sc.parallel.tp, "cp": sc.parallel.cp, "dp": sc.dp, "pp": sc.parallel.pp}
+    outer_first = list(reversed(inner_first))
+    grid = np.arange(sc.gpus).reshape([sizes[d] for d in outer_first])
+    return grid, outer_first
+
+
+def coords(sc: Scenario, rank: int) -> dict[str, int]:
+    grid, dims = rank_grid(sc)
+    idx = np.argwhere(grid == rank)[0]
+    return dict(zip(dims, (int(i) for i in idx)))
+
+
+def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
+    """Ranks of `dim`'s group that contains `rank`. dim in tp, cp, dp, pp, ep, or dp_cp (gradient group)."""
+    grid, dims = rank_grid(sc)
+    c = coords(sc, rank)
+    if dim in ("tp", "cp", "dp", "pp"):
+        sl = tuple(slice(None) if d == dim else c[d] for d in dims)
+        return [int(x) for x in grid[sl].ravel()]
+    if dim in ("dp_cp", "ep", "edp"):
+        # the (cp, dp) plane, flattened with the inner of the two varying fastest
+        sl = tuple(slice(None) if d in ("cp", "dp") else c[d] for d in dims)
+        plane = [int(x) for x in grid[sl].ravel()]  # C-order: later (inner) dims fastest
+        if dim == "dp_cp":
+            return plane
+        ep = sc.parallel.ep
+        pos = plane.index(rank)
+        names = sc.parallel.order.split("-")
+        if names.index("ep") < names.index("dp"):  # ep inner: runs of ep; expert-DP peers every ep-th
+            ep_group = lambda sub: sub[pos - pos % ep: pos - pos % ep + ep]  # noqa: E731
+            edp_group = lambda sub: sub[pos % ep::ep]  # noqa: E731
+        else:  # ep outer: every (n/ep)-th; expert-DP peers the runs of n/ep
+            run = len(plane) // ep
+            ep_group = lambda sub: sub[pos % run::run]  # noqa: E731
+            edp_group = lambda sub: sub[pos - pos % run: pos - pos % run + run]  # noqa: E731
+        if dim == "ep":
+            return ep_group(plane)
+        # expert-data-parallel: ranks holding the same expert shard. Experts are not tensor-split
+        # (expert tensor parallel = 1), so TP peers hold the same experts on different tokens too.
+        members = []
+        for tp_rank in group_ranks(sc, "tp", rank):
+            members += edp_group(group_ranks(sc, "dp_cp", tp_rank))
+        return sorted(members)
+    raise ValueError(f"unknown group dimension {dim!r}")
+
+
+def group_shape(sc: Scenario, dim: str, rank: int = 0) -> GroupShape:
+    ranks = group_ranks(sc, dim, rank)
+    g = sc.gpus_per_node
+    nodes = [r // g for r in ranks]
+    counts = np.bincount(nodes)
+    return GroupShape(dim=dim, size=len(ranks), nodes=int((counts > 0).sum()), per_node=int(counts.max()), ranks=tuple(ranks))
+
+
+def pair_shape(sc: Scenario, a: int, b: int) -> GroupShape:
+    """GroupShape of two global ranks (a PP pair or the tied-embedding pair)."""
+    g = sc.gpus_per_node
+    na, nb = a // g, b // g
+    return GroupShape(dim="pp", size=2, nodes=1 if na == nb else 2, per_node=2 if na == nb else 1, ranks=(a, b))
+
+
+def pp_rank_of_stage_rank(sc: Scenario, pp_rank: int) -> int:
+    """A global rank that holds pipeline rank `pp_rank` (tp=cp=dp=0)."""
+    grid, dims = rank_grid(sc)
+    sl = tuple(pp_rank if d == "pp" else 0 for d in dims)
+    return int(grid[sl])
+
+
+# ----------------------------------------------------------------------------------- layers
+
+def chunk_layers(sc: Scenario) -> list[int]:
+    """Layers per model chunk in pipeline order (pp*vpp entries)."""
+    p = sc.parallel
+    n = p.pp * p.vpp
+    if p.pp_layers is not None:
+        return list(p.pp_layers)
+    return [sc.model.layers // n] * n
+
+
+def chunk_owner(sc: Scenario, chunk: int) -> tuple[int, int]:
+    """(pp rank, local chunk index) of pipeline chunk `chunk` (0 = first, holds the embedding): the
+    schedule's placement (`ScheduleSpec.place`: round-robin c % p, or V-shaped)."""
+    p = sc.parallel
+    return schedule_spec(p.pp_schedule).place(p.pp, chunk)
+
+
+def rank_chunks(sc: Scenario, pp_rank: int) -> list[tuple[int, list[int]]]:
+    """For a pp rank: [(pipeline chunk index, [global layer indices])] in local chunk order."""
+    sizes = chunk_layers(sc)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    out = []
+    for c in range(len(sizes)):
+        r, local = chunk_owner(sc, c)
+        if r == pp_rank:
+            out.append((local, c, list(range(int(starts[c]), int(starts[c + 1])))))
+    out.sort()
+    return [(c, layers) for _, c, layers in out]
+
+
+def first_chunk(sc: Scenario) -> int:
+    return 0
+
+
+def last_chunk(sc: Scenario) -> int:
+    return sc.parallel.pp * sc.parallel.vpp - 1

@@ -1,0 +1,484 @@
+"""Per-rank memory: model states, activations held for backward, temporary buffers, and the peak.
+
+For pipeline rank r (every TP/CP/DP rank of a stage holds the same amounts):
+
+    peak(r) = weights + grads + optimizer                           static_bytes(sc, r)
+            + sum over chunks c of n_c * chunk_activation_bytes(c)  activations in flight
+            + buffers_total(buffer_bytes(sc, r))                   temporaries and allowances
+
+where n_c (`inflight_per_chunk`) is the number of micro-batches whose forward through chunk c has run
+and whose backward (B) has not, at the rank's worst moment. For the discrete-event engine: allocate
+`chunk_activation_bytes(c)` when F of (c, micro-batch) starts and free it when its B ends; the
+transient buffers live only inside one layer's (or the loss's) pass; the rest are held all step.
+
+Sources (docs/modeling.md): model states §3.1 (ZeRO §5.1-5.3, MEG-DO); per-layer activations §3.2 (KOR22
+Eq. 1-4, Table 2; Llama-style bookkeeping derived there); ends of the pipeline §3.3 (KOR22 §4.3,
+MEG-MEM); micro-batches in flight §3.4 (NAR21, KOR22 §4.2.3, ZB, DualPipe README); buffers §3.5.
+Neighbours: `ops.rank_params` (parameters per rank), `ops.shard` (per-rank tensor sizes), `layout`
+(groups, chunks). The report calls `memory_report`; validation/memory_reference.py checks the
+published numbers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .memory_fit import MemoryReport, fits, headroom_gib
+from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
+from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
+                             param_bytes, rank_params)
+from .opgraph import DROPOUT_MASK_BYTES, Shard, shard
+from .sharded_params import layer_rank_params as ops_layer_rank_params
+from .policy import sharding_policy
+from ..scenario import Scenario
+from .schedules import schedule_spec
+
+GIB = 2 ** 30
+"""Bytes per GiB (docs/report.md: GiB = 2^30 bytes)."""
+
+# ----------------------------------------------------------------------------------- constants
+
+WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}
+"""Module weights per precision; FP8 training keeps 16-bit weights and casts them per GEMM (DSV3 §3.3,
+Transformer Engine `fp8_autocast`)."""
+MASTER_BYTES = 4
+"""fp32 master copy of each weight under bf16/fp8 training (ZeRO §3.1; MEG-DO)."""
+ADAM_STATE_BYTES = 8
+"""Adam first and second moments, fp32 each (ZeRO §3.1: K = 12 with the master)."""
+AUTOCAST_CACHE_BYTES = 2
+"""`training.autocast`: the bf16 copy autocast caches of each fp32 weight it casts (leaf tensors that
+require grad), kept until the outermost autocast context exits (torch.autocast `_enter`/`_exit`,
+`clear_autocast_cache`); the replay wraps the whole step's forwards and backwards in one context."""
+FP8_WEIGHT_CACHE_BYTES = 2
+"""FP8 training: Transformer Engine casts each weight to FP8 once per step and keeps the copy and its
+transpose across micro-batches (`is_first_microbatch`); Hopper FP8 GEMMs take only the TN layout,
+so the dgrad GEMM needs the transposed copy: 1 + 1 bytes per parameter on the rank."""
+TOKEN_ID_BYTES = 8
+"""int64 token ids (input ids on the first stage, MEG-MEM `8*s*b*p`; labels on the last)."""
+LOSS_MASK_BYTES = 4
+"""Megatron's per-token fp32 loss mask on the last stage (`get_batch`)."""
+LOGIT_BYTES = 4
+"""Logits are turned into fp32 for the cross-entropy, which keeps them for backward (KOR22 §4.3)."""
+LSE_BYTES = 4
+"""FlashAttention keeps one fp32 log-sum-exp per (head, query) for its backward (FA2 §3.1)."""
+ROUTER_PROB_BYTES = 4
+"""MoE router scores over all experts, fp32, kept for backward (Megatron `topk_softmax_with_capacity`:
+`torch.softmax(logits, dtype=torch.float32)` with pre-softmax, or the sigmoid scores of DeepSeek-V3;
+its default post-top-k softmax keeps only top_k per token, so this is the larger case)."""
+DP_BUCKETS_IN_FLIGHT = 2
+"""ZeRO-2/3: one gradient bucket being reduce-scattered while the next fills (DeepSpeed keeps two
+`ipg` buffers with `overlap_comm`; DS-CFG). ZeRO-0/1 reduce in place in Megatron's contiguous
+fp32 grad buffer, whose buckets are views (MEG-DDP; docs/modeling.md §3.5): no extra memory."""
+ZERO3_LIVE_UNITS = 2
+"""ZeRO-3 / FSDP: the gathered parameters of the current layer plus the prefetched next one."""
+CUDA_CONTEXT_BYTES = 400e6
+"""CUDA context with lazy module loading (CUDA >= 11.7, PyTorch's default): "around 400MB"
+(PyTorch maintainer, pytorch/pytorch#109888; PR #86509 measured 287 MB lazy vs 667 MB eager)."""
+NCCL_CHANNELS = 32
+"""Channels NCCL opens per communicator on an 8 x H100 NVLink node (nccl#1685 log: channels 00..31)."""
+NCCL_PEERS_PER_CHANNEL = 2
+"""Ring algorithms connect each rank to 2 peers per channel regardless of scale (NCCL maintainer,
+nccl#864 / nccl#986)."""
+NCCL_CONNECTION_BYTES = 10 * 2 ** 20
+"""One connection's FIFOs: Simple 4 MiB (NCCL_BUFFSIZE default) + LL128 ~4.7 MiB + LL 0.5 MiB,
+allocated as 10 MiB (10485760-byte allocations in nccl#1685's ALLOC log)."""
+ALLOCATOR_FRAGMENTATION = 0.05
+"""Caching-allocator slack on memory allocated and freed during the step (activations and
+temporaries): MEG-MEM's flat 5 %. Model states live in contiguous buffers allocated once (Megatron's
+param/grad buffers, ZeRO §6.2's pre-allocated contiguous buffers), so they are not charged."""
+BUCKET_MB_BYTES = 1e6
+"""`parallel.dp_bucket_mb` counts 10^6 bytes (as `ops.dp_buckets` reads it)."""
+NO_CUDA_INTERCONNECTS = ("host",)
+"""Topologies whose "GPUs" are CPU processes (cpu-host): no CUDA context, NCCL or caching allocator."""
+
+LAYER_TRANSIENTS = ("sp_gather", "cp_kv", "ep_all_to_all", "attention_scores", "recompute_layer")
+"""Buffer kinds that live inside one layer's pass; they coexist with each other."""
+HEAD_TRANSIENTS = ("logits_grad", "head_sp_gather")
+"""Buffer kinds that live inside the loss / LM-head backward (never during a layer's pass)."""
+OUTSIDE_ALLOCATOR = ("cuda_context", "nccl")
+"""Held buffer kinds that PyTorch's caching allocator does not hold (no fragmentation, not in
+`torch.cuda.max_memory_allocated`)."""
+HELD_BUFFERS = ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache", "autocast_cache") + OUTSIDE_ALLOCATOR
+"""Buffer kinds held through the step."""
+SCORE_TERMS = ("softmax_output", "softmax_dropout_mask", "softmax_dropout_output")
+"""The a*s^2 tensors of eager attention that selective recompute drops (KOR22 Table 2)."""
+OPTIMIZER_TRANSIENTS = ("zero_gather",)
+"""Buffer kinds that live only in the optimizer step, after the backward freed the activations."""
+BUFFER_KINDS = LAYER_TRANSIENTS + HEAD_TRANSIENTS + HELD_BUFFERS + OPTIMIZER_TRANSIENTS + ("fragmentation",)
+
+
+# ----------------------------------------------------------------------------------- model states
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StateBytes:
+    """Bytes per parameter of one replica group member, by kind."""
+    weights: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+
+UNFUSED_BF16_GRAD_BYTES = 2
+"""With unfused fp32 accumulation (training.grad_accum_fused: false) each parameter also keeps its bf16
+gradient (nanotron: 1B dp8 ZeRO-0 measures 25.07 GiB = 20.07 B/param, playbook fit split)."""
+
+
+def state_bytes_per_param(precision: str, grad_bytes: int, optimizer: str, zero: int, group: int,
+                          autocast: bool = False) -> StateBytes:
+    """Bytes per parameter: weights W (4 fp32, 2 bf16/fp8), grads G, optimizer K (fp32 master 4 unless
+    fp32 training, + Adam m, v 8; SGD without momentum keeps only the master). ZeRO over `group` ranks:
+    stage >= 1 divides K, >= 2 also G, 3 also W (ZeRO §5.1-5.3: 16, 4 + 12/N, 2 + 14/N, 16/N with
+    W = G = 2, K = 12; MEG-DO: 18 and 6 + 12/d for bf16 weights and fp32 grads). `autocast`: the fp32
+    parameter is its own master (W = 4, K = Adam's 8); its bf16 copy is a buffer (`autocast_cache`)."""
+    w = 4 if autocast else WEIGHT_BYTES[precision]
+    k = (0 if precision == "fp32" or autocast else MASTER_BYTES) + (ADAM_STATE_BYTES if optimizer == "adamw" else 0)
+    dw, dg, dk = sharding_policy(zero).state_divisors(group)
+    return StateBytes(weights=w / dw, grads=grad_bytes / dg, optimizer=k / dk)
+
+
+def zero_groups(sc: Scenario) -> tuple[int, int]:
+    """(dense, expert) sharding group sizes: dp*cp for dense parameters, the expert-DP group for
+    routed experts (layout groups `dp_cp` and `edp`)."""
+    return group_shape(sc, "dp_cp").size, group_shape(sc, "edp").size
+
+
+def static_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None = None) -> dict[str, float]:
+    """Weights, gradients and optimizer states on one rank of pipeline stage `pp_rank`:
+    dense parameters sharded over dp*cp, routed experts over the expert-DP group (docs/modeling.md §3.1).
+    V schedules hold each chunk once: DualPipeV's "2x parameters" (DualPipe README) is per device
+    with 2 of the 2*pp stages, i.e. this rank's own two chunks, not a second copy.
+    `groups`: `zero_groups(sc)` if already known (it is the same for every stage)."""
+    tr, z = sc.training, sc.parallel.zero
+    rp = rank_params(sc, pp_rank)
+    dense_group, expert_group = groups or zero_groups(sc)
+    d = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, dense_group, tr.autocast)
+    e = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, expert_group, tr.autocast)
+    grads = rp.dense * d.grads + rp.expert * e.grads
+    if not tr.grad_accum_fused and tr.precision != "fp32" and tr.grad_bytes == 4 and not tr.autocast:
+        grads += UNFUSED_BF16_GRAD_BYTES * rp.total  # the bf16 .grad kept beside the fp32 buffer
+    return {"weights": rp.dense * d.weights + rp.expert * e.weights,
+            "grads": grads,
+            "optimizer": rp.dense * d.optimizer + rp.expert * e.optimizer}
+
+
+def layer_rank_params(sc: Scenario, layer: int) -> float:
+    """Parameters of one layer on one rank (`ops.layer_rank_params`, dense + expert)."""
+    return sum(ops_layer_rank_params(sc, layer))
+
+
+def _end_unit_params(sc: Scenario, pp_rank: int) -> list[float]:
+    """Embedding / LM-head parameters on the rank (the ZeRO-3 units at the ends of the pipeline)."""
+    rp = rank_params(sc, pp_rank)
+    units = []
+    if rp.embedding:
+        units.append(embedding_rank_params(sc))
+    if rp.head:
+        units.append(sum(head_rank_tensors(sc, rp.embedding)))
+    return units
+
+
+# ----------------------------------------------------------------------------------- activations
+
+def _s_kv(sc: Scenario, z: Shard) -> int:
+    """Keys a local query attends to: the whole sequence (s), also under CP (each CP rank's queries
+    see every chunk's keys)."""
+    return z.s * sc.parallel.cp
+
+
+def _moe_rows(sc: Scenario, z: Shard) -> tuple[int, float]:
+    """(tokens this rank routes, expert-token rows its experts compute). Routed tokens are the SP
+    shard T/t (as `ops` does); rows = routed * top_k * ep_imbalance, capped by the capacity factor."""
+    e = sc.model.moe
+    routed = z.T // z.t if z.t > 1 else z.T
+    skew = sc.parallel.ep_imbalance if e.capacity_factor is None else min(sc.parallel.ep_imbalance, e.capacity_factor)
+    return routed, routed * e.top_k * skew
+
+
+def _mlp_terms(sc: Scenario, z: Shard, ffn_per_rank: float, rows: float, prefix: str) -> dict[str, float]:
+    """Stored tensors of one FFN after its input: GeLU input and FC2 input (KOR22 §4.1: 8sbh + 8sbh
+    at f = 4h), or SwiGLU gate, up and FC2 input (docs/modeling.md §3.2: 6sbf)."""
+    ab = z.ab
+    if sc.model.gated_mlp:
+        return {f"{prefix}gate": ab * rows * ffn_per_rank, f"{prefix}up": ab * rows * ffn_per_rank,
+                f"{prefix}fc2_input": ab * rows * ffn_per_rank}
+    return {f"{prefix}act_input": ab * rows * ffn_per_rank, f"{prefix}fc2_input": ab * rows * ffn_per_rank}
+
+
+def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = None) -> dict[str, float]:
+    """Bytes stored for backward by one layer, one micro-batch, on one rank, by tensor.
+
+    GPT (KOR22 §4.1, with dropout): LayerNorm inputs 4sbh, QKV input 2sbh, Q K V 6sbh, out-proj input
+    2sbh, attention dropout mask sbh, FC1 input 2sbh, GeLU input 8sbh, FC2 input 8sbh, MLP dropout mask
+    sbh = 34sbh; eager attention adds softmax output 2as^2b, its dropout mask as^2b, dropout output
+    2as^2b (Eq. 1). TP splits all but the norm inputs, linear inputs and masks (Eq. 2: 10 + 24/t);
+    SP splits those too (Eq. 4). Llama (docs/modeling.md §3.2, derived): RMSNorm inputs, QKV input, Q, K, V
+    (GQA widths), out-proj input, FC1 input, gate, up, FC2 input = sb(12h + 4h_kv + 6f); no dropout, so
+    eager attention stores only the softmax output (2as^2b), which is also the AV input.
+    Flash attention stores no scores, only an fp32 log-sum-exp. Selective recompute drops the score
+    terms (KOR22 Table 2) and the LSE (the core attention is re-run from Q, K, V). Full recompute keeps
+    only the layer input: 2sbh, or 2sbh/t with SP since the tensor between layers is sequence-sharded
+    in Megatron (docs/modeling.md §3.2, derived; KOR22 Table 2 gives 2sbh for its non-SP layout).
+    CP: local s/c queries against all s keys. MoE layer: router input and fp32 probabilities, the
+    dispatched rows (tokens x top_k x ep_imbalance) through the expert FFN, the returned expert outputs
+    kept for the probability-weighted combine, and shared experts as a dense FFN."""
+    rc = recompute or sc.training.recompute
+    m, z = sc.model, shard(sc)
+    ab, T, Tsp, h = z.ab, z.T, z.T_sp, z.h
+    if rc == "full":
+        return {"layer_input": ab * Tsp * h}
+    k_width = z.q if m.mla else z.kv
+    o_width = z.heads * m.mla.v_head_dim if m.mla else z.q
+    terms = {"norm1_input": ab * Tsp * h, "qkv_input": ab * Tsp * h,
+             "q": ab * T * z.q, "k": ab * T * k_width, "v": ab * T * z.kv, "attn_out": ab * T * o_width}
+    if m.mla:
+        # approximation: compressed q and kv latents kept twice (norm input, up-projection input), full sequence
+        terms["mla_latents"] = 2 * ab * T * (m.mla.q_lora_rank + m.mla.kv_lora_rank)
+    if m.hidden_dropout:  # the mask ops' bias-dropout-add writes (`ops._residual`)
+        terms["attn_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
+    if rc == "none":
+        scores = z.b * z.heads * z.s * _s_kv(sc, z)
+        if sc.training.attention == "eager":
+            terms["softmax_output"] = ab * scores
+            if m.arch == "gpt":
+                terms["softmax_dropout_mask"] = DROPOUT_MASK_BYTES * scores
+                terms["softmax_dropout_output"] = ab * scores
+        else:
+            terms["flash_lse"] = LSE_BYTES * z.b * z.heads * z.s
+    terms["norm2_input"] = ab * Tsp * h
+    if m.is_moe_layer(layer):
+        e = m.moe
+        routed, rows = _moe_rows(sc, z)
+        terms["router_input"] = ab * Tsp * h
+        terms["router_probs"] = ROUTER_PROB_BYTES * routed * e.experts
+        terms["expert_fc1_input"] = ab * rows * h
+        terms.update(_mlp_terms(sc, z, e.expert_ffn_hidden, rows, "expert_"))
+        terms["expert_output"] = ab * routed * e.top_k * h
+        if e.shared_experts:
+            terms.update(_mlp_terms(sc, z, e.shared_experts * e.shared_ffn / z.t, T, "shared_"))
+    else:
+        terms["fc1_input"] = ab * Tsp * h
+        terms.update(_mlp_terms(sc, z, m.ffn_hidden / z.t, T, ""))
+    if m.hidden_dropout:
+        terms["mlp_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
+    return terms
+
+
+def activation_bytes_per_layer(sc: Scenario, layer: int) -> float:
+    """Bytes one layer keeps for backward, one micro-batch, one rank (sum of `layer_activation_terms`)."""
+    return float(sum(layer_activation_terms(sc, layer).values()))
+
+
+def embedding_activation_terms(sc: Scenario) -> dict[str, float]:
+    """First chunk, per micro-batch: input ids (MEG-MEM 8sb) and, for GPT, the embedding dropout mask
+    (KOR22 §4.3: sbh/t with SP)."""
+    z = shard(sc)
+    terms = {"input_ids": TOKEN_ID_BYTES * z.T}
+    if sc.model.arch == "gpt":
+        terms["embedding_dropout_mask"] = DROPOUT_MASK_BYTES * z.T_sp * z.h
+    return terms
+
+
+def head_activation_terms(sc: Scenario) -> dict[str, float]:
+    """Last chunk, per micro-batch (KOR22 §4.3): final-norm input 2sbh/t, LM-head input 2sbh/t (both
+    /t only with SP), fp32 logits 4sbV/t kept by the cross-entropy, labels and loss mask."""
+    z = shard(sc)
+    v = -(-sc.model.vocab // z.t)
+    return {"final_norm_input": z.ab * z.T_sp * z.h, "lm_head_input": z.ab * z.T_sp * z.h,
+            "logits": LOGIT_BYTES * z.T * v, "labels": TOKEN_ID_BYTES * z.T, "loss_mask": LOSS_MASK_BYTES * z.T}
+
+
+def _chunk_layers(sc: Scenario, pp_rank: int, chunk: int) -> list[int]:
+    for c, layers in rank_chunks(sc, pp_rank):
+        if c == chunk:
+            return layers
+    raise ValueError(f"pipeline chunk {chunk} is not on pp rank {pp_rank} (it is on {chunk_owner(sc, chunk)[0]})")
+
+
+def chunk_activation_bytes(sc: Scenario, pp_rank: int, chunk: int) -> float:
+    """One micro-batch through pipeline chunk `chunk` (global index, as `layout.rank_chunks` gives) on
+    pp rank `pp_rank`: its layers plus the embedding extras on chunk 0 and the head extras on the last."""
+    total = sum(activation_bytes_per_layer(sc, i) for i in _chunk_layers(sc, pp_rank, chunk))
+    if chunk == 0:
+        total += sum(embedding_activation_terms(sc).values())
+    if chunk == last_chunk(sc):
+        total += sum(head_activation_terms(sc).values())
+    return float(total)
+
+
+# ----------------------------------------------------------------------------------- in flight
+
+def inflight_per_chunk(sc: Scenario, pp_rank: int) -> dict[int, float]:
+    """Per pipeline chunk on the rank: micro-batches whose F has run and whose B has not, at the
+    rank's peak: the schedule's `ScheduleSpec.inflight` (schedules.py has each formula with its source:
+    NAR21, KOR22 §4.2.3, ZB, DualPipe)."""
+    p = sc.parallel
+    chunks = [c for c, _ in rank_chunks(sc, pp_rank)]
+    counts = schedule_spec(p.pp_schedule).inflight(pp_rank, p.pp, p.vpp, sc.micro_batches)
+    return {c: float(n) for c, n in zip(chunks, counts)}
+
+
+def inflight_microbatches(sc: Scenario, pp_rank: int) -> float:
+    """Micro-batches in flight through this rank's layers: the chunk counts of `inflight_per_chunk`
+    weighted by the chunks' layers (their plain mean when the rank has no layers)."""
+    counts = inflight_per_chunk(sc, pp_rank)
+    layers = {c: len(ls) for c, ls in rank_chunks(sc, pp_rank)}
+    total = sum(layers.values())
+    if total == 0:
+        return sum(counts.values()) / len(counts)
+    return sum(counts[c] * layers[c] for c in counts) / total
+
+
+def activation_bytes_in_flight(sc: Scenario, pp_rank: int) -> float:
+    """sum over the rank's chunks of in-flight count x `chunk_activation_bytes`."""
+    return float(sum(n * chunk_activation_bytes(sc, pp_rank, c) for c, n in inflight_per_chunk(sc, pp_rank).items()))
+
+
+# ----------------------------------------------------------------------------------- buffers
+
+def _layer_transients(sc: Scenario, layer: int, z: Shard) -> dict[str, float]:
+    """Temporaries alive during one layer's pass (docs/modeling.md §3.5): SP all-gathered input (2sbh);
+    ring CP: the next K/V chunk plus the dK/dV travelling back in backward (RFA); all-gather CP: the
+    gathered K/V and the full dK/dV before the reduce-scatter; EP all-to-all send buffer; eager
+    attention: the raw QK^T scores, plus the recomputed score tensors under selective recompute;
+    full recompute: the layer's whole working set while it is re-run (less its stored input)."""
+    m, p, rc = sc.model, sc.parallel, sc.training.recompute
+    out = dict.fromkeys(LAYER_TRANSIENTS, 0.0)
+    if p.sp and z.t > 1:
+        out["sp_gather"] = z.ab * z.T * z.h
+    if p.cp > 1:
+        kv = z.ab * z.T * ((z.q if m.mla else z.kv) + z.kv)
+        out["cp_kv"] = 2 * kv if p.cp_comm == "ring" else 2 * kv * p.cp
+    if m.is_moe_layer(layer) and p.ep > 1:
+        out["ep_all_to_all"] = z.ab * _moe_rows(sc, z)[1] * z.h
+    if sc.training.attention == "eager":
+        scores = z.b * z.heads * z.s * _s_kv(sc, z)
+        out["attention_scores"] = z.ab * scores
+        if rc == "selective":
+            kept = layer_activation_terms(sc, layer, "none")
+            out["attention_scores"] += sum(kept.get(k, 0.0) for k in SCORE_TERMS)
+    if rc == "full":
+        out["recompute_layer"] = sum(layer_activation_terms(sc, layer, "none").values()) - z.ab * z.T_sp * z.h
+    return out
+
+
+def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None = None) -> dict[str, float]:
+    """Temporary buffers and allowances on one rank, by kind (`BUFFER_KINDS`). Layer transients are
+    those of the rank's worst layer; `buffers_total` says how they combine. `groups` as in
+    `static_bytes`."""
+    z = shard(sc)
+    tr, p = sc.training, sc.parallel
+    out = dict.fromkeys(BUFFER_KINDS, 0.0)
+    layers = [i for _, ls in rank_chunks(sc, pp_rank) for i in ls]
+    if layers:
+        worst = max((_layer_transients(sc, i, z) for i in layers), key=lambda d: sum(d.values()))
+        out.update(worst)
+    if last_chunk(sc) in {c for c, _ in rank_chunks(sc, pp_rank)}:
+        out["logits_grad"] = LOGIT_BYTES * z.T * -(-sc.model.vocab // z.t)
+        out["head_sp_gather"] = z.ab * z.T * z.h if (p.sp and z.t > 1) else 0.0
+    rp = rank_params(sc, pp_rank)
+    dense_group, expert_group = groups or zero_groups(sc)
+    units = [layer_rank_params(sc, i) for i in layers] + _end_unit_params(sc, pp_rank)
+    unit = max(units, default=0.0)
+    pol = sharding_policy(p.zero)
+    if pol.grad_sync_every_micro_batch and (dense_group > 1 or expert_group > 1):
+        out["dp_buckets"] = DP_BUCKETS_IN_FLIGHT * min(p.dp_bucket_mb * BUCKET_MB_BYTES, rp.total * tr.grad_bytes)
+    if pol.gathers_after_step and dense_group > 1 and not p.zero_gather_inplace:
+        out["zero_gather"] = param_bytes(sc) * rp.total * (1 + 1 / dense_group)
+    if pol.gathers_per_block:
+        out["zero3_params"] = ZERO3_LIVE_UNITS * unit * param_bytes(sc)
+        out["zero3_grads"] = unit * tr.grad_bytes
+    if tr.precision == "fp8":
+        out["fp8_weight_cache"] = FP8_WEIGHT_CACHE_BYTES * (ZERO3_LIVE_UNITS * unit if pol.gathers_per_block else rp.total)
+    if tr.autocast:  # bf16 copies of the cast weights, from the first forward to the step's last backward
+        out["autocast_cache"] = AUTOCAST_CACHE_BYTES * (sum(autocast_layer_params(sc, i) for i in layers)
+                                                        + (autocast_head_params(sc, z) if rp.head else 0))
+    if sc.topology.node.interconnect not in NO_CUDA_INTERCONNECTS:
+        out["cuda_context"] = CUDA_CONTEXT_BYTES
+        per_communicator = NCCL_CHANNELS * NCCL_PEERS_PER_CHANNEL * NCCL_CONNECTION_BYTES
+        out["nccl"] = _communicators(sc, (dense_group, expert_group)) * per_communicator
+        dynamic = activation_bytes_in_flight(sc, pp_rank) + _transient_total(out) + sum(
+            out[k] for k in HELD_BUFFERS if k not in OUTSIDE_ALLOCATOR)
+        out["fragmentation"] = ALLOCATOR_FRAGMENTATION * dynamic
+    return out
+
+
+def _communicators(sc: Scenario, groups: tuple[int, int]) -> int:
+    """NCCL communicators a rank uses: tp, cp, pp, the dp*cp gradient group and, for MoE with ep > 1,
+    the ep and expert-DP groups (those of size > 1)."""
+    p = sc.parallel
+    dense_group, expert_group = groups
+    sizes = [p.tp, p.cp, p.pp, dense_group]
+    if sc.model.moe and p.ep > 1:
+        sizes += [p.ep, expert_group]
+    return sum(1 for n in sizes if n > 1)
+
+
+def _transient_total(buffers: dict[str, float]) -> float:
+    """Layer temporaries coexist with each other; the loss/head ones come at another time."""
+    return max(sum(buffers[k] for k in LAYER_TRANSIENTS), sum(buffers[k] for k in HEAD_TRANSIENTS))
+
+
+def buffers_total(buffers: dict[str, float]) -> float:
+    """Held buffers + the larger of the layer and head temporaries + fragmentation."""
+    return sum(buffers[k] for k in HELD_BUFFERS) + _transient_total(buffers) + buffers["fragmentation"]
+
+
+# ----------------------------------------------------------------------------------- report
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageMemory:
+    """Peak memory of one rank of pipeline stage `stage`, in bytes."""
+    stage: int
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    """Stored for backward, all micro-batches in flight at the peak."""
+    buffers: float
+    """`buffers_total` of `buffer_bytes`."""
+    peak: float
+    """The larger of the backward's (weights + grads + optimizer + activations + buffers) and the
+    optimizer step's (`optimizer_step` + CUDA context and NCCL)."""
+    optimizer_step: float = 0.0
+    """Allocated during the optimizer step: weights + grads + optimizer + its transients (`OPTIMIZER_TRANSIENTS`)."""
+    allocated_peak: float = 0.0
+    """What PyTorch's caching allocator holds in tensors at the peak (`torch.cuda.max_memory_allocated`):
+    `peak` less the CUDA context, NCCL's buffers (allocated outside it) and the fragmentation slack
+    (reserved, not allocated)."""
+    buffer_kinds: dict[str, float] = field(default_factory=dict)
+    """`buffer_bytes` by kind, for reports and tests."""
+
+    def as_gib(self) -> dict:
+        return {"stage": self.stage, "weights_gib": self.weights / GIB, "grads_gib": self.grads / GIB,
+                "optimizer_gib": self.optimizer / GIB, "activations_gib": self.activations / GIB,
+                "buffers_gib": self.buffers / GIB, "peak_gib": self.peak / GIB,
+                "optimizer_step_gib": self.optimizer_step / GIB, "allocated_peak_gib": self.allocated_peak / GIB}
+
+
+def stage_memory(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None = None) -> StageMemory:
+    """Peak of one rank of stage `pp_rank` (the module docstring gives the sum)."""
+    groups = groups or zero_groups(sc)
+    st = static_bytes(sc, pp_rank, groups=groups)
+    act = activation_bytes_in_flight(sc, pp_rank)
+    kinds = buffer_bytes(sc, pp_rank, groups=groups)
+    buf = buffers_total(kinds)
+    states = st["weights"] + st["grads"] + st["optimizer"]
+    step = states + sum(kinds[k] for k in OPTIMIZER_TRANSIENTS)
+    outside = sum(kinds[k] for k in OUTSIDE_ALLOCATOR)
+    peak = max(states + act + buf, step + outside)
+    allocated = max(states + act + buf - outside - kinds["fragmentation"], step)
+    return StageMemory(stage=pp_rank, weights=st["weights"], grads=st["grads"], optimizer=st["optimizer"],
+                       activations=act, buffers=buf, peak=peak, optimizer_step=step, allocated_peak=allocated,
+                       buffer_kinds=kinds)
+
+
+def memory_report(sc: Scenario) -> MemoryReport:
+    """Per-stage peaks; fits when the worst stage leaves the scenario's headroom free (`fits`)."""
+    groups = zero_groups(sc)
+    stages = [stage_memory(sc, r, groups=groups) for r in range(sc.parallel.pp)]
+    peak = max(s.peak for s in stages) / GIB
+    cap = float(sc.topology.gpu.memory_gib)
+    room = headroom_gib(sc)
+    return MemoryReport(capacity_gib=cap, peak_gib=peak, fits=fits(peak, cap, room), per_stage=stages, headroom_gib=room)

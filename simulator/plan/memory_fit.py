@@ -1,0 +1,49 @@
+"""When a layout fits in memory: one definition (docs/metrics.md), used by `memory.memory_report`, the
+sweep's fit checks and every report, and the report's `memory` object. The peak itself is `memory.py`'s.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..scenario import Scenario
+
+DEFAULT_HEADROOM_FRACTION = 0.05
+"""Default memory a layout must leave free, as a share of the GPU's memory (`cluster.memory_headroom_gib`
+null). The peak already counts the CUDA context, NCCL's buffers and the allocator's slack (`memory.py`); the
+headroom is for the memory model's own error, whose bar is 5 % of the measured peak (README, Accuracy:
+3.0 % mean error on the playbook validation split, 8.7 % on the fit split), and for what it does not
+see (other processes, cuBLAS/cuDNN workspaces, allocator spikes). 4.0 GiB on an 80 GB H100."""
+
+
+def headroom_gib(sc: "Scenario") -> float:
+    """Memory a GPU must keep free for a layout to fit: `cluster.memory_headroom_gib`, or
+    `DEFAULT_HEADROOM_FRACTION` of the GPU's memory."""
+    if sc.cluster.memory_headroom_gib is not None:
+        return float(sc.cluster.memory_headroom_gib)
+    return DEFAULT_HEADROOM_FRACTION * float(sc.topology.gpu.memory_gib)
+
+
+def fits(peak_gib: float, capacity_gib: float, headroom: float) -> bool:
+    """The one definition of "fits" (docs/metrics.md): the worst stage's peak leaves `headroom` GiB free."""
+    return peak_gib <= capacity_gib - headroom
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryReport:
+    capacity_gib: float
+    """The GPU's memory (topology `gpu.memory_gib`)."""
+    peak_gib: float
+    """Worst stage."""
+    fits: bool
+    """`fits(peak_gib, capacity_gib, headroom_gib)`."""
+    per_stage: list
+    """`memory.StageMemory` of every pipeline stage."""
+    headroom_gib: float = 0.0
+    """Memory the layout had to leave free to fit (`headroom_gib(sc)`)."""
+
+    def to_json(self) -> dict:
+        """The report's `memory` object; `free_gib` = capacity - peak."""
+        return {"capacity_gib": self.capacity_gib, "peak_gib": self.peak_gib, "free_gib": self.capacity_gib - self.peak_gib,
+                "headroom_gib": self.headroom_gib, "fits": self.fits, "per_stage": [s.as_gib() for s in self.per_stage]}

@@ -1,0 +1,190 @@
+"""The op vocabulary: what one rank computes (`Compute`) and communicates (`Comm`), as nodes of a list
+with stream semantics (`OpList`), and the per-rank sizes every op is built from (`Shard`).
+
+The lists themselves are built by `layer_ops.py` (one transformer layer's F, B and W passes) and
+`step_ops.py` (the pipeline's ends and the per-step work); the parameters a rank holds by
+`sharded_params.py`. Compute ops run on the rank's compute stream in list order; a `Comm` runs on its
+dimension's stream. Memory-bound byte counts: docs/modeling.md §7.3 (derived).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from ..scenario import Scenario
+
+ACT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activations stay bf16 under fp8 training (DSV3 §3.3)
+GEMM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    name: str
+    """What the op is, in the field's words: qkv, attn, out_proj, fc1, act, fc2, norm1, router, ..."""
+    kind: str
+    """gemm | attention | elementwise | optimizer"""
+    flops: float
+    bytes: float
+    """HBM bytes read and written."""
+    dtype: str
+    shape: tuple = ()
+    """gemm: (m, n, k); attention: (batch*heads, s_q, s_kv, d_head, causal_fraction, 'fwd'|'bwd');
+    elementwise: (elements,)."""
+    repeat: int = 1
+    """Identical kernels this op stands for (grouped expert GEMMs); flops and bytes are the total."""
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    name: str
+    dim: str
+    """tp | cp | ep | dp | pp (dp also carries ZeRO traffic; the group is dp*cp for dense params)."""
+    collective: str
+    """all_reduce | all_gather | reduce_scatter | all_to_all | send_recv"""
+    bytes: float
+    """Buffer size S as nccl-tests defines it: the full (gathered) array for AG/RS, the send buffer for a2a."""
+    blocking: bool = True
+    """Blocking: the next compute op waits for it. Otherwise only the node(s) listing it as a dep wait."""
+    group: str = ""
+    """Process group name when it is not `dim` (dp_cp for dense gradients, edp for expert gradients)."""
+
+
+Op = Union[Compute, Comm]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    op: Op
+    deps: tuple[int, ...] = ()
+    """Indices (in the same list) this node waits for, besides stream order."""
+    tag: str = ""
+    """R for recomputation ops (HFU, not MFU)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPasses:
+    layer: int
+    F: tuple[Node, ...]
+    B: tuple[Node, ...]
+    W: tuple[Node, ...]
+
+
+class OpList:
+    """Builds a node list with stream semantics: compute waits for the previous compute and for every
+    blocking comm issued since; a comm waits for the compute that produced its input."""
+
+    def __init__(self, tag: str = ""):
+        self.nodes: list[Node] = []
+        self.last_compute: int | None = None
+        self.pending: list[int] = []
+        self.tag = tag
+
+    def _deps(self, extra=()):
+        deps = ([self.last_compute] if self.last_compute is not None else []) + self.pending + list(extra)
+        return tuple(sorted(set(deps)))
+
+    def compute(self, op: Compute, extra=()) -> int:
+        self.nodes.append(Node(op, self._deps(extra), self.tag))
+        self.pending = []
+        self.last_compute = len(self.nodes) - 1
+        return self.last_compute
+
+    def comm(self, op: Comm, extra=(), after_compute: bool = True) -> int:
+        deps = ([self.last_compute] if (after_compute and self.last_compute is not None) else []) + list(extra)
+        self.nodes.append(Node(op, tuple(sorted(set(deps))), self.tag))
+        i = len(self.nodes) - 1
+        if op.blocking:
+            self.pending.append(i)
+        return i
+
+    def extend(self, other: "OpList") -> None:
+        off = len(self.nodes)
+        for n in other.nodes:
+            self.nodes.append(Node(n.op, tuple(d + off for d in n.deps), n.tag))
+        # the appended sequence's first nodes waited on nothing of ours: chain them
+        if other.nodes and off:
+            first = self.nodes[off]
+            base = ([self.last_compute] if self.last_compute is not None else []) + self.pending
+            self.nodes[off] = Node(first.op, tuple(sorted(set(first.deps) | set(base))), first.tag)
+        if other.last_compute is not None:
+            self.last_compute = other.last_compute + off
+        self.pending = [p + off for p in other.pending]
+
+
+# ----------------------------------------------------------------------------------- sizes
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Per-rank sizes of one micro-batch (docs/modeling.md §0 notation)."""
+    b: int
+    s: int
+    """Local sequence length s/c."""
+    T: int
+    """Tokens on the rank, b*s/c (before SP)."""
+    T_sp: int
+    """Tokens in the SP regions (T/t with SP, else T)."""
+    t: int
+    h: int
+    q: int
+    """Query width per rank, a*d_h/t."""
+    kv: int
+    """K (= V) width per rank; with t > g a head is replicated."""
+    heads: int
+    """Query heads per rank."""
+    d_head: int
+    ab: int
+    """Activation bytes per element."""
+    gb: int
+    """GEMM operand bytes per element."""
+    dtype: str
+
+
+def shard(sc: Scenario) -> Shard:
+    m, p, tr = sc.model, sc.parallel, sc.training
+    t = p.tp
+    s_loc = tr.seq_len // p.cp
+    T = tr.micro_batch * s_loc
+    kv = m.kv_dim // t if m.n_kv >= t or m.mla else m.kv_dim // m.n_kv
+    return Shard(b=tr.micro_batch, s=s_loc, T=T, T_sp=T // t if (p.sp and t > 1) else T, t=t, h=m.hidden,
+                 q=m.q_dim // t, kv=kv, heads=m.heads // t, d_head=m.d_head, ab=ACT_BYTES[tr.precision],
+                 gb=GEMM_BYTES[tr.precision], dtype=tr.precision)
+
+
+def gemm(name: str, m: int, n: int, k: int, z: Shard, repeat: int = 1) -> Compute:
+    """2mnk FLOPs; bytes = operands and result once each (NAR21 App.; docs/modeling.md §7.1)."""
+    return Compute(name, "gemm", 2.0 * m * n * k * repeat, float((m * k + k * n) * z.gb + m * n * z.ab) * repeat,
+                   z.dtype, (m, n, k), repeat)
+
+
+def elementwise(name: str, elements: float, passes: float, z: Shard, elt_bytes: int | None = None) -> Compute:
+    """Memory-bound: `passes` reads+writes of `elements` (docs/modeling.md §7.3, derived byte counts)."""
+    return Compute(name, "elementwise", 0.0, float(elements * passes * (elt_bytes or z.ab)), "bf16" if z.ab == 2 else "fp32",
+                   (int(elements),))
+
+
+# Passes over the tensor (reads + writes) for memory-bound ops, forward and backward (docs/modeling.md §7.3).
+NORM_PASSES = (2, 3)
+SWIGLU_PASSES = (3, 5)
+GELU_PASSES = (2, 3)
+ROPE_PASSES = (2, 2)
+RESIDUAL_PASSES = (3, 3)
+CROSS_ENTROPY_BYTES = (38, 14)
+"""Bytes per logit of the vocab-parallel cross-entropy as Megatron (`VocabParallelCrossEntropy`) and nanotron
+(`_ShardedCrossEntropy`) run it, unfused, in fp32. Forward: cast the bf16 logits to fp32 (read 2, write 4),
+max (read 4), subtract the max (4 + 4), exp (4 + 4), sum (read 4), normalise to the softmax kept for the
+backward (4 + 4) = 38. Backward: scale the softmax in place by the loss gradient (4 + 4), cast the gradient
+back to bf16 (read 4, write 2) = 14. The target-logit gather and its correction touch one logit per token."""
+DROPOUT_MASK_BYTES = 1
+"""Dropout masks are bytes (KOR22 §4.1): Megatron's bias-dropout-add writes one in forward, the backward
+reads it, and the memory model keeps it (`memory.layer_activation_terms`)."""
+
+
+def residual_add(sc: Scenario, z: Shard, name: str) -> Compute:
+    """Residual add: read x and the residual, write the sum; GPT's bias-dropout-add also writes its
+    byte mask (+1 byte per element)."""
+    passes = RESIDUAL_PASSES[0] + (DROPOUT_MASK_BYTES / z.ab if sc.model.hidden_dropout else 0.0)
+    return elementwise(name, z.T_sp * z.h, passes, z)
+
+
+def tp_collective(sc: Scenario, z: Shard, name: str, collective: str) -> Comm:
+    return Comm(name, "tp", collective, float(z.T * z.h * z.ab), blocking=not sc.overlap_tp)

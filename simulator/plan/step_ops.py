@@ -1,0 +1,177 @@
+"""The per-step work around the layers: the pipeline's ends (embedding, LM head and loss), what one
+PP send carries, the collectives of a step's end (SP's norm gradients, tied embeddings), the
+optimizer step, and how gradients and parameters are cut into DP buckets.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Sequence
+
+from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
+from .opgraph import CROSS_ENTROPY_BYTES, NORM_PASSES, Comm, Compute, Node, OpList, Shard, elementwise, gemm, shard, tp_collective
+from .params import final_norm_params, norm_params
+from ..scenario import Scenario
+from .sharded_params import autocast_head_params, param_bytes, rank_params
+
+# ----------------------------------------------------------------------------------- ends of the pipeline
+
+def embedding_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
+    """Vocab-parallel embedding lookup, then all-reduce over TP (reduce-scatter with SP)."""
+    z = z or shard(sc)
+    seq = OpList()
+    seq.compute(elementwise("embedding", z.T * z.h, 2, z))
+    if z.t > 1:
+        sp = sc.parallel.sp
+        seq.comm(tp_collective(sc, z, "embedding_reducescatter" if sp else "embedding_allreduce", "reduce_scatter" if sp else "all_reduce"))
+    return tuple(seq.nodes)
+
+
+def embedding_backward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
+    z = z or shard(sc)
+    seq = OpList()
+    if z.t > 1 and sc.parallel.sp:
+        seq.comm(tp_collective(sc, z, "embedding_allgather_bwd", "all_gather"))
+    seq.compute(elementwise("embedding_bwd", z.T * z.h, 3, z))
+    return tuple(seq.nodes)
+
+
+def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
+    """Final norm, LM head (vocab-parallel), cross-entropy in fp32 with its TP all-reduces of per-token
+    max / sum / target logit (Megatron vocab_parallel_cross_entropy)."""
+    z = z or shard(sc)
+    m = sc.model
+    seq = OpList()
+    seq.compute(elementwise("final_norm", z.T_sp * z.h, NORM_PASSES[0], z))
+    if z.t > 1 and sc.parallel.sp:
+        seq.comm(tp_collective(sc, z, "sp_allgather_head", "all_gather"))
+    v = -(-m.vocab // z.t)
+    cast = autocast_cast_op(sc, "autocast_cast_head", autocast_head_params(sc, z))
+    if cast is not None:
+        seq.compute(cast)
+    seq.compute(gemm("lm_head", z.T, v, z.h, z))
+    seq.compute(elementwise("cross_entropy", z.T * v, CROSS_ENTROPY_BYTES[0], z, elt_bytes=1))
+    if z.t > 1:
+        seq.comm(Comm("ce_allreduce", "tp", "all_reduce", float(3 * z.T * 4)))
+    return tuple(seq.nodes)
+
+
+def head_backward(sc: Scenario, z: Shard | None = None) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
+    """(B, W) of the loss, LM head and final norm."""
+    z = z or shard(sc)
+    m = sc.model
+    v = -(-m.vocab // z.t)
+    b = OpList()
+    b.compute(elementwise("cross_entropy_bwd", z.T * v, CROSS_ENTROPY_BYTES[1], z, elt_bytes=1))
+    head = gemm("lm_head", z.T, v, z.h, z)
+    dgrad, wgrad = backward_of(head, z)
+    b.compute(dgrad)
+    if z.t > 1:
+        sp = sc.parallel.sp
+        b.comm(tp_collective(sc, z, "sp_reducescatter_head_bwd" if sp else "tp_allreduce_head_bwd", "reduce_scatter" if sp else "all_reduce"))
+    b.compute(elementwise("final_norm_bwd", z.T_sp * z.h, NORM_PASSES[1], z))
+    w = OpList()
+    w.compute(wgrad)
+    acc = grad_accum_op(sc, m.vocab * m.hidden / z.t)
+    if acc is not None:
+        w.compute(acc)
+    return tuple(b.nodes), tuple(w.nodes)
+
+
+def pp_activation_bytes(sc: Scenario, z: Shard | None = None) -> float:
+    """Bytes one rank sends to the next stage per micro-batch: s*b*h activations (each TP rank sends
+    its 1/t share with SP, NAR21 §4.1 scatter/gather)."""
+    z = z or shard(sc)
+    full = z.T * z.h * z.ab
+    return float(full / z.t if (sc.parallel.sp and z.t > 1) else full)
+
+
+def sp_norm_grad_allreduce(sc: Scenario, pp_rank: int) -> Comm | None:
+    """With sequence parallelism each TP rank's norm-weight gradients cover its sequence shard only: one
+    coalesced all-reduce of them over the TP group per step, after the last backward (Megatron
+    `finalize_model_grads` -> `_allreduce_layernorm_grads`; nanotron `sync_tied_weights_gradients`).
+    Bytes: the stage's norm weights (two per layer, the final norm on the head stage) x gradient bytes."""
+    if not (sc.parallel.sp and sc.parallel.tp > 1):
+        return None
+    rp = rank_params(sc, pp_rank)
+    norms = len(rp.layers) * norm_params(sc.model) + (final_norm_params(sc.model) if rp.head else 0)
+    if norms <= 0:
+        return None
+    return Comm("sp_norm_grad_allreduce", "tp", "all_reduce", norms * sc.training.grad_bytes, blocking=True)
+
+
+def tied_embedding_allreduce(sc: Scenario) -> Comm | None:
+    """Tied embeddings on two pipeline stages (the input embedding's and the LM head's): the two copies'
+    gradients are summed after the last backward, one all-reduce between the two stages (Megatron
+    `_allreduce_word_embedding_grads`, nanotron `sync_tied_weights_gradients`). Bytes: the table's share
+    on one rank (vocab x hidden / t) x gradient bytes. None when the model is untied or one stage holds both."""
+    from .layout import chunk_owner, last_chunk
+    if not sc.model.tie_embeddings or chunk_owner(sc, 0)[0] == chunk_owner(sc, last_chunk(sc))[0]:
+        return None
+    return Comm("tied_embedding_all_reduce", "dp", "all_reduce",
+                sc.model.vocab * sc.model.hidden / sc.parallel.tp * sc.training.grad_bytes, blocking=True, group="embd")
+
+
+def optimizer_bytes_per_param(sc: Scenario) -> float:
+    """HBM traffic of one optimizer step per (sharded) parameter: AdamW reads grad, master, m, v and writes
+    master, m, v and the 16-bit weight (~30 B, docs/modeling.md §7.4) plus ~4 B for the global grad norm;
+    SGD reads grad and master and writes master and weight."""
+    low = sc.training.precision != "fp32" and not sc.training.autocast  # autocast keeps no 16-bit copy to write
+    if sc.training.optimizer == "adamw":
+        return 4 * 4 + 3 * 4 + (2 if low else 0) + 4
+    return 2 * 4 + 4 + (2 if low else 0) + 4
+
+
+def optimizer_op(sc: Scenario, params_on_rank: float) -> Compute:
+    return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * optimizer_bytes_per_param(sc), "fp32",
+                   (int(params_on_rank),))
+
+
+def dp_buckets(sc: Scenario, tensors: Sequence[float], elt_bytes: int) -> list[float]:
+    """Gradient buckets (bytes of the reduced dtype each) of parameter `tensors` (elements, in definition
+    order), in the order backward releases them (last first). `dp_bucketing: param` (PyTorch DDP's
+    `_compute_bucket_assignment_by_size`, Megatron's grad buffer): whole tensors in definition order, a bucket
+    closing once it holds `parallel.dp_bucket_mb`, so a tensor larger than that is a bucket alone and the
+    last bucket may hold less (DDP's smaller first bucket, 1 MiB, is not modelled); `even`: the bytes cut
+    into equal buckets of at most dp_bucket_mb."""
+    cap = sc.parallel.dp_bucket_mb * 1e6
+    sizes = [t * elt_bytes for t in tensors if t > 0]
+    if not sizes:
+        return []
+    if sc.parallel.dp_bucketing == "even":
+        total = sum(sizes)
+        n = max(1, int(-(-total // cap)))
+        return [total / n] * n
+    out, acc = [], 0.0
+    for s in sizes:
+        acc += s
+        if acc >= cap:
+            out.append(acc)
+            acc = 0.0
+    if acc > 0:
+        out.append(acc)
+    return out[::-1]
+
+
+def bucket_release_blocks(buckets: Sequence[float], block_bytes: Sequence[float]) -> list[int]:
+    """Per gradient bucket (bytes, in the order backward releases them): the index of the block (blocks in
+    backward order, their gradient bytes) whose backward completes the bucket's last byte, i.e. releases
+    it (MEG-DDP: buckets fill in reverse layer order). Both estimators time the releases with it."""
+    cum, acc = [], 0.0
+    for b in block_bytes:
+        acc += b
+        cum.append(acc)
+    out, end = [], 0.0
+    for b in buckets:
+        end += b
+        out.append(min(bisect_left(cum, end * (1 - 1e-9)), len(cum) - 1))
+    return out
+
+
+def param_gather_buckets(sc: Scenario, tensors: Sequence[float]) -> list[float]:
+    """ZeRO-1/2's all-gather of the updated parameter `tensors` (bytes per collective, in forward order):
+    the gradient buckets (`dp_buckets`) reversed, or all in one (`parallel.zero_gather: whole`, nanotron's
+    `_all_gather_params`)."""
+    if sc.parallel.zero_gather == "whole":
+        total = sum(tensors)
+        return [total * param_bytes(sc)] if total > 0 else []
+    return dp_buckets(sc, tensors, param_bytes(sc))[::-1]
