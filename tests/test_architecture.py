@@ -89,3 +89,37 @@ def test_no_simulator_file_is_longer_than_one_sitting():
     long = {str(p.relative_to(ROOT)): n for p in PKG.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, long
+
+
+LAYERS = {
+    "plan": ("cost", "evaluate", "report", "sweep", "cli", "validate", "run", "wholerun"),
+    "cost": ("evaluate", "report", "sweep", "cli", "validate", "run", "wholerun"),
+    "evaluate": ("report", "sweep", "cli", "validate", "wholerun"),
+}
+"""Data flows one way: what happens (plan/) is priced (cost/) and timed (evaluate/); nothing below reaches
+back up into the layers that use it (evaluate/ may call run.py's nothing: it is above it too)."""
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    graph = _graph()
+    wrong = []
+    for mod, deps in graph.items():
+        parts = mod.split(".")
+        if len(parts) < 3 or parts[1] not in LAYERS:
+            continue
+        for dep in deps:
+            above = dep.split(".")[1]
+            if above in LAYERS[parts[1]]:
+                wrong.append(f"{mod} -> {dep}")
+    assert not wrong, wrong
+
+
+def test_inputs_import_nothing_of_the_model_but_the_schedule_registry():
+    """The scenario is plain data at the bottom: it validates against the schedule registry (a pure table)
+    and nothing else of the model."""
+    inputs = ("simulator.scenario", "simulator.model", "simulator.topology", "simulator.schema", "simulator.inputs")
+    graph = _graph()
+    wrong = [f"{m} -> {d}" for m in inputs for d in graph[m]
+             if d.split(".")[1] in ("plan", "cost", "evaluate", "report", "sweep", "cli", "validate", "wholerun")
+             and d != "simulator.plan.schedules"]
+    assert not wrong, wrong
