@@ -12,7 +12,7 @@ from .cost.costs import build_cost_model
 from .plan.flops import FLOP_CONVENTION, mfu_peak_flops, model_flops_per_step
 from .plan.memory import memory_report
 from .errors import ScenarioError
-from .plan.params import active_params, total_params
+from .params import active_params, total_params
 from .plan.lower import build_plan, step_compute_ops
 from .cost.profile import profile_warnings
 from .scenario import Scenario

@@ -16,7 +16,7 @@ from .model import MAX_LAYERS, ModelSpec, load_model, model_to_mapping
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
-from .wholerun.spec import RunSpec, parse_run
+from .run_spec import RunSpec, parse_run
 
 EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
                    "tp_host_s", "tp_host_per_rank_s", "dp_comm_overhead_s", "dp_ring_step_latency_us",
@@ -415,7 +415,7 @@ def validate_layout(sc: Scenario) -> Scenario:
         raise ScenarioError("parallel.ep_imbalance", f"{p.ep_imbalance} with ep {p.ep}",
                             f"1 .. ep = {p.ep} (all tokens on one rank is ep x the mean)")
     if p.dp * p.cp > 1 and p.dp_bucketing == "even":  # `param` buckets hold whole tensors: at most one per tensor
-        from .plan.params import total_params  # noqa: PLC0415 (params imports model only)
+        from .params import total_params  # noqa: PLC0415 (params imports model only)
         buckets = total_params(m) * 4 / (p.tp * p.pp) / (p.dp_bucket_mb * 1e6)
         if buckets > MAX_DP_BUCKETS:
             raise ScenarioError("parallel.dp_bucket_mb", f"{p.dp_bucket_mb:g} MB cuts each rank's gradients into ~{buckets:,.0f} buckets",

@@ -5,7 +5,7 @@ import pytest
 
 from simulator.plan.flops import attention_flops_per_token, training_flops_per_token
 from simulator.model import load_model, model_from_hf_config, preset_names
-from simulator.plan.params import active_params, flop_params, total_params
+from simulator.params import active_params, flop_params, total_params
 
 PUBLISHED_B = {  # billions of parameters, total (and active)
     "llama3-8b": (8.03, None),

@@ -16,7 +16,7 @@ from simulator.wholerun.checkpoint import checkpoint
 from simulator.wholerun.failures import (DEFAULT_FAILURES_PER_GPU_HOUR, daly_interval, goodput, mtbi_s,
                                          optimal_interval, young_interval)
 from simulator.wholerun.model import phase_run, whole_run
-from simulator.wholerun.spec import Phase, parse_run, parse_tokens
+from simulator.run_spec import Phase, parse_run, parse_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 S70 = str(ROOT / "scenarios" / "70b_512gpu.yaml")
@@ -108,7 +108,7 @@ def test_mtbi_is_inverse_in_gpus():
 def test_checkpoint_saves_weights_and_adam_states_once():
     sc = load_scenario(S70)
     ck = checkpoint(sc)
-    from simulator.plan.params import total_params
+    from simulator.params import total_params
     assert ck.total_bytes == pytest.approx(14 * total_params(sc.model))  # bf16 W 2 + fp32 master 4 + m, v 8
     assert ck.per_rank_bytes >= ck.total_bytes / sc.gpus
 

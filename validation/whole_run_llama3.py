@@ -60,7 +60,7 @@ def main() -> int:
         from simulator.run import simulate  # noqa: PLC0415
         from simulator.scenario import load_scenario  # noqa: PLC0415
         from simulator.wholerun.model import whole_run  # noqa: PLC0415
-        from simulator.wholerun.spec import Phase  # noqa: PLC0415
+        from simulator.run_spec import Phase  # noqa: PLC0415
 
         sc = load_scenario(ROOT / "scenarios" / "405b_16k.yaml")
         rep = simulate(sc, "analytic")

@@ -122,7 +122,7 @@ def run(args) -> int:
 
     if len(args.scenarios) < 2:
         raise ScenarioError("compare", f"needs at least two scenarios, got {len(args.scenarios)}")
-    from .main import overrides  # noqa: PLC0415
+    from .args import overrides  # noqa: PLC0415
     from ..outputs import Outputs, check_output, strict_json  # noqa: PLC0415
 
     plots = {k: f"{args.plot}_{k}.png" for k in ("breakdown", "memory")} if args.plot else {}

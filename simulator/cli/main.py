@@ -10,21 +10,13 @@ import argparse
 import sys
 
 from ..errors import ScenarioError
+from .args import overrides
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own exit code is 2 too; one line, no usage text
         print(f"error: {self.prog}: {' '.join(message.split())}", file=sys.stderr)
         sys.exit(2)
-
-
-PROFILE_MISMATCH_SET = "cluster.allow_profile_mismatch=true"
-"""The --set that --allow-profile-mismatch stands for."""
-
-
-def overrides(args) -> list[str]:
-    """The command's --set list, plus what --allow-profile-mismatch stands for."""
-    return list(getattr(args, "set", None) or []) + ([PROFILE_MISMATCH_SET] if getattr(args, "allow_profile_mismatch", False) else [])
 
 
 def cmd_run(args) -> int:

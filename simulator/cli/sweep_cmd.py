@@ -357,7 +357,7 @@ def run(args) -> int:
     from ..sweep.space import DEFAULT_EXPAND, parse_fix  # noqa: PLC0415
 
     clock = Stopwatch("sweep")
-    from .main import overrides  # noqa: PLC0415
+    from .args import overrides  # noqa: PLC0415
     from ..outputs import Outputs, check_distinct, check_output, strict_json  # noqa: PLC0415
     from ..cost.profile import load_profile, profile_warnings  # noqa: PLC0415
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..model import ModelSpec
-from .params import flop_params
+from ..params import flop_params
 
 if TYPE_CHECKING:
     from ..scenario import Scenario

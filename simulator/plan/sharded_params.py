@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .opgraph import Shard
-from .params import final_norm_params, layer_params, norm_params
+from ..params import final_norm_params, layer_params, norm_params
 from ..scenario import Scenario
 
 def autocast_layer_params(sc: Scenario, layer: int) -> float:

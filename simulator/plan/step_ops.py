@@ -9,7 +9,7 @@ from typing import Sequence
 
 from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
 from .opgraph import CROSS_ENTROPY_BYTES, NORM_PASSES, Comm, Compute, Node, OpList, Shard, elementwise, gemm, shard, tp_collective
-from .params import final_norm_params, norm_params
+from ..params import final_norm_params, norm_params
 from ..scenario import Scenario
 from .sharded_params import autocast_head_params, param_bytes, rank_params
 

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from ..errors import ScenarioError
 from ..plan.memory import GIB, state_bytes_per_param
-from ..plan.params import layer_params, total_params
+from ..params import layer_params, total_params
 from ..inputs import parse_yaml, short
 from ..scenario import MAX_GPUS, Scenario
 from ..plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, schedule_spec

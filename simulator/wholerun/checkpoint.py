@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..plan.memory import state_bytes_per_param
-from ..plan.params import total_params
+from ..params import total_params
 from ..scenario import Scenario
 from ..plan.sharded_params import rank_params
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import ScenarioError
 from ..scenario import Scenario, read_yaml, scenario_from_mapping
-from .spec import Phase, parse_tokens
+from ..run_spec import Phase, parse_tokens
 
 
 def add_arguments(p) -> None:

@@ -20,7 +20,7 @@ from .checkpoint import Checkpoint, checkpoint
 from .failures import (DAY_S, DEFAULT_FAILURES_PER_GPU_HOUR, DETECTION_S, HOUR_S, RESTART_S, WARMUP_STEPS,
                        daly_interval, mtbi_s, optimal_interval, wall_per_work, young_interval)
 from .price import ListPrice, list_price
-from .spec import Phase
+from ..run_spec import Phase
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

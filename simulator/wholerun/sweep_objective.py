@@ -14,7 +14,7 @@ from dataclasses import replace
 from ..errors import ScenarioError
 from ..scenario import Scenario
 from .model import WholeRun, whole_run
-from .spec import Phase, parse_tokens
+from ..run_spec import Phase, parse_tokens
 
 OBJECTIVES = ("throughput", "time-to-train", "cost")
 

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import ScenarioError
-from ..schema import from_mapping
+from .errors import ScenarioError
+from .schema import from_mapping
 
 SUFFIXES = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 """Token-count suffixes: K, M, B (= G), T, powers of 1000."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..model import ModelSpec
+from .model import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
