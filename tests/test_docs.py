@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli.docs_cmd import render, undocumented
+from simulator.cli.docs_cmd import render, render_modules, undocumented
 from simulator.run import simulate
 from simulator.scenario import load_scenario
 
@@ -17,6 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_scenario_reference_is_current():
     assert (ROOT / "docs" / "scenario.md").read_text() == render(), "run `python -m simulator docs`"
+
+
+def test_module_map_is_current():
+    """docs/modules.md lists every module with its docstring's summary, as `python -m simulator docs` writes it."""
+    assert (ROOT / "docs" / "modules.md").read_text() == render_modules(), "run `python -m simulator docs`"
 
 
 def test_every_scenario_model_and_topology_key_has_a_description():
