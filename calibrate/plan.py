@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from simulator.plan.opgraph import Compute
 from simulator.plan.lower import build_plan, step_compute_ops
-from simulator.cost.profile import COLLECTIVES
+from simulator.cost.nccl_algorithms import COLLECTIVES
 from simulator.cost.profile_schema import ELEMENTWISE_KINDS, MOE_KINDS, elementwise_kinds
 from simulator.scenario import Scenario, scenario_from_mapping
 
