@@ -71,6 +71,9 @@ class ModelSpec:
     """Learned position-embedding rows (GPT-2/3); 0 for rotary models."""
     moe: Optional[MoESpec] = None
     mla: Optional[MLASpec] = None
+    rope_theta: Optional[float] = None
+    """Rotary base (config.json rope_theta); null = the framework's default. Only the exports read it:
+    it changes what the model learns, not what a step costs."""
     name: str = "custom"
 
     # --- derived sizes -------------------------------------------------------------------
@@ -205,7 +208,8 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
         layers=layers, hidden=hidden, ffn_hidden=int(ffn), heads=heads,
         kv_heads=int(kv) if kv else None, vocab=vocab, tie_embeddings=bool(tie),
         head_dim=int(cfg["head_dim"]) if cfg.get("head_dim") else None,
-        positions=positions, moe=moe, mla=mla, name=str(cfg.get("_name_or_path") or name),
+        positions=positions, moe=moe, mla=mla,
+        rope_theta=float(cfg["rope_theta"]) if cfg.get("rope_theta") and not gpt else None, name=str(cfg.get("_name_or_path") or name),
     )
     return _check_model(m, path)
 

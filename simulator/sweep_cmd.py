@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .errors import ScenarioError
+from .export import FRAMEWORKS
 
 BREAKDOWN_WORDS = {
     "compute_s": "compute", "recompute_s": "recomputation", "bubble_s": "pipeline bubble",
@@ -325,8 +326,9 @@ def add_parser(subparsers):
     p.add_argument("--headroom", type=float, default=0.0, metavar="GIB",
                    help="memory each GPU must keep free for a layout to count as fitting (default 0)")
     p.add_argument("--expand", type=int, default=None, metavar="S", help="structures phase 2 expands (default 12)")
-    p.add_argument("--export", choices=("torchtitan", "megatron", "nanotron"),
-                   help="write the best layout the framework can run as its config")
+    p.add_argument("--export", choices=FRAMEWORKS,
+                   help="write the sweep's first layout (or the best the framework can run) as that framework's "
+                        "config: torchtitan 0.3, torchtitan-0.2 (TOML job file), Megatron-LM core_v0.16.1, nanotron 0.4")
     p.add_argument("--export-out", metavar="FILE", help="where --export writes (default: stdout after the table)")
     p.add_argument("--plot", metavar="PREFIX", help="write PREFIX_scatter.png, PREFIX_breakdown.png, PREFIX_memory.png")
     p.add_argument("--ray", metavar="ADDRESS", help="run the simulations on a Ray cluster (optional dependency)")
@@ -340,7 +342,7 @@ def run(args) -> int:
     if args.top < 0 or args.engine_top < 0 or args.jobs < 1 or args.headroom < 0:
         raise ScenarioError("--top/--engine-top/--jobs/--headroom", "must not be negative (--jobs >= 1)")
     if args.export_out and not args.export:
-        raise ScenarioError("--export-out", "given without --export", "--export torchtitan|megatron|nanotron")
+        raise ScenarioError("--export-out", "given without --export", "--export " + "|".join(FRAMEWORKS))
     if args.export and args.json and not args.export_out:
         raise ScenarioError("--export", "with --json needs --export-out FILE (stdout holds the JSON)")
     for path, flag in ((args.export_out, "--export-out"), (args.plot and args.plot + "_scatter.png", "--plot")):
