@@ -168,7 +168,8 @@ def torchtitan_args(sc: Scenario) -> list[str]:
          "--parallelism.enable-sequence-parallel" if p.sp else "--parallelism.no-enable-sequence-parallel",
          "--parallelism.pipeline-parallel-degree", str(p.pp)]
     if p.pp > 1:
-        a += ["--parallelism.pipeline-parallel-schedule", TORCH_SCHEDULES[p.pp_schedule],
+        a += ["--training.disable-cuda-graphs",  # 0.3's Trainer.Config: CUDA graphs do not support PP yet
+              "--parallelism.pipeline-parallel-schedule", TORCH_SCHEDULES[p.pp_schedule],
               "--parallelism.pipeline-parallel-microbatch-size", str(t.micro_batch)]
         if p.vpp > 1:
             a += ["--parallelism.pipeline-parallel-layers-per-stage", str(sc.model.layers // (p.pp * p.vpp))]
@@ -193,7 +194,8 @@ def to_torchtitan_toml(sc: Scenario, label: str = "", notes: tuple[str, ...] = (
     run = (f"torchrun --nnodes {sc.cluster.nodes} --nproc-per-node {sc.gpus_per_node} -m torchtitan.train "
            "--job.config_file THIS_FILE (torchtitan 0.2.x only: 0.3 has no TOML job files)")
     lines = [_comment(_header(sc, "torchtitan-0.2", label, run, list(notes))).rstrip("\n"),
-             "[job]", f"description = {json.dumps(sc.name)}", "", "[model]", f'name = "{module}"', f'flavor = "{flavor}"', "",
+             "[job]", f"description = {json.dumps(sc.name)}", "", "[model]", f'name = "{module}"', f'flavor = "{flavor}"',
+             *(['converters = ["quantize.linear.float8"]'] if t.precision == "fp8" else []), "",
              "[training]", f"seq_len = {t.seq_len}", f"local_batch_size = {local}", f"global_batch_size = {t.global_batch}",
              f'mixed_precision_param = "{DTYPE[t.precision]}"', 'mixed_precision_reduce = "float32"', "",
              "[parallelism]", f"data_parallel_replicate_degree = {replicate}", f"data_parallel_shard_degree = {shard}",
@@ -209,8 +211,6 @@ def to_torchtitan_toml(sc: Scenario, label: str = "", notes: tuple[str, ...] = (
               "[activation_checkpoint]", f'mode = "{t.recompute}"']
     if t.recompute == "selective":
         lines.append('selective_ac_option = "op"')
-    if t.precision == "fp8":
-        lines += ["", "[model_converters]", 'converters = ["float8"]']
     if p.overlap_tp and p.tp > 1:
         lines += ["", "[compile]", "enable = true", 'components = ["model", "loss"]']
     return "\n".join(lines) + "\n"
