@@ -61,6 +61,10 @@ def unsupported(sc: Scenario, framework: str) -> list[str]:
                        "another model needs a config_registry function in Python)")
         if p.pp > 1 and p.pp_schedule not in TORCH_SCHEDULES:
             out.append(f"pipeline schedule {p.pp_schedule} (torch pipelining has {', '.join(TORCH_SCHEDULES.values())})")
+        dense_ranks = (1 if p.zero == 0 else p.dp) * p.cp * p.tp  # 0.3's ParallelismConfig: EP borrows these ranks
+        if framework == "torchtitan" and p.ep > 1 and dense_ranks % p.ep:
+            out.append(f"expert parallel {p.ep} that does not divide FSDP x CP x TP = {dense_ranks} "
+                       "(torchtitan 0.3 takes the EP ranks from FSDP and TP)")
     elif framework == "megatron":
         if p.pp > 1 and p.pp_schedule not in ("1f1b", "interleaved-1f1b"):
             out.append(f"pipeline schedule {p.pp_schedule} (Megatron-LM runs 1F1B and interleaved 1F1B)")

@@ -149,6 +149,9 @@ def test_frameworks_refuse_what_they_cannot_run():
     mixtral = load_scenario("scenarios/mixtral_ep.yaml")
     assert any("model mixtral-8x7b" in r for r in unsupported(mixtral, "torchtitan"))
     assert unsupported(load_scenario(S70, ["parallel.cp=2", "parallel.dp=4"]), "nanotron")
+    dsv3 = ["model=deepseek-v3", "parallel.ep=8", "parallel.tp=1", "parallel.pp=1", "parallel.dp=512"]
+    assert not unsupported(load_scenario(S70, dsv3 + ["parallel.zero=1"]), "torchtitan")
+    assert any("expert parallel 8" in r for r in unsupported(load_scenario(S70, dsv3 + ["parallel.zero=0"]), "torchtitan"))
     with pytest.raises(ScenarioError):
         export_layout(z3, "nanotron")
 
