@@ -378,10 +378,11 @@ def export_best(ranked: list, framework: str, sc: Scenario, raw: dict, base_dir)
                 why_not.append(f"#{i + 1} {ev.layout.label()} ({ev.tokens_per_s_per_gpu:.0f} tokens/s/GPU) uses "
                                + "; ".join(reasons))
             continue
+        est = f", {ev.estimator}" if ev.estimator else ""
         if i == 0:
-            notes = [f"this is the sweep's #1 layout ({ev.tokens_per_s_per_gpu:.0f} tokens/s/GPU, {ev.estimator})"]
+            notes = [f"this is the sweep's #1 layout ({ev.tokens_per_s_per_gpu:.0f} tokens/s/GPU{est})"]
         else:
-            notes = [f"this is the sweep's #{i + 1} layout ({ev.tokens_per_s_per_gpu:.0f} tokens/s/GPU, {ev.estimator}), "
+            notes = [f"this is the sweep's #{i + 1} layout ({ev.tokens_per_s_per_gpu:.0f} tokens/s/GPU{est}), "
                      f"the best that {TARGETS[framework]} can run; #1 reaches {ranked[0].tokens_per_s_per_gpu:.0f}",
                      *(f"not exported: {w}" for w in why_not)]
             if i > 3:
