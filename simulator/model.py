@@ -101,6 +101,9 @@ class ModelSpec:
     """Mixture of experts (see `model.moe`); null = dense model."""
     mla: Optional[MLASpec] = None
     """DeepSeek latent attention (see `model.mla`); null = standard attention."""
+    rope_theta: Optional[float] = field(default=None, metadata={"min": 1.0, "max": 1e12})
+    """Rotary base (config.json rope_theta); null = the framework's default. Only the exports read it:
+    it changes what the model learns, not what a step costs."""
     name: str = "custom"
     """Label for reports; a preset sets its own."""
 
@@ -245,6 +248,8 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
     raw["tie_embeddings"] = gpt if tie is None else tie  # GPT-2/3 tie; Llama-family configs say so explicitly
     if cfg.get("head_dim"):
         raw["head_dim"] = take("head_dim", "head_dim")
+    if cfg.get("rope_theta") is not None and not gpt:
+        raw["rope_theta"] = take("rope_theta", "rope_theta")
     raw["name"] = str(cfg.get("_name_or_path") or name)[:200]
     try:
         return model_from_mapping(raw, path)

@@ -249,6 +249,7 @@ def _fake_ray():
     ray.remote = remote
     ray.wait = lambda refs, num_returns=1: (refs[:num_returns], refs[num_returns:])
     ray.get = lambda refs: [r.value for r in refs]
+    ray.shutdown = lambda: None
     return ray
 
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import ScenarioError
+from ..report.export import FRAMEWORKS
 
 BREAKDOWN_WORDS = {
     "compute_s": "compute", "recompute_s": "recomputation", "bubble_s": "pipeline bubble",
@@ -319,8 +320,9 @@ def add_parser(subparsers):
                    help="memory each GPU must keep free for a layout to count as fitting (default: the scenario's "
                         "cluster.memory_headroom_gib, else 5 %% of the GPU's memory, 4.0 GiB on an H100; docs/metrics.md)")
     p.add_argument("--expand", type=int, default=None, metavar="S", help="structures phase 2 expands (default 12)")
-    p.add_argument("--export", choices=("torchtitan", "megatron", "nanotron"),
-                   help="write the best layout the framework can run as its config")
+    p.add_argument("--export", choices=FRAMEWORKS,
+                   help="write the sweep's first layout (or the best the framework can run) as that framework's "
+                        "config: torchtitan 0.3, torchtitan-0.2 (TOML job file), Megatron-LM core_v0.16.1, nanotron 0.4")
     p.add_argument("--export-out", metavar="FILE", help="where --export writes (default: stdout after the table)")
     p.add_argument("--plot", metavar="PREFIX", help="write PREFIX_scatter.png, PREFIX_breakdown.png, PREFIX_memory.png")
     p.add_argument("--objective", choices=("throughput", "time-to-train", "cost"), default="throughput",
@@ -364,7 +366,7 @@ def run(args) -> int:
     fixed = parse_fix(args.fix)
     check_numbers(args)
     if args.export_out and not args.export:
-        raise ScenarioError("--export-out", "given without --export", "--export torchtitan|megatron|nanotron")
+        raise ScenarioError("--export-out", "given without --export", "--export " + "|".join(FRAMEWORKS))
     if args.export and args.json and not args.export_out:
         raise ScenarioError("--export", "with --json needs --export-out FILE (stdout holds the JSON)")
     plots = [f"{args.plot}_{k}.png" for k in ("scatter", "breakdown", "memory")] if args.plot else []

@@ -21,7 +21,8 @@ class SerialRunner:
         return out
 
     def close(self) -> None:
-        pass
+        """Disconnect this driver; the cluster keeps running (it is not ours to stop)."""
+        self.ray.shutdown()
 
 
 class PoolRunner:
@@ -53,7 +54,7 @@ class RayRunner:
             import ray  # noqa: PLC0415
         except ImportError:
             raise ScenarioError("--ray", "the optional dependency ray is not installed",
-                                "pip install 'ray[default]', or run without --ray (local process pool)") from None
+                                "pip install ray (the version in pyproject's ray extra), or run without --ray (local process pool)") from None
         self.ray = ray
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False,
                  runtime_env={"py_modules": [str(Path(__file__).resolve().parents[1])]})
@@ -68,7 +69,8 @@ class RayRunner:
         return self.ray.get(refs)
 
     def close(self) -> None:
-        pass
+        """Disconnect this driver; the cluster keeps running (it is not ours to stop)."""
+        self.ray.shutdown()
 
 
 def make_runner(jobs: int, ray_address: Optional[str] = None):
