@@ -11,8 +11,9 @@
 Each writer takes a validated `Scenario`. A framework that cannot run a layout or a model says why
 (`unsupported`); `export_best` then takes the best-ranked layout it can run and says so in the file's
 header. Where the framework's nearest setting is not quite the layout, the header says that too
-(`approximations`). Flag and field names were checked against each release's own parser (tests/
-test_export_frameworks.py installs them from the package registry).
+(`approximations`). tests/test_export_frameworks.py reads the exports with each release's own parser,
+installed from the package registry; Megatron-LM's parser is not published there, docs/exports.md says
+what stands in for it and what was checked by hand.
 """
 from __future__ import annotations
 
