@@ -14,8 +14,9 @@ import yaml
 from simulator.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILE = ROOT / "calibrate" / "profiles" / "h100-sxm-published.json"
-SOURCES = ROOT / "calibrate" / "profiles" / "h100-sxm-published.sources.json"
+PROFILE_DIR = ROOT / "calibrate" / "profiles"
+PUBLISHED = sorted(p.stem for p in PROFILE_DIR.glob("*-published.json"))
+PROFILE = PROFILE_DIR / "h100-sxm-published.json"
 CORPUS = ROOT / "validation" / "references" / "corpus"
 CORPUS_FILES = sorted(CORPUS.glob("*.yaml"))
 SOURCE_KEYS = {"value", "source", "url", "accessed", "precision", "device", "note"}
@@ -29,18 +30,25 @@ def point_keys(profile) -> list[str]:
     return keys
 
 
-def test_published_profile_loads_and_says_it_was_transcribed():
-    prof = load_profile(PROFILE)
-    assert prof.gemm and prof.attention
+def test_the_h100_and_a100_published_profiles_are_shipped():
+    assert {"h100-sxm-published", "a100-sxm-published"} <= set(PUBLISHED)
+    assert load_profile(PROFILE).attention
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_published_profile_loads_and_says_it_was_transcribed(name):
+    prof = load_profile(PROFILE_DIR / f"{name}.json")
+    assert prof.gemm
     assert "TRANSCRIBED FROM PUBLICATIONS" in prof.provenance.device_name
-    assert "sources.json" in prof.provenance.command
+    assert f"{name}.sources.json" in prof.provenance.command
 
 
-def test_every_published_point_has_exactly_one_source_and_no_source_is_orphaned():
-    prof = load_profile(PROFILE)
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_every_published_point_has_exactly_one_source_and_no_source_is_orphaned(name):
+    prof = load_profile(PROFILE_DIR / f"{name}.json")
     keys = point_keys(prof)
     assert len(keys) == len(set(keys)), "two profile points share a key"
-    sources = json.loads(SOURCES.read_text())["points"]
+    sources = json.loads((PROFILE_DIR / f"{name}.sources.json").read_text())["points"]
     assert set(keys) == set(sources)
     for key, s in sources.items():
         assert set(s) == SOURCE_KEYS, key
@@ -48,10 +56,11 @@ def test_every_published_point_has_exactly_one_source_and_no_source_is_orphaned(
         assert s["url"].startswith("https://"), key
 
 
-def test_published_values_match_the_profile_points():
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_published_values_match_the_profile_points(name):
     """The value the source states (TFLOPS) is the one the point's time was derived from."""
-    prof = load_profile(PROFILE)
-    sources = json.loads(SOURCES.read_text())["points"]
+    prof = load_profile(PROFILE_DIR / f"{name}.json")
+    sources = json.loads((PROFILE_DIR / f"{name}.sources.json").read_text())["points"]
     for key, p in zip(point_keys(prof), list(prof.gemm) + list(prof.attention)):
         stated = float(sources[key]["value"].split()[0])
         assert p.tflops == stated, key
