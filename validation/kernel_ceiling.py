@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -67,6 +68,23 @@ def rows(profile) -> list[dict]:
     return out
 
 
+def family(r: dict) -> str:
+    """GEMMs by dtype and attention by kernel, dtype and phase: the groups the summary reports."""
+    words = r["what"].split()
+    return f"gemm {words[0]}" if r["kind"] == "gemm" else f"attention {' '.join(words[:3])}"
+
+
+def summary(rs: list[dict]) -> str:
+    """Per family: how many points and the smallest, median and largest spec/published ratio."""
+    groups: dict[str, list[float]] = {}
+    for r in rs:
+        groups.setdefault(family(r), []).append(r["ratio"])
+    lines = [f"{'family':<28} {'points':>6} {'min':>7} {'median':>7} {'max':>7}"]
+    for name, v in groups.items():
+        lines.append(f"{name:<28} {len(v):>6} {min(v):>7.3f} {statistics.median(v):>7.3f} {max(v):>7.3f}")
+    return "\n".join(lines)
+
+
 def table(rs: list[dict]) -> str:
     lines = [f"{'kind':<10} {'kernel':<44} {'published us':>13} {'TFLOP/s':>8} {'spec us':>10} {'spec/pub':>9}"]
     for r in rs:
@@ -85,7 +103,7 @@ def main(argv=None) -> int:
     except ScenarioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(rs, indent=1) if a.json else table(rs))
+    print(json.dumps(rs, indent=1) if a.json else table(rs) + "\n\n" + summary(rs))
     return 0
 
 
