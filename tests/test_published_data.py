@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.profile import load_profile
+from simulator.cost.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE_DIR = ROOT / "calibrate" / "profiles"
@@ -91,7 +91,7 @@ def test_reference_corpus_files_parse_with_their_required_keys():
 def test_reference_corpus_stays_out_of_the_published_validation_set():
     """The corpus is data for issue 38's fit/validation split; `validate --set published` reads only
     validation/references/*.yaml, so nothing shipped changes until the lead wires it in."""
-    from simulator.validate import reference_cases
+    from simulator.validate.accuracy import reference_cases
     assert not any(c.source.startswith(("NVIDIA NeMo", "NVIDIA Megatron-Bridge")) for c in reference_cases())
 
 

@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from simulator.costs import CostModel  # noqa: E402
+from simulator.cost.costs import CostModel  # noqa: E402
 from simulator.errors import ScenarioError  # noqa: E402
-from simulator.opgraph import ACT_BYTES, GEMM_BYTES, Compute, Shard, gemm  # noqa: E402
-from simulator.profile import load_profile  # noqa: E402
+from simulator.plan.opgraph import ACT_BYTES, GEMM_BYTES, Compute, Shard, gemm  # noqa: E402
+from simulator.cost.profile import load_profile  # noqa: E402
 from simulator.topology import load_topology  # noqa: E402
 
 DEFAULT_PROFILE = ROOT / "calibrate" / "profiles" / "h100-sxm-published.json"
