@@ -129,6 +129,18 @@ def _run(plan, options, args, clock) -> int:
         phase("single-process reference run")
     reference = run_reference(plan) if options.reference else None
     report = build_report(plan, measured, reference, host=(before, after))
-    print(json.dumps(report, indent=None) if args.json else format_table(report), flush=True)
+    print(json.dumps(_finite(report), allow_nan=False) if args.json else format_table(report), flush=True)
     clock.report()  # stderr: stdout stays one JSON object with --json
     return 1 if False in (report["loss_matches_reference"], report["grad_norm_matches_reference"]) else 0
+
+
+def _finite(obj):
+    """The report with every NaN or infinite number as null: --json is strict JSON (a timing that failed to
+    measure is no number)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

@@ -31,6 +31,7 @@ from ..cost.costs import CostModel
 from ..plan.layout import pair_shape, pp_rank_of_stage_rank
 from ..plan.opgraph import Comm
 from ..plan.lower import Plan, StageProgram, Step, build_plan
+from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
 from .sm_share import in_turn, slowed_end
 from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
@@ -78,7 +79,7 @@ class Lister:
         self.overlap = plan.overlap_dp
         self._templates: dict = {}
         self._pairs: dict = {}
-        self._group_shapes = {g: self.times.shape(g) for g in ("dp_cp", "edp")}
+        self._group_shapes = {g: self.times.shape(g) for g in DP_GROUPS}
         self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s)) for s in range(sc.parallel.pp)]
         self.mailbox: dict = {}
         self._memo: dict = {}

@@ -35,7 +35,7 @@ from .opgraph import Comm, Compute
 from ..scenario import Scenario
 from .schedules import Action, chunk_rank, pipeline_schedule, schedule_spec
 from .blocks import PASS_KINDS, Block, chunk_blocks
-from .policy import ShardingPolicy, sharding_policy
+from .policy import DP_GROUPS, ShardingPolicy, sharding_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +160,7 @@ def _grad_buckets(sc: Scenario, blocks: tuple[Block, ...], coll: str, groups: di
     (j+1)*size in backward order (MEG-DDP: buckets fill in reverse layer order)."""
     gb = sc.training.grad_bytes
     found = []
-    for g, attr in (("dp_cp", "tensors_dense"), ("edp", "tensors_expert")):
+    for g, attr in zip(DP_GROUPS, ("tensors_dense", "tensors_expert")):
         if groups[g] <= 1:
             continue
         sizes = [sum(getattr(b, attr)) * gb if b.makes_grads else 0.0 for b in blocks]
@@ -178,7 +178,7 @@ def _param_buckets(sc: Scenario, blocks: tuple[Block, ...], groups: dict) -> tup
     pb = param_bytes(sc)
     found = []
     ends_per_group = {}
-    for g, attr in (("dp_cp", "tensors_dense"), ("edp", "tensors_expert")):
+    for g, attr in zip(DP_GROUPS, ("tensors_dense", "tensors_expert")):
         if groups[g] <= 1:
             continue
         sizes = [sum(getattr(b, attr)) * pb for b in blocks]
@@ -196,7 +196,7 @@ def _param_buckets(sc: Scenario, blocks: tuple[Block, ...], groups: dict) -> tup
     buckets = tuple(BucketComm(k, c, f"{c.group} param all_gather b{j}") for k, _, j, _, c in found)
     gate = [-1] * len(blocks)
     for idx, (_, gi, _, start, _) in enumerate(found):
-        sizes, cum = ends_per_group[("dp_cp", "edp")[gi]]
+        sizes, cum = ends_per_group[DP_GROUPS[gi]]
         for k in range(len(blocks)):
             if sizes[k] > 0 and start < cum[k] * (1 - 1e-12):
                 gate[k] = idx  # found is sorted, so the last match is the latest bucket
@@ -211,7 +211,7 @@ def _zero3(sc: Scenario, blocks: tuple[Block, ...], coll: str, groups: dict) -> 
     out = []
     for b in blocks:
         cs = []
-        for g, n in (("dp_cp", b.params_dense), ("edp", b.params_expert)):
+        for g, n in zip(DP_GROUPS, (b.params_dense, b.params_expert)):
             uses = ("F" in b.letters or "B" in b.letters) if coll == "all_gather" else b.makes_grads
             if groups[g] > 1 and n > 0 and uses:
                 cs.append(Comm(name, "dp", coll, n * elt, blocking=False, group=g))

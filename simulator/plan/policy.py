@@ -1,8 +1,7 @@
 """Parameter groups and how data parallelism shards and synchronises them: one policy each, as data.
 
-A rank's parameters fall in groups (dense, routed experts, embedding, LM head); each group is replicated
-over one layout group (`layout.group_shape`): dense, embedding and head over `dp_cp`, routed experts
-over the expert-DP group `edp`. A sharding policy says what the data-parallel ranks of that group keep
+A rank's parameters are replicated over one of two layout groups (`DP_GROUPS`, `layout.group_shape`):
+dense, embedding and head parameters over `dp_cp`, routed experts over the expert-DP group `edp`. A sharding policy says what the data-parallel ranks of that group keep
 as a shard and which collectives run when:
 
   policy   optimizer  grads   weights  gradient sync                    parameter gather
@@ -79,17 +78,8 @@ def sharding_policy(zero: int) -> ShardingPolicy:
         raise ValueError(f"no sharding policy for ZeRO stage {zero!r}; one of {sorted(POLICIES)}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class ParamGroup:
-    """A kind of parameter and the layout group it is replicated (and sharded) over."""
-    name: str
-    replicated_over: str
-    """Layout group name (`layout.group_shape`): dp_cp or edp."""
-
-
-PARAM_GROUPS = (ParamGroup("dense", "dp_cp"), ParamGroup("expert", "edp"), ParamGroup("embedding", "dp_cp"),
-                ParamGroup("head", "dp_cp"))
-"""Routed experts are replicated over the expert-DP group (each expert lives on one EP rank of every
-dp x cp / ep replica); everything else over dp x cp (Megatron `expert_data_parallel` groups)."""
 DP_GROUPS = ("dp_cp", "edp")
-"""The two replication groups, in the order the plan and memory split parameters (dense, expert)."""
+"""The layout groups (`layout.group_shape`) parameters are replicated and sharded over, in the order the
+plan and memory split them: dense, embedding and head parameters over dp x cp; routed experts over the
+expert-DP group (each expert lives on one EP rank of every dp x cp / ep replica; Megatron's
+`expert_data_parallel` groups)."""
