@@ -35,7 +35,7 @@ from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
 from .sm_share import in_turn, slowed_end
 from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
-from .results import EngineResult, summarize
+from .results import EngineResult, add_pass_stats, summarize
 
 
 class _Queued:
@@ -176,7 +176,8 @@ class Lister:
                     self.join(rk, comm.group, comm, at)
                     grads.append((at, comm))
             end = ready + tpl.duration
-            _add(rk, tpl.compute_s, tpl.recompute_s, tpl.flops, tpl.comm_s, tpl.exposed_s, tpl.comm_count, len(tpl.slices))
+            add_pass_stats(rk, tpl.compute_s, tpl.recompute_s, tpl.flops, tpl.comm_s, tpl.exposed_s, tpl.comm_count)
+            rk.ops += len(tpl.slices)
             if grads:
                 end = self._beside_grads(rk, ready, end, grads, dp_free)
             if st.grad_sync and not self.overlap:
@@ -282,8 +283,8 @@ class Lister:
         if not self.overlap:
             for _, comm, _ in releases:
                 self.join(rk, comm.group, comm, end)
-        _add(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, sum(len(b.nodes) for b in blocks),
-             s.contention)
+        add_pass_stats(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count)
+        rk.ops += sum(len(b.nodes) for b in blocks)
         return end
 
     def _tails(self) -> None:
@@ -360,20 +361,6 @@ def _apply(rk: _Rank, delta: tuple) -> None:
         acc = getattr(rk, a)
         for k, v in d.items():
             acc[k] += v
-
-
-def _add(rk: _Rank, compute_s: float, recompute_s: float, flops: float, comm: dict, exposed: dict, count: dict,
-         ops: int, contention: dict | None = None) -> None:
-    rk.compute_s += compute_s
-    rk.recompute_s += recompute_s
-    rk.flops += flops
-    rk.ops += ops
-    for d, v in comm.items():
-        rk.comm[d] += v
-    for d, v in exposed.items():
-        rk.exposed[d] += v
-    for d, v in count.items():
-        rk.count[d] += v
 
 
 def estimate(sc: Scenario, cost: CostModel, plan: Plan | None = None, *, in_pass_sharing: bool = True) -> EngineResult:

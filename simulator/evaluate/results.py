@@ -136,3 +136,20 @@ def summarize(sc, ranks, static: list[float], *, events: int, wall_s: float, ful
         full=full,
         contention=links is not None,
     )
+
+
+def add_pass_stats(rk, compute_s: float, recompute_s: float, flops: float, comm: dict, exposed: dict, count: dict,
+                   contention: dict | None = None) -> None:
+    """Add one pass's totals (a replayed template's or a freshly scheduled pass's) to its rank's accumulators
+    (the engine's `RankState`, the analytic's `_Rank`: the names `summarize` reads)."""
+    rk.compute_s += compute_s
+    rk.recompute_s += recompute_s
+    rk.flops += flops
+    for d, v in comm.items():
+        rk.comm[d] += v
+    for d, v in exposed.items():
+        rk.exposed[d] += v
+    for d, v in count.items():
+        rk.count[d] += v
+    for d, v in (contention or {}).items():
+        rk.contention[d] += v

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from ...cost.collectives import link_busy
 from ..links import LinkSharing
+from ..results import add_pass_stats
 from ..passes import OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
 from ...plan.layout import GroupShape
 from ...plan.opgraph import Comm
@@ -210,11 +211,11 @@ class Engine:
                     rk.ops += len(tpl.slices)
                     if s is None:
                         end, drawn = ready + tpl.duration, (tpl, None)
-                        _add_pass_stats(rk, tpl.compute_s, tpl.recompute_s, tpl.flops, tpl.comm_s, tpl.exposed_s,
+                        add_pass_stats(rk, tpl.compute_s, tpl.recompute_s, tpl.flops, tpl.comm_s, tpl.exposed_s,
                                         tpl.comm_count, tpl.contention_s)
                     else:
                         end, drawn = s.end, (None, tuple(s.slices) if s.record else None)
-                        _add_pass_stats(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, s.contention)
+                        add_pass_stats(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, s.contention)
                     if grads:
                         end = self._beside_grads(rk, ready, end, grads, dp_free)
                     if rk.rec is not None:
@@ -380,7 +381,7 @@ class Engine:
         if st.grad_sync and not self.overlap:
             for _, comm, label in releases:
                 self._join(rk, comm.group, comm, end, label)
-        _add_pass_stats(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, s.contention)
+        add_pass_stats(rk, s.compute_s, s.recompute_s, s.flops, s.comm, s.exposed, s.count, s.contention)
         if rk.rec is not None:
             rk.rec.passes.append((ready, end, st, None, tuple(s.slices) if s.record else None))
         return end
@@ -438,19 +439,3 @@ class Engine:
                 if self.env.now < t:
                     yield self.env.timeout(t - self.env.now)
         return t
-
-
-def _add_pass_stats(rk: RankState, compute_s: float, recompute_s: float, flops: float, comm: dict, exposed: dict,
-                    count: dict, contention: dict) -> None:
-    """Add one pass's totals (a replayed template's or a freshly scheduled pass's) to its rank's."""
-    rk.compute_s += compute_s
-    rk.recompute_s += recompute_s
-    rk.flops += flops
-    for d, v in comm.items():
-        rk.comm[d] += v
-    for d, v in exposed.items():
-        rk.exposed[d] += v
-    for d, v in count.items():
-        rk.count[d] += v
-    for d, v in contention.items():
-        rk.contention[d] += v
