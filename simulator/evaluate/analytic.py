@@ -35,7 +35,7 @@ from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
 from .sm_share import in_turn, slowed_end
 from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
-from .results import EngineResult, add_pass_stats, summarize
+from .results import EngineResult, add_pass_stats, receive, summarize
 
 
 class _Queued:
@@ -159,12 +159,7 @@ class Lister:
             msg = self.mailbox.pop((rk.stage, st.recv_key), None)
             if msg is None:
                 return False
-            arrival, data_ready, transfer = msg
-            if self.blocking_p2p:  # a receive posted after the send began holds the rank for the transfer
-                arrival = max(arrival, ready + transfer)
-            if arrival > ready:
-                rk.exposed["pp"] += arrival - max(ready, data_ready)
-                ready = arrival
+            ready = receive(rk, ready, msg, self.blocking_p2p)
         if st.gated:
             end = self._gated_memo(rk, prog, st, ready)
         else:

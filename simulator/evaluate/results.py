@@ -153,3 +153,17 @@ def add_pass_stats(rk, compute_s: float, recompute_s: float, flops: float, comm:
         rk.count[d] += v
     for d, v in (contention or {}).items():
         rk.contention[d] += v
+
+
+def receive(rk, ready: float, msg: tuple, blocking: bool) -> float:
+    """When a pass that consumes a PP message can start, the rank free at `ready`: the message (arrival, the
+    sender's data-ready time, transfer seconds) has arrived; with blocking sends (`parallel.pp_p2p:
+    blocking`) a receive posted after the send began holds the rank for the whole transfer. The wait after
+    the sender's data was ready is exposed PP time on `rk`, the wait before it bubble."""
+    arrival, data_ready, transfer = msg
+    if blocking:
+        arrival = max(arrival, ready + transfer)
+    if arrival > ready:
+        rk.exposed["pp"] += arrival - max(ready, data_ready)
+        return arrival
+    return ready

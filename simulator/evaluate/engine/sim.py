@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from ...cost.collectives import link_busy
 from ..links import LinkSharing
-from ..results import add_pass_stats
+from ..results import add_pass_stats, receive
 from ..passes import OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
 from ...plan.layout import GroupShape
 from ...plan.opgraph import Comm
@@ -178,12 +178,7 @@ class Engine:
                         rk.waiting = f"receive {st.recv_key}"
                         msg = yield ev
                         rk.waiting = ""
-                    arrival, data_ready, transfer = msg
-                    if self.blocking_p2p:  # a receive posted after the send began holds the rank for the transfer
-                        arrival = max(arrival, ready + transfer)
-                    if arrival > ready:
-                        rk.exposed["pp"] += arrival - max(ready, data_ready)
-                        ready = arrival
+                    ready = receive(rk, ready, msg, self.blocking_p2p)
                 speed = rk.speed
                 tpl = self.template(st.chunk, st.kind, speed)
                 sync = rk.groups.get("sync")
