@@ -178,6 +178,11 @@ class Parallel:
     exposed, when DP does not overlap); `whole`: one all-gather of all the rank's updated parameters (per
     model chunk with vpp > 1) after the optimizer step, exposed (nanotron's
     `ZeroDistributedOptimizer._all_gather_params`)."""
+    reshard_after_forward: bool = True
+    """ZeRO-3 only: free each block's gathered parameters after its forward and all-gather them again before
+    its backward (FSDP2's `reshard_after_forward=True`, DeepSpeed stage 3). false keeps them from the forward
+    to the backward: one all-gather per micro-batch instead of two, the rank's unsharded parameters held
+    (FSDP2 `reshard_after_forward=False`, torchtitan's choice under pipeline parallelism)."""
     zero_gather_inplace: bool = True
     """ZeRO-1/2: the updated parameters are all-gathered straight into the weights (Megatron's distributed
     optimizer, FSDP). false: into a separate full-size buffer, from a cast copy of the local shard
@@ -387,6 +392,9 @@ def validate_layout(sc: Scenario) -> Scenario:
     if t.autocast and p.zero:
         raise ScenarioError("training.autocast", f"true with parallel.zero {p.zero} (sharded states cast through FSDP2's mixed-precision policy)",
                             "parallel.zero 0")
+    if not p.reshard_after_forward and p.zero != 3:
+        raise ScenarioError("parallel.reshard_after_forward", f"false with parallel.zero {p.zero}",
+                            "true, or parallel.zero 3 (only ZeRO-3 gathers parameters per block)")
     if p.sp and t.seq_len % (p.tp * p.cp):
         raise ScenarioError("training.seq_len", f"{t.seq_len} is not divisible by tp*cp = {p.tp * p.cp} (sequence parallel)")
     if p.cp > 1 and t.seq_len % (2 * p.cp):

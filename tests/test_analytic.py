@@ -326,6 +326,8 @@ LAYOUTS = [
     ("mixtral_ep", ("parallel.zero=3", "parallel.pp_schedule=dualpipev", "parallel.vpp=2")),
     ("8b_8gpu", ()),
     ("8b_8gpu", ("parallel.overlap_dp=false",)),
+    ("8b_8gpu", ("parallel.reshard_after_forward=false",)),
+    ("70b_512gpu", ("parallel.zero=3", "parallel.reshard_after_forward=false")),
     ("1b_1gpu", ()),
 ]
 

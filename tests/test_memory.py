@@ -320,3 +320,42 @@ def test_the_replay_predicts_the_allocated_peak_it_measures():
     predicted, why = predict(sc)
     assert why is None
     assert predicted["peak_memory_gib"] == pytest.approx(mem.stage_memory(sc, 0).allocated_peak / mem.GIB)
+
+
+def _fsdp_scenario(reshard: bool, overrides=()):
+    from pathlib import Path
+
+    from simulator.scenario import load_scenario
+    root = Path(__file__).resolve().parent.parent
+    return load_scenario(root / "scenarios" / "8b_8gpu.yaml",
+                         [f"parallel.reshard_after_forward={'true' if reshard else 'false'}", *overrides])
+
+
+def test_fsdp2_without_resharding_gathers_once_per_micro_batch_and_holds_the_unsharded_parameters():
+    """FSDP2's reshard_after_forward=False (the `zero3-no-reshard` policy): each block's parameters are
+    all-gathered before its forward only, so a step moves half the gather bytes, and the rank holds its
+    unsharded parameters from the forward to the backward instead of a few blocks at a time."""
+    from simulator.plan.lower import build_plan
+    from simulator.plan.memory import buffer_bytes
+    from simulator.plan.sharded_params import param_bytes, rank_params
+
+    def gather_bytes(sc, kinds=("F", "B", "BW")):
+        plan = build_plan(sc)
+        counts = {}
+        for st in plan.stages[0].steps:
+            counts[(st.chunk, st.kind)] = counts.get((st.chunk, st.kind), 0) + 1
+        return sum(n * sum(c.bytes for cs in plan.stages[0].dp[chunk].z3_gather.get(kind, ()) for c in cs)
+                   for (chunk, kind), n in counts.items() if kind in kinds)
+
+    resharded, kept = _fsdp_scenario(True), _fsdp_scenario(False)
+    assert gather_bytes(kept) == pytest.approx(gather_bytes(resharded, ("F",)))  # the forward's gathers only
+    assert gather_bytes(resharded) > 1.9 * gather_bytes(kept)  # all but the embedding's again for the backward
+    held = buffer_bytes(kept, 0)["zero3_params"]
+    assert held == pytest.approx(rank_params(kept, 0).total * param_bytes(kept))
+    assert held > 4 * buffer_bytes(resharded, 0)["zero3_params"]
+
+
+def test_reshard_after_forward_is_a_zero3_setting():
+    from simulator.errors import ScenarioError
+    with pytest.raises(ScenarioError, match="reshard_after_forward"):
+        _fsdp_scenario(False, ("parallel.zero=1",))

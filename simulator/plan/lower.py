@@ -35,7 +35,7 @@ from .opgraph import Comm, Compute
 from ..scenario import Scenario
 from .schedules import Action, chunk_rank, pipeline_schedule, schedule_spec
 from .blocks import PASS_KINDS, Block, chunk_blocks
-from .policy import DP_GROUPS, ShardingPolicy, sharding_policy
+from .policy import DP_GROUPS, ShardingPolicy, scenario_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +244,7 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
     cache: dict = {}
     blocks: dict = {}
     stages = []
-    pol, overlap = sharding_policy(p.zero), sc.overlap_dp
+    pol, overlap = scenario_policy(sc), sc.overlap_dp
     gated = overlap and p.zero_gather == "bucketed" and pol.gathers_after_step
     emb_stage, head_stage = owner[0], owner[-1]
     for r in range(pp):
@@ -261,7 +261,8 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
             per_block = pol.gathers_per_block
             grads = () if per_block else _grad_buckets(sc, blocks[(c, "BW")], pol.grad_collective, group_sizes)
             params, gate = _param_buckets(sc, blocks[(c, "F")], group_sizes) if pol.gathers_after_step else ((), ())
-            z3g = {k: _zero3(sc, blocks[(c, k)], "all_gather", group_sizes) for k in PASS_KINDS} if per_block else {}
+            z3g = {k: _zero3(sc, blocks[(c, k)], "all_gather", group_sizes) for k in PASS_KINDS
+                   if k == "F" or pol.regather_for_backward} if per_block else {}
             z3s = {k: _zero3(sc, blocks[(c, k)], "reduce_scatter", group_sizes) for k in PASS_KINDS} if per_block else {}
             dp[c] = ChunkDP(grads=grads, params=params, param_gate=gate, z3_gather=z3g, z3_scatter=z3s,
                             releases=_releases(pol, c, blocks, grads, z3s))
@@ -386,7 +387,8 @@ def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, pol: 
         out.append(Step(kind=k, chunk=c, mb=mb, recv_from=recv_from, recv_key=recv_key, send_to=send_to, grad_sync=sync,
                         await_sync=sync and not overlap,
                         param_gated=(k == "F" and gated and first_f[c] == idx),
-                        gated=(pol.gathers_per_block and k != "W") or (k == "F" and gated and first_f[c] == idx),
+                        gated=(pol.gathers_per_block and (k == "F" or (k != "W" and pol.regather_for_backward)))
+                        or (k == "F" and gated and first_f[c] == idx),
                         alloc=act_bytes(r, c) if k == "F" else 0.0, free=act_bytes(r, c) if frees else 0.0))
     return tuple(out)
 

@@ -28,7 +28,7 @@ from .sharded_params import (autocast_head_params, autocast_layer_params, embedd
                              param_bytes, rank_params)
 from .opgraph import DROPOUT_MASK_BYTES, Shard, shard
 from .sharded_params import layer_rank_params as ops_layer_rank_params
-from .policy import sharding_policy
+from .policy import scenario_policy, sharding_policy
 from ..scenario import Scenario
 from .schedules import schedule_spec
 
@@ -381,13 +381,15 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     dense_group, expert_group = groups or zero_groups(sc)
     units = [layer_rank_params(sc, i) for i in layers] + _end_unit_params(sc, pp_rank)
     unit = max(units, default=0.0)
-    pol = sharding_policy(p.zero)
+    pol = scenario_policy(sc)
     if pol.grad_sync_every_micro_batch and (dense_group > 1 or expert_group > 1):
         out["dp_buckets"] = DP_BUCKETS_IN_FLIGHT * min(p.dp_bucket_mb * BUCKET_MB_BYTES, rp.total * tr.grad_bytes)
     if pol.gathers_after_step and dense_group > 1 and not p.zero_gather_inplace:
         out["zero_gather"] = param_bytes(sc) * rp.total * (1 + 1 / dense_group)
     if pol.gathers_per_block:
-        out["zero3_params"] = ZERO3_LIVE_UNITS * unit * param_bytes(sc)
+        # resharded: the blocks being gathered, used and prefetched; kept from forward to backward: every
+        # block of the rank stays gathered through the steady state (a micro-batch is always in flight)
+        out["zero3_params"] = (ZERO3_LIVE_UNITS * unit if pol.regather_for_backward else rp.total) * param_bytes(sc)
         out["zero3_grads"] = unit * tr.grad_bytes
     if tr.precision == "fp8":
         out["fp8_weight_cache"] = FP8_WEIGHT_CACHE_BYTES * (ZERO3_LIVE_UNITS * unit if pol.gathers_per_block else rp.total)
