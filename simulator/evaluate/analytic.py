@@ -33,9 +33,8 @@ from ..plan.opgraph import Comm
 from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
-from .sm_share import in_turn, slowed_end
 from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
-from .results import EngineResult, add_pass_stats, receive, summarize
+from .results import EngineResult, add_pass_stats, receive, slowed_beside_grads, summarize, wait_until
 
 
 class _Queued:
@@ -127,11 +126,8 @@ class Lister:
 
     @staticmethod
     def wait(rk: _Rank, q: _Queued, since: float) -> float:
-        """The compute stream, free since `since`, waits for `q`: exposed from when its data was ready."""
-        if q.end > since:
-            rk.exposed[q.dim] += max(0.0, min(q.end - max(since, q.ready), q.end - since))
-            return q.end
-        return since
+        """The compute stream, free since `since`, waits for `q` (`results.wait_until`)."""
+        return wait_until(rk, q.end, q.ready, q.dim, since)
 
     # ------------------------------------------------------------------ run
     def run(self) -> list[_Rank]:
@@ -200,12 +196,7 @@ class Lister:
         """A pass that released overlapped gradient buckets runs slower beside them (`sm_share.slowed_end`),
         the buckets one after another on the dp stream from their releases; the slowdown is exposed DP."""
         share = self.cost.sm_share(self._group_shapes[grads[0][1].group])
-        if share <= 0.0:
-            return end
-        beside = in_turn([(release, self.comm_dur(comm.group, comm)) for release, comm in grads], dp_free)
-        slowed = slowed_end(ready, end - ready, beside, share)
-        rk.exposed["dp"] += slowed - end
-        return slowed
+        return slowed_beside_grads(rk, ready, end, [(at, self.comm_dur(c.group, c)) for at, c in grads], dp_free, share)
 
     def _gated_memo(self, rk: _Rank, prog: StageProgram, st: Step, ready: float) -> float:
         """`_gated`, computed once per (stage, chunk, kind, sync, dp-stream backlog): the pass and the

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .passes import COMM_DIMS
+from .sm_share import in_turn, slowed_end
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,3 +168,24 @@ def receive(rk, ready: float, msg: tuple, blocking: bool) -> float:
         rk.exposed["pp"] += arrival - max(ready, data_ready)
         return arrival
     return ready
+
+
+def wait_until(rk, end: float, ready: float, dim: str, since: float) -> float:
+    """The compute stream, free since `since`, waits for a collective of dimension `dim` ending at `end`
+    whose members' data was ready at `ready`: the wait after `ready` is exposed `dim` time on `rk`, the wait
+    before it peers' skew (bubble). Returns when the stream goes on."""
+    if end > since:
+        rk.exposed[dim] += max(0.0, min(end - max(since, ready), end - since))
+        return end
+    return since
+
+
+def slowed_beside_grads(rk, ready: float, end: float, jobs: list, dp_free: float, share: float) -> float:
+    """End of a pass [ready, end] that released overlapped gradient buckets, `jobs` = (release time, seconds)
+    each: they run one after another on the rank's dp stream, free from `dp_free`, and take `share` of the
+    compute rate while in flight beside the pass (`sm_share.slowed_end`). The slowdown is exposed DP time."""
+    if share <= 0.0:
+        return end
+    slowed = slowed_end(ready, end - ready, in_turn(jobs, dp_free), share)
+    rk.exposed["dp"] += slowed - end
+    return slowed

@@ -118,12 +118,11 @@ class StageProgram:
     """TailOp list after the last micro-batch (module docstring)."""
     gathers_first: tuple = ()
     """(chunk, (group, collective, label)...) per chunk in first-forward order: ZeRO-1/2's parameter
-    all-gathers issued when the step starts (`Plan.gathers_gate_forwards`)."""
+    all-gathers issued when the step starts, gating the first forwards (overlap_dp with `zero_gather:
+    bucketed`; otherwise they are in the tail, after the optimizer)."""
     tied_partner: int = -1
     """Stage holding the other copy of tied embeddings (pp > 1); -1 if none."""
     tied_allreduce: Comm | None = None
-    sp_norm_allreduce: Comm | None = None
-    """SP: the coalesced all-reduce of the norm-weight gradients over TP before the optimizer."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,9 +135,6 @@ class Plan:
     policy: ShardingPolicy
     """How DP shards and syncs the parameters (`plan/policy.py`)."""
     overlap_dp: bool
-    gathers_gate_forwards: bool
-    """ZeRO-1/2's parameter all-gather buckets start with the step and gate the first forwards (overlap_dp
-    with `zero_gather: bucketed`); else they run after the optimizer, exposed."""
     pp_bytes: float
     """Bytes of one PP send (activations forward, their gradient backward): `step_ops.pp_activation_bytes`."""
 
@@ -282,9 +278,9 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
         stages.append(StageProgram(stage=r, steps=steps, chunks=chunks, dp=dp, optimizer=opt,
                                    tail=_tail(pol, overlap, gated, chunks, dp, tied, sp_norm, opt),
                                    gathers_first=tuple((c, _labelled(c, dp[c].params)) for c in first) if gated else (),
-                                   tied_partner=tied_partner, tied_allreduce=tied, sp_norm_allreduce=sp_norm))
+                                   tied_partner=tied_partner, tied_allreduce=tied))
     return Plan(sc=sc, stages=tuple(stages), blocks=blocks, n_chunks=n_chunks, policy=pol, overlap_dp=overlap,
-                gathers_gate_forwards=gated, pp_bytes=pp_activation_bytes(sc))
+                pp_bytes=pp_activation_bytes(sc))
 
 
 def _labelled(chunk: int, buckets: tuple[BucketComm, ...]) -> tuple:

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 from ...cost.collectives import link_busy
 from ..links import LinkSharing
-from ..results import add_pass_stats, receive
+from ..results import add_pass_stats, receive, slowed_beside_grads, wait_until
 from ..passes import OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
 from ...plan.layout import GroupShape
 from ...plan.opgraph import Comm
 from ...plan.lower import Plan, StageProgram, Step
-from ..sm_share import in_turn, slowed_end
 from .fabric import Collective, Fabric
 from .state import CountingEnvironment, PassFlows, RankState
 
@@ -156,11 +155,7 @@ class Engine:
             rk.waiting = what
             yield self.fabric.wait(c)
             rk.waiting = ""
-        if c.end > since:
-            exposed = c.end - max(since, c.ready)
-            rk.exposed[c.dim] += max(0.0, min(exposed, c.end - since))
-            return c.end
-        return since
+        return wait_until(rk, c.end, c.ready, c.dim, since)
 
     def _rank(self, rk: RankState):
         env = self.env
@@ -388,12 +383,7 @@ class Engine:
         `dp_free`, from their releases, each for its price alone (the same on every rank, whichever one's
         arrival completed a collective). The slowdown is exposed DP time."""
         share = self.cost.sm_share(self.group_shapes[grads[0][1].group])
-        if share <= 0.0:
-            return end
-        beside = in_turn([(release, self.comm_dur(comm)) for release, comm in grads], dp_free)
-        slowed = slowed_end(ready, end - ready, beside, share)
-        rk.exposed["dp"] += slowed - end
-        return slowed
+        return slowed_beside_grads(rk, ready, end, [(at, self.comm_dur(c)) for at, c in grads], dp_free, share)
 
     def _grad_releases(self, prog: StageProgram, st: Step) -> list:
         """(block index, collective, label) of the gradient traffic a W/BW pass releases (`ChunkDP.releases`)."""
