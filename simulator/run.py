@@ -110,6 +110,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "model": {"name": sc.model.name, "params": total_params(sc.model), "active_params": active_params(sc.model),
                   "flops_per_step": model_flops, "flop_convention": FLOP_CONVENTION},
         "estimator": estimator,
+        "framework": sc.framework.to_json(sc.parallel.pp),
         "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage},
         "sim": {"wall_s": time.perf_counter() - t0, "events": events, "ranks_simulated": ranks},
         "warnings": warnings,

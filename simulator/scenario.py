@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 
 from .errors import ScenarioError
+from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_setting, layout_rules
+from .frameworks.spec import DEFAULT_FRAMEWORK
 from .inputs import MAX_DEPTH, existing_file, parse_yaml, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model, model_to_mapping
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
@@ -199,6 +201,8 @@ class Scenario:
     topology: Topology
     run: RunSpec = RunSpec()
     """The whole training run (`run:`, `training.tokens`): tokens, phases, checkpoints (wholerun/spec.py)."""
+    framework: FrameworkChoice = FrameworkChoice()
+    """The training framework priced (`framework:`; frameworks/*.yaml): what its words mean, its options."""
 
     @property
     def gpus_per_node(self) -> int:
@@ -245,6 +249,7 @@ class _RawScenario:
     cluster: dict = field(default_factory=dict)
     parallel: dict = field(default_factory=dict)
     run: Any = None
+    framework: Any = None
 
 
 # ----------------------------------------------------------------------------------- overrides
@@ -275,6 +280,9 @@ def apply_overrides(raw: dict, overrides: list[str], base_dir: Path | None) -> d
             if key == "model" and i == 0 and isinstance(node.get("model"), str):
                 # overriding a field of a preset: expand the preset to the contract mapping first
                 node["model"] = model_to_mapping(load_model(node["model"], base_dir))
+            if key == "framework" and i == 0 and not isinstance(node.get("framework"), dict):
+                # setting an option of a framework given by name (or of the default one)
+                node["framework"] = {"name": node.get("framework") or DEFAULT_FRAMEWORK}
             child = node.get(key)
             if child is None:
                 child = node[key] = {}
@@ -304,6 +312,10 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
 
 def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path | None = None) -> Scenario:
     raw = apply_overrides(raw, list(overrides), base_dir)
+    if overrides and isinstance(raw.get("framework"), dict):
+        # a key set on the command line is the last word: the file's framework options that set it give way
+        raw["framework"] = drop_options_setting(raw["framework"], {".".join(parse_override(o)[0]) for o in overrides})
+    raw, framework = apply_framework(raw)
     top = from_mapping(_RawScenario, raw, "")
     if top.model is None:
         raise ScenarioError("model", "missing required key", "a preset name, a path to config.json, or a mapping")
@@ -337,7 +349,7 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
         if local is not None:
             cluster = replace(cluster, profile=str(local))
     sc = Scenario(name=str(top.name), model=model, training=training, cluster=cluster, parallel=parallel, topology=topology,
-                  run=run)
+                  run=run, framework=framework)
     return validate_layout(sc)
 
 
@@ -348,6 +360,7 @@ def _divides(a: int, b: int) -> bool:
 def validate_layout(sc: Scenario) -> Scenario:
     """Cross-key checks (the layout rules at the top of docs/scenario.md); fills dp when omitted."""
     m, t, p = sc.model, sc.training, sc.parallel
+    p = layout_rules(sc.framework, p, m)
     node_gpus = sc.topology.node.gpus
     # a GPU node has node.gpus; a host topology's "GPUs" are CPU processes, as many as a run starts
     if sc.cluster.gpus_per_node is not None and sc.cluster.gpus_per_node > node_gpus and sc.topology.node.interconnect != "host":

@@ -158,7 +158,7 @@ def test_zero1_whole_gather_is_one_collective_exposed_after_the_optimizer():
                                        "vocab": 1000},
                "training": {"seq_len": 128, "global_batch": 8},
                "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": 4},
-               "parallel": {"dp": 4, "zero": 1, "dp_bucket_mb": 0.25, "zero_gather": gather}}
+               "parallel": {"dp": 4, "zero": 1, "dp_bucket_mb": 0.25, "zero_gather": gather, "overlap_dp": True}}
         return scenario_from_mapping(raw)
     bucketed, whole = sc("bucketed"), sc("whole")
     cost = DPCost(topology=whole.topology)
@@ -240,7 +240,10 @@ def _zero2_scenario(zero, m, pp=1, overlap=True):
     raw = {"name": "z2", "model": {"arch": "llama", "layers": 16, "hidden": 2048, "ffn_hidden": 8192, "heads": 32,
                                    "vocab": 131072},
            "training": {"seq_len": 512, "global_batch": dp * m, "micro_batch": 1},
-           "cluster": {"topology": "dgx-h100", "nodes": 4}, "parallel": {"zero": zero, "dp": dp, "pp": pp, "overlap_dp": overlap}}
+           "cluster": {"topology": "dgx-h100", "nodes": 4}, "parallel": {"zero": zero, "dp": dp, "pp": pp, "overlap_dp": overlap,
+                                                                          "zero_gather": "bucketed", "dp_bucket_mb": 25.0},
+           "framework": "deepspeed"}  # DeepSpeed's ZeRO-2, with fp32 gradients
+    raw["training"]["grad_dtype"] = "fp32"
     return scenario_from_mapping(raw)
 
 

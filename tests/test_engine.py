@@ -46,8 +46,17 @@ def scenario(pp=4, m=8, schedule="1f1b", vpp=1, layers=None, dp=1, tp=1, cp=1, *
            # one NVLink node of pp*dp*tp*cp GPUs: a DGX H100 up to 8, else an NVL72 rack (a node holds at most its GPUs)
            "cluster": {"topology": "dgx-h100" if pp * dp * tp * cp <= 8 else "gb200-nvl72", "nodes": 1,
                        "gpus_per_node": pp * dp * tp * cp},
-           "parallel": {"pp": pp, "dp": dp, "tp": tp, "cp": cp, "pp_schedule": schedule, "vpp": vpp, **parallel}}
+           "parallel": {"pp": pp, "dp": dp, "tp": tp, "cp": cp, "pp_schedule": schedule, "vpp": vpp, **MECHANISM_DEFAULTS,
+                        **parallel}}
+    if parallel.get("zero") == 2:
+        raw["framework"] = "deepspeed"  # the ZeRO-2 that reduce-scatters every micro-batch
+        raw["training"]["grad_dtype"] = "fp32"
     return scenario_from_mapping(raw)
+
+
+MECHANISM_DEFAULTS = {"overlap_dp": True, "zero_gather": "bucketed", "dp_bucket_mb": 25.0}
+"""The DP settings these mechanism tests were written with (Megatron's default framework leaves both overlaps
+off and gathers after the step): gradient buckets under the backward, parameter gathers under the forward."""
 
 
 def run(sc, cost=None, **kw):

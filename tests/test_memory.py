@@ -328,7 +328,7 @@ def _fsdp_scenario(reshard: bool, overrides=()):
     from simulator.scenario import load_scenario
     root = Path(__file__).resolve().parent.parent
     return load_scenario(root / "scenarios" / "8b_8gpu.yaml",
-                         [f"parallel.reshard_after_forward={'true' if reshard else 'false'}", *overrides])
+                         ["framework=megatron", f"parallel.reshard_after_forward={'true' if reshard else 'false'}", *overrides])
 
 
 def test_fsdp2_without_resharding_gathers_once_per_micro_batch_and_holds_the_unsharded_parameters():

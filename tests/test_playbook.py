@@ -71,13 +71,14 @@ def test_1b_maps_to_tied_bf16_fp32_grads_sp_async_tp_on_aws_p5():
     r = run_from_row(row("1B", dp=2, tp=4, zero=1))
     m = scenario_mapping(r)
     assert m["model"]["tie_embeddings"] is True and m["model"]["kv_heads"] == 32
-    assert m["training"] == {"seq_len": 4096, "global_batch": 256, "micro_batch": 1, "precision": "bf16",
-                             "recompute": "none", "attention": "flash", "optimizer": "adamw", "grad_dtype": "fp32",
-                             "grad_accum_fused": False}
-    p = m["parallel"]
-    assert (p["dp"], p["tp"], p["pp"], p["zero"], p["sp"], p["overlap_tp"], p["pp_schedule"]) == (2, 4, 1, 1, True, False, "1f1b")
-    assert p["order"] == "tp-cp-ep-dp-pp" and p["pp_layers"] is None
+    assert m["framework"]["name"] == "nanotron"
     sc = build_scenario(r)
+    t, p = sc.training, sc.parallel
+    assert (t.precision, t.recompute, t.attention, t.optimizer, t.grad_dtype, t.grad_accum_fused) == \
+        ("bf16", "none", "flash", "adamw", "fp32", False)
+    assert (p.dp, p.tp, p.pp, p.zero, p.sp, p.overlap_tp, p.pp_schedule) == (2, 4, 1, 1, True, False, "1f1b")
+    assert p.order == "tp-cp-ep-dp-pp" and p.pp_layers is None and p.pp_p2p == "blocking"
+    assert (p.dp_bucket_mb, p.zero_gather, p.zero_gather_inplace, p.overlap_dp) == (50.0, "whole", False, False)
     assert sc.topology.name == "aws-p5" and sc.gpus == 8 and sc.micro_batches == 128
     assert sc.training.grad_bytes == 4
 
@@ -157,9 +158,8 @@ def test_the_slow_network_state_raises_the_host_floor_at_any_pp():
     healthy floor, flat in tp."""
     slow = run_from_row(row("1B", dp=2, tp=4, busbw_allreduce_intranode8_GBps=425.0))
     healthy = run_from_row(row("1B", dp=2, tp=4, busbw_allreduce_intranode8_GBps=458.0))
-    assert scenario_mapping(slow)["cluster"]["efficiency"]["tp_host_per_rank_s"] > 0
-    for eff in (scenario_mapping(healthy)["cluster"]["efficiency"],
-                scenario_mapping(slow, network="spec")["cluster"]["efficiency"]):
+    assert build_scenario(slow).cluster.efficiency["tp_host_per_rank_s"] > 0
+    for eff in (build_scenario(healthy).cluster.efficiency, build_scenario(slow, network="spec").cluster.efficiency):
         assert eff["tp_host_s"] > 0 and "tp_host_per_rank_s" not in eff
 
 

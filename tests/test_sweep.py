@@ -20,7 +20,20 @@ SMALL = {"micro_batch": (1, 2), "cp": (1, 2)}
 
 @pytest.fixture(scope="module")
 def base8b():
-    return sweep_base(S8B)
+    """The 8B scenario under Megatron's rules (layers divide the stages; ZeRO 0-3)."""
+    return sweep_base(S8B, ["framework=megatron"])
+
+
+def test_the_space_has_the_frameworks_stages_and_splits():
+    """torchtitan: DDP or FSDP2 without PP, its FSDP2 priced as ZeRO-1 under PP (one word each); Megatron: its
+    ZeRO-2 is its ZeRO-1, so 0, 1 and 3; nanotron splits 32 layers over any number of stages."""
+    titan, _, _ = sweep_base(S8B)
+    zeros = {(l.pp > 1, l.zero) for l in enumerate_layouts(titan, {"recompute": ("none",)})}
+    assert zeros == {(False, 0), (False, 3), (True, 0), (True, 1)}
+    mega, _, _ = sweep_base(S8B, ["framework=megatron"])
+    assert {l.zero for l in enumerate_layouts(mega, {"recompute": ("none",)})} == {0, 1, 3}
+    nano, _, _ = sweep_base(S8B, ["framework=nanotron", "parallel.zero=1", "parallel.tp=1"])
+    assert 8 in {l.pp for l in enumerate_layouts(nano, {"tp": (1,), "recompute": ("none",)})}
 
 
 def _numbers(result):

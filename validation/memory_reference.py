@@ -101,7 +101,8 @@ def zero_rows() -> list[tuple]:
                                               "vocab": KOR22_VOCAB, "tie_embeddings": True},
                "training": {"seq_len": 1024, "global_batch": 64, "precision": "bf16", "grad_dtype": "bf16"},
                "cluster": {"topology": "dgx-h100", "nodes": ZERO_NDP // 8},
-               "parallel": {"dp": ZERO_NDP, "zero": stage}}
+               "parallel": {"dp": ZERO_NDP, "zero": stage},
+               "framework": "deepspeed"}  # the ZeRO paper's stages are DeepSpeed's (Megatron's 2 is its 1)
         sc = scenario_from_mapping(raw)
         bpp = sum(static_bytes(sc, 0).values()) / rank_params(sc, 0).total
         rows.append((f"ZeRO stage {stage}: bytes/param (N_d=64)", bpp, float(ref_bpp[stage]), "B/param",

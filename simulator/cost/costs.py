@@ -65,6 +65,8 @@ class CostModel:
     framework: dict = field(default_factory=dict)
     """How the step runs on the host, for the profile's `framework` table (Profile.framework_overhead):
     mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""
+    attention_kernel: str = "cudnn"
+    """The attention kernel family the framework runs (`frameworks/*.yaml` attention_kernel: flash2 | flash3 | cudnn)."""
     _dp_topologies: dict = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ compute
@@ -183,7 +185,7 @@ def build_cost_model(sc) -> CostModel:
         from .profile import load_profile  # noqa: PLC0415 (optional piece, lands with calibration)
         profile = load_profile(sc.cluster.profile)
     return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
-                     efficiency=dict(sc.cluster.efficiency),
+                     efficiency=dict(sc.cluster.efficiency), attention_kernel=sc.framework.attention_kernel,
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
 
 

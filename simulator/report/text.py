@@ -67,6 +67,14 @@ def format_report(r: dict) -> str:
     src = "spec-based roofline" if prof["source"] == "default" else f"profile {prof['source']}"
     out.append(f"  numbers from the {r['estimator']} estimator, costs from {src}"
                + (f" ({prof['measured_compute_fraction'] * 100:.0f} % of compute time measured)" if prof["source"] != "default" else ""))
+    fw = r.get("framework")
+    if fw:
+        on = [o["name"] if o["value"] is True else f"{o['name']} {o['value']}" for o in fw["options"]
+              if o["given"] or o["value"] is True]
+        out.append(f"  framework: {fw['title']} ({fw['name']}){': ' + ', '.join(on) if on else ''};"
+                   f" attention kernel {fw['attention_kernel']}")
+        for note in fw["notes"]:
+            out.append(f"    {note}")
     out.append(f"  FLOPs: {r['model']['flop_convention']}")
     for w in r.get("warnings") or []:
         out.append(f"  warning: {w}")

@@ -162,7 +162,7 @@ def _schedules(sc: Scenario, pp: int, m_micro: int, fixed: dict) -> list[tuple[s
         for v in vpps:
             if "vpp" in fixed and v not in fixed["vpp"]:
                 continue
-            if layers % (pp * v):
+            if not sc.framework.can_split(layers, pp, v):
                 continue
             if spec.microbatch_error(pp, m_micro):
                 continue
@@ -191,7 +191,7 @@ def enumerate_layouts(sc: Scenario, fixed: dict | None = None) -> list[Layout]:
         if gpus % tp or not _tp_ok(sc, tp):
             continue
         for pp in extra("pp", _divisors(gpus // tp)):
-            if (gpus // tp) % pp or m.layers % pp:
+            if (gpus // tp) % pp or not sc.framework.can_split(m.layers, pp, 1):
                 continue
             cp_default = [c for c in _divisors(gpus // (tp * pp)) if seq // c >= MIN_TOKENS_PER_CP_RANK]
             for cp in extra("cp", cp_default):
@@ -213,7 +213,8 @@ def enumerate_layouts(sc: Scenario, fixed: dict | None = None) -> list[Layout]:
                             if gb % (dp * mb):
                                 continue
                             m_micro = gb // (dp * mb)
-                            zeros = allowed("zero", (0, 1, 2, 3) if dp * cp > 1 else (0,))
+                            # the stages this framework has, one word per distinct policy (Megatron: 0, 1, 3)
+                            zeros = allowed("zero", sc.framework.zero_words(pp) if dp * cp > 1 else (0,))
                             if dp * cp == 1 and "zero" in fixed and not zeros:
                                 zeros = [min(fixed["zero"])]  # any stage is plain data parallelism of 1
                             for s, v in _schedules(sc, pp, m_micro, fixed):

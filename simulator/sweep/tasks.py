@@ -14,6 +14,7 @@ from ..cost.costs import CostModel, build_cost_model
 from ..plan.flops import mfu_peak_flops, model_flops_per_step
 from ..plan.memory import GIB, memory_report, stage_memory
 from ..plan.memory_fit import MemoryReport, fits
+from ..frameworks.resolve import drop_options_setting
 from ..scenario import Scenario, scenario_from_mapping, validate_layout
 from ..schema import to_mapping
 from .space import Layout, RECOMPUTE_ORDER
@@ -70,6 +71,9 @@ def candidate_scenario(raw: dict, base_dir: Optional[str], lay: Layout) -> Scena
     cand = copy.deepcopy(raw)
     for section, values in lay.overrides().items():
         cand.setdefault(section, {}).update(values)
+    if "framework" in cand:  # the layout's own keys replace framework options that set them
+        cand["framework"] = drop_options_setting(cand["framework"], {f"{section}.{k}" for section, values
+                                                                     in lay.overrides().items() for k in values})
     return scenario_from_mapping(cand, (), Path(base_dir) if base_dir else None)
 
 

@@ -58,6 +58,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ScenarioError
+from ..frameworks.pp_split import nanotron_pp_layers  # noqa: F401 (re-exported for the tests)
+from ..frameworks.resolve import apply_framework
+from ..frameworks.spec import load_framework
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CSV = ROOT / "validation" / "data" / "playbook" / "nanotron_ultrascale_runs.csv"
@@ -73,10 +76,9 @@ VALIDATION_LABELS = ("80B", "469G")
 never tuned to."""
 TP_OVERLAP = False
 """`parallel.overlap_tp` for the playbook runs (see the module docstring: measured, not configured)."""
-NANOTRON_EFFICIENCY = {"gemm": 0.55, "attention_fwd": 0.35, "attention_bwd": 0.30, "tp_comm_overhead_s": 1.0e-4,
-                       "tp_host_s": 4.5e-4, "dp_comm_overhead_s": 2.0e-3, "dp_ring_step_latency_us": 10.0,
-                       "comm_sm_share": 0.3}
-"""nanotron's software stack on these H100s (`cluster.efficiency`), fitted on the fit split only:
+NANOTRON_EFFICIENCY = {k: v.value for k, v in load_framework("nanotron").efficiency.items()}
+"""nanotron's software stack on these H100s: the `efficiency` of `simulator/frameworks/nanotron.yaml`, which every
+`framework: nanotron` scenario gets, fitted on the fit split only. How each value was found:
 GEMM 0.55 from one-node tp=1 runs (1.61x over-predicted at 0.78, independent of micro-batch size, so
 compute-bound); attention 0.35/0.30: FlashAttention-2 reaches ~35 % of H100 peak (FA3 paper) and nanotron
 ran FA2 (at head dim 128; below it `costs.ATTENTION_HEAD_DIM_FACTOR`). TP: 100 us of GPU time per TP collective on top of NCCL's, and 450 us of host time per TP
@@ -325,45 +327,27 @@ def read_runs(path: str | Path | None = None) -> list[PlaybookRun]:
 
 # ----------------------------------------------------------------------------------- scenario
 
-def nanotron_pp_layers(layers: int, hidden: int, ffn_hidden: int, heads: int, vocab: int, pp: int,
-                       inclusive: bool = True) -> list[int]:
-    """Decoder layers per pipeline rank as nanotron assigns them (models/base.py `build_model`).
-
-    Pipeline blocks in order: embedding (cost 0), `layers` decoder layers (cost 4*h^2 + 3*h*f, MHA
-    assumed), final norm (0), LM head (V*h), fp32 cast (0), loss (0). A block goes to the current rank;
-    the rank advances once the cumulative cost passes `total * (rank + 1) / pp`. The CSV's `Local
-    Params` column shows that runs with the later code (`after_pp_fix`) advance on reaching the
-    threshold (1B, pp=2: 10 + 6 layers) and earlier ones only on exceeding it (11 + 5); the two agree
-    unless a threshold falls exactly on a layer boundary. Trailing ranks may get no layer at all."""
-    d = hidden // heads
-    layer_cost = 4 * heads * d * hidden + 3 * ffn_hidden * hidden
-    costs = [0] + [layer_cost] * layers + [0, vocab * hidden, 0, 0]
-    total = sum(costs)
-    thresholds = [total * (r + 1) / pp for r in range(pp)]
-    counts = [0] * pp
-    rank, cum = 0, 0
-    for i, c in enumerate(costs):
-        cum += c
-        if 1 <= i <= layers:
-            counts[rank] += 1
-        passed = cum >= thresholds[rank] if inclusive else cum > thresholds[rank]
-        if passed and rank < pp - 1:
-            rank += 1
-    return counts
-
-
 def scenario_mapping(run: PlaybookRun, topology: str = TOPOLOGY, network: str = NETWORK) -> dict:
-    """The scenario (docs/scenario.md keys) nanotron ran for this row; with `network: measured`, a job outside the
-    healthy network state gets the slow state's host floor (`SLOW_STATE_TP_HOST`)."""
-    efficiency = dict(NANOTRON_EFFICIENCY)
+    """The scenario (docs/scenario.md keys) nanotron ran for this row: `framework: nanotron` (which brings the
+    stack's fitted efficiencies, its DDP buckets, blocking pipeline sends, ZeRO-1's whole gather and
+    cost-balanced stages) and what the row states. With `network: measured`, a job outside the healthy
+    network state gets the slow state's host floor (`SLOW_STATE_TP_HOST`) on top."""
+    efficiency = {}
     if network == "measured" and network_state(run) in ("slow", "degraded node"):
         efficiency.update(SLOW_STATE_TP_HOST)
     pp_layers = None
-    if run.pp > 1:
+    if run.pp > 1 and not run.after_pp_fix:  # the code before the PP fix advanced only past a threshold
         pp_layers = nanotron_pp_layers(run.layers, run.hidden, run.ffn_hidden, run.heads, run.vocab, run.pp,
-                                       inclusive=run.after_pp_fix)
+                                       inclusive=False)
+    parallel = {
+        "dp": run.dp, "tp": run.tp, "pp": run.pp, "cp": 1, "ep": 1, "zero": run.zero,
+        "sp": run.tp > 1, "vpp": 1, "overlap_tp": TP_OVERLAP and run.tp_async,
+    }
+    if pp_layers is not None:
+        parallel["pp_layers"] = pp_layers
     return {
         "name": f"playbook {run.run_name} (job {run.job_id})",
+        "framework": {"name": "nanotron", "tp_linear_async_communication": run.tp_async, "pp_engine": "1f1b"},
         "model": {
             "arch": "llama", "layers": run.layers, "hidden": run.hidden, "ffn_hidden": run.ffn_hidden,
             "heads": run.heads, "kv_heads": run.kv_heads, "vocab": run.vocab,
@@ -372,17 +356,10 @@ def scenario_mapping(run: PlaybookRun, topology: str = TOPOLOGY, network: str = 
         "training": {
             "seq_len": run.seq_len, "global_batch": run.global_batch, "micro_batch": run.micro_batch,
             "precision": "bf16", "recompute": "none", "attention": "flash", "optimizer": "adamw",
-            "grad_dtype": "fp32", "grad_accum_fused": False,
         },
         "cluster": {"topology": topology, "nodes": run.nodes, "gpus_per_node": run.gpus_per_node,
                     "efficiency": efficiency},
-        "parallel": {
-            "dp": run.dp, "tp": run.tp, "pp": run.pp, "cp": 1, "ep": 1, "zero": run.zero,
-            "sp": run.tp > 1, "pp_schedule": "1f1b", "pp_p2p": "blocking", "vpp": 1, "pp_layers": pp_layers,
-            "order": "tp-cp-ep-dp-pp", "dp_bucket_mb": NANOTRON_DDP_BUCKET_MB, "overlap_dp": run.zero == 0,
-            "overlap_tp": TP_OVERLAP and run.tp_async, "tp_linear_async": run.tp_async,
-            "zero_gather": "whole", "zero_gather_inplace": False,
-        },
+        "parallel": parallel,
     }
 
 
@@ -426,10 +403,10 @@ def build_scenario(run: PlaybookRun, topology: str = TOPOLOGY, network: str = NE
     from ..scenario import Cluster, Parallel, Scenario, Training, validate_layout  # noqa: PLC0415
     from ..schema import from_mapping  # noqa: PLC0415
 
-    raw = scenario_mapping(run, topology, network)
+    raw, framework = apply_framework(scenario_mapping(run, topology, network))
     sc = Scenario(name=raw["name"], model=load_model(raw["model"], ROOT),
                   training=from_mapping(Training, raw["training"], "training"),
                   cluster=from_mapping(Cluster, raw["cluster"], "cluster"),
                   parallel=from_mapping(Parallel, raw["parallel"], "parallel"),
-                  topology=job_topology(run, topology, network))
+                  topology=job_topology(run, topology, network), framework=framework)
     return validate_layout(sc)

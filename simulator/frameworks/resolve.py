@@ -1,0 +1,248 @@
+"""A scenario's `framework:` key, applied: which framework, its options, and the scenario keys it fixes.
+
+Two steps, because a sweep changes the layout of a scenario already read:
+1. `apply_framework(raw)`, on the scenario mapping before it is parsed: reads `framework:` (a name, or
+   `{name: ..., <option>: ...}`), sets each option's scenario key, then the framework's `defaults` and
+   `efficiency`, wherever the scenario does not say otherwise. A key the scenario sets and an option
+   sets differently is an error (two answers to one question). Returns the mapping and a `FrameworkChoice`.
+2. `layout_rules(choice, parallel, model)`, on every layout (`scenario.validate_layout`): what the layout's
+   words mean in that framework: `parallel.zero` as the framework's sharding policy (`spec.ZeroMeaning`),
+   FSDP's reshard default under pipelining, and the pipeline split (`pp_split.py`). It is idempotent, so a
+   layout validated twice means the same thing.
+
+Precedence, highest first: a key the scenario sets; an option given under `framework:`; the option's
+default; the framework's `defaults`; the scenario dataclass's default.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import ScenarioError
+from ..inputs import short
+from ..plan.schedules import schedule_spec
+from .pp_split import cost_balanced_layers, remainder_first_layers
+from .spec import DEFAULT_FRAMEWORK, FRAMEWORKS, POLICY_NAMES, Framework, load_framework
+
+MAX_OPTION_NUMBER = 1e12
+"""Largest numeric option (bucket sizes in elements: 10^12 is far above any model's parameters per rank)."""
+STAGE_OF_POLICY = {name: i for i, name in enumerate(POLICY_NAMES)}
+"""Sharding policy name -> the `parallel.zero` stage `plan/policy.py` prices it as."""
+
+
+@dataclass(frozen=True)
+class FrameworkChoice:
+    """The framework a scenario is priced with, as resolved (`Scenario.framework`)."""
+    name: str = DEFAULT_FRAMEWORK
+    options: tuple[tuple[str, Any], ...] = ()
+    """Every option of the framework with the value in force (given, or the framework's default)."""
+    given: tuple[str, ...] = ()
+    """The options the scenario wrote under `framework:`."""
+    scenario_keys: frozenset = field(default_factory=frozenset)
+    """Dotted keys the scenario set itself or through an option it gave (the framework's defaults and its
+    per-stage rules leave them alone)."""
+    asked_zero: int = 0
+    """`parallel.zero` as the scenario wrote it (the report says what it meant here)."""
+
+    @property
+    def spec(self) -> Framework:
+        return load_framework(self.name)
+
+    @property
+    def attention_kernel(self) -> str:
+        return self.spec.attention_kernel.value
+
+    def option(self, name: str) -> Any:
+        return dict(self.options).get(name)
+
+    def zero_words(self, pp: int) -> tuple[int, ...]:
+        """The `parallel.zero` values that mean a distinct policy in this framework at `pp` stages, the lowest
+        word for each (Megatron: 0, 1, 3; its 2 is its 1): what a sweep tries."""
+        seen = {}
+        for word, z in sorted(self.spec.zero.items()):
+            pol = _policy(z, pp)
+            if pol is not None:
+                seen.setdefault(pol, int(word))
+        return tuple(sorted(seen.values()))
+
+    def can_split(self, layers: int, pp: int, vpp: int) -> bool:
+        """Whether this framework lays `layers` decoder layers over pp x vpp model chunks (`spec.pp_split`)."""
+        rule = self.spec.pp_split.value
+        if rule == "cost-balanced":
+            return vpp == 1
+        if rule == "remainder-first":
+            return layers + 2 >= pp * vpp
+        return layers % (pp * vpp) == 0
+
+    def notes(self, pp: int = 1) -> list[str]:
+        """What the report says about the framework's reading of this scenario (`pp`: its pipeline stages)."""
+        fw = self.spec
+        out = []
+        z = fw.zero.get(str(self.asked_zero))
+        if z is not None:
+            under = pp > 1 and z.policy_under_pp and z.note_under_pp
+            note = z.note_under_pp if under else z.note
+            if note:
+                out.append(f"parallel.zero {self.asked_zero}: {note}")
+        return out + list(fw.notes)
+
+    def to_json(self, pp: int = 1) -> dict:
+        return {"name": self.name, "title": self.spec.title,
+                "options": [{"name": k, "value": v, "given": k in self.given} for k, v in self.options],
+                "attention_kernel": self.attention_kernel, "notes": self.notes(pp)}
+
+
+def _policy(z, pp: int):
+    """The policy a `ZeroMeaning` prices at `pp` stages; None where the framework has no such stage."""
+    if z.only_under_pp and pp == 1:
+        return None
+    return (z.policy_under_pp if pp > 1 and z.policy_under_pp else z.policy)
+
+
+def _split(raw_value) -> tuple[str, dict]:
+    if raw_value is None:
+        return DEFAULT_FRAMEWORK, {}
+    if isinstance(raw_value, str):
+        return raw_value, {}
+    if isinstance(raw_value, dict):
+        if "name" not in raw_value:
+            raise ScenarioError("framework.name", "missing required key", " | ".join(FRAMEWORKS))
+        name = raw_value["name"]
+        if not isinstance(name, str):
+            raise ScenarioError("framework.name", f"expected a string, got {short(name)}", " | ".join(FRAMEWORKS))
+        return name, {k: v for k, v in raw_value.items() if k != "name"}
+    raise ScenarioError("framework", f"expected a name or a mapping, got {short(raw_value)}",
+                        f"{' | '.join(FRAMEWORKS)}, or {{name: ..., <option>: ...}}")
+
+
+def _get(raw: dict, dotted: str, missing=KeyError) -> Any:
+    node = raw
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return missing
+        node = node[part]
+    return node
+
+
+def _put(raw: dict, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = raw
+    for part in parents:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError(part, f"is {short(child)}, not a mapping")
+        node = child
+    node[last] = value
+
+
+def _scenario_keys(raw: dict) -> frozenset:
+    keys = set()
+    for section in ("training", "parallel", "cluster"):
+        value = raw.get(section)
+        if isinstance(value, dict):
+            keys.update(f"{section}.{k}" for k in value)
+            eff = value.get("efficiency") if section == "cluster" else None
+            if isinstance(eff, dict):
+                keys.update(f"cluster.efficiency.{k}" for k in eff)
+    return frozenset(keys)
+
+
+def _same_meaning(fw: Framework, key: str, a: Any, b: Any) -> bool:
+    """Whether two values of `key` mean the same in `fw` (Megatron's zero 1 and 2 are one policy)."""
+    if key == "parallel.zero":
+        za, zb = fw.zero.get(str(a)), fw.zero.get(str(b))
+        return za is not None and zb is not None and za.policy == zb.policy
+    return a == b
+
+
+def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
+    """Step 1 (module docstring): the scenario mapping with the framework's keys filled in, and the choice."""
+    raw = copy.deepcopy(raw)
+    name, given = _split(raw.pop("framework", None))
+    fw = load_framework(name)
+    user = _scenario_keys(raw)
+    resolved = {}
+    for opt_name, value in given.items():
+        if opt_name not in fw.options:
+            allowed = ", ".join(["name", *fw.options]) if fw.options else "name (this framework has no options)"
+            raise ScenarioError(f"framework.{opt_name}", f"unknown option for {name}", allowed)
+        if fw.options[opt_name].scale is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_OPTION_NUMBER:
+                raise ScenarioError(f"framework.{opt_name}", f"{short(value)} is not allowed", f"a number in (0, {MAX_OPTION_NUMBER:g}]")
+            continue
+        choices = fw.option_choices(opt_name)
+        if value not in choices or (isinstance(value, bool) != isinstance(choices[0], bool)):
+            raise ScenarioError(f"framework.{opt_name}", f"{short(value)} is not allowed", " | ".join(map(str, choices)))
+    for opt_name, opt in fw.options.items():
+        value = given.get(opt_name, opt.default)
+        resolved[opt_name] = value
+        if value is None:
+            continue
+        target = opt.values.get(value, opt.values.get(str(value).lower())) if opt.values else value
+        if opt.scale is not None:
+            target = float(value) * opt.scale
+        if opt.sets in user:
+            if opt_name in given and not _same_meaning(fw, opt.sets, target, _get(raw, opt.sets)):
+                raise ScenarioError(f"framework.{opt_name}", f"{short(value)} sets {opt.sets} to {short(target)} but the "
+                                    f"scenario sets it to {short(_get(raw, opt.sets))}", "one of the two, or agreeing values")
+            continue
+        _put(raw, opt.sets, target)
+    for key, entry in fw.defaults.items():
+        if _get(raw, key) is KeyError:
+            _put(raw, key, copy.deepcopy(entry.value))
+    for key, entry in fw.efficiency.items():
+        if _get(raw, f"cluster.efficiency.{key}") is KeyError:
+            _put(raw, f"cluster.efficiency.{key}", entry.value)
+    zero = _get(raw, "parallel.zero", 0)
+    fixed = user | {fw.options[o].sets for o in given}
+    choice = FrameworkChoice(name=name, options=tuple(resolved.items()), given=tuple(given),
+                             scenario_keys=frozenset(fixed), asked_zero=zero if isinstance(zero, int) and not isinstance(zero, bool) else 0)
+    return raw, choice
+
+
+def drop_options_setting(raw_framework, keys) -> Any:
+    """`framework:` as written, less the options that set one of the dotted `keys`: a sweep's candidate
+    layout says those keys itself (its `parallel.zero` replaces `distributed_optimizer`)."""
+    if not isinstance(raw_framework, dict) or not isinstance(raw_framework.get("name"), str) \
+            or raw_framework["name"] not in FRAMEWORKS:
+        return raw_framework
+    fw = load_framework(raw_framework["name"])
+    return {k: v for k, v in raw_framework.items() if k == "name" or k not in fw.options or fw.options[k].sets not in keys}
+
+
+def layout_rules(choice: FrameworkChoice, parallel, model):
+    """Step 2 (module docstring): `parallel` with the framework's meaning of its words; raises
+    `ScenarioError` for a stage or split the framework does not have."""
+    fw = choice.spec
+    p = parallel
+    meaning = fw.zero.get(str(p.zero))
+    policy = _policy(meaning, p.pp) if meaning is not None else None
+    if policy is None:
+        have = ", ".join(f"{k} ({_policy(z, p.pp)})" for k, z in sorted(fw.zero.items()) if _policy(z, p.pp))
+        why = f": {meaning.note}" if meaning is not None and meaning.note else ""
+        raise ScenarioError("parallel.zero", f"{p.zero} under framework {fw.name} with pp {p.pp}{why}", have)
+    p = replace(p, zero=STAGE_OF_POLICY[policy])
+    if meaning.overlap_grad_sync is not None and "parallel.overlap_dp" not in choice.scenario_keys:
+        p = replace(p, overlap_dp=meaning.overlap_grad_sync)
+    if policy == "zero3" and meaning.reshard_after_forward is not None \
+            and "parallel.reshard_after_forward" not in choice.scenario_keys:
+        p = replace(p, reshard_after_forward=meaning.reshard_after_forward)
+    if p.pp_p2p == "blocking" and "parallel.pp_p2p" not in choice.scenario_keys \
+            and not schedule_spec(p.pp_schedule).p2p_in_steady_state:
+        p = replace(p, pp_p2p="async")  # a framework default the engine models for 1F1B only (see its notes)
+    if fw.sp_with_tp is not None and fw.sp_with_tp.value and "parallel.sp" not in choice.scenario_keys:
+        p = replace(p, sp=p.tp > 1)
+    if fw.pp_split.value == "cost-balanced" and p.pp > 1 and "parallel.pp_layers" not in choice.scenario_keys:
+        if p.vpp != 1:
+            raise ScenarioError("parallel.vpp", f"{p.vpp} under framework {fw.name}", "1 (one model chunk per stage)")
+        p = replace(p, pp_layers=cost_balanced_layers(model, p.pp))
+    if fw.pp_split.value == "remainder-first" and p.pp > 1 and "parallel.pp_layers" not in choice.scenario_keys:
+        chunks = p.pp * p.vpp
+        if not choice.can_split(model.layers, p.pp, p.vpp):
+            raise ScenarioError("parallel.pp", f"pp*vpp = {chunks} chunks for {model.layers} layers under framework {fw.name}",
+                                f"at most layers + 2 = {model.layers + 2} chunks (the first and last stage hold the embedding and the output)")
+        p = replace(p, pp_layers=remainder_first_layers(model.layers, chunks))
+    return p

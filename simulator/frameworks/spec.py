@@ -1,0 +1,131 @@
+"""What a training framework does, as data: one YAML file per framework in this package (`megatron.yaml`,
+`torchtitan.yaml`, `deepspeed.yaml`, `nanotron.yaml`), read strictly into a `Framework`.
+
+A framework file says, each entry with its source (a file and line of the framework, a doc, a paper):
+- `zero`: what the words `parallel.zero: N` mean there (Megatron's "ZeRO-2" is its distributed optimizer,
+  one gradient reduce-scatter per step; DeepSpeed's stage 2 reduces after every micro-batch), as a
+  sharding policy of `plan/policy.py`, or that the framework has no such stage;
+- `options`: the switches a user writes under `framework:` (`{name: megatron, overlap_grad_reduce: true}`),
+  each with the framework's own default and the scenario key it sets;
+- `defaults`: the scenario keys the framework fixes unless the scenario says otherwise (bucket sizes,
+  gradient accumulation, pipeline sends), as dotted keys;
+- `attention_kernel`: the attention kernel family it runs (`costs.ATTENTION_KERNELS`);
+- `pp_split`: how it splits layers over pipeline stages (`even`: layers divisible by stages, or an error;
+  `cost-balanced`: nanotron's cumulative compute-cost thresholds; `remainder-first`: torchtitan's, the
+  embedding and the output counted as a layer each; `pp_split.py`);
+- `efficiency`: the stack's measured efficiencies (`cluster.efficiency` keys), fitted where the source says.
+
+`resolve.py` applies a framework to a scenario mapping; nothing else reads these files.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+from ..errors import ScenarioError
+from ..inputs import read_yaml_file
+from ..schema import from_mapping
+
+DIRECTORY = Path(__file__).resolve().parent
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "nanotron")
+"""The frameworks clustersim prices, one `<name>.yaml` each; `megatron` is the default."""
+DEFAULT_FRAMEWORK = "megatron"
+POLICY_NAMES = ("ddp", "zero1", "zero2", "zero3")
+"""`plan/policy.py` policies a `zero` entry may name (ZeRO-3 without reshard is `reshard_after_forward`)."""
+SETTABLE_SECTIONS = ("training", "parallel", "cluster")
+"""Top-level scenario sections a framework default or option may set."""
+PP_SPLITS = ("even", "cost-balanced", "remainder-first")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZeroMeaning:
+    """What `parallel.zero: N` means in this framework."""
+    policy: Optional[str] = field(default=None, metadata={"choices": POLICY_NAMES})
+    """The sharding policy priced; null: the framework has no such stage (a scenario asking is refused)."""
+    policy_under_pp: Optional[str] = field(default=None, metadata={"choices": POLICY_NAMES})
+    """The policy priced when pp > 1, where pipelining changes what the framework does (torchtitan's FSDP2
+    under torch.distributed.pipelining: parameters and gradients unsharded across micro-batches, one
+    reduce-scatter per step: ZeRO-1's traffic and memory); null: `policy`."""
+    only_under_pp: bool = False
+    """The stage exists only with pp > 1 (torchtitan's "ZeRO-1" is its FSDP2 under pipelining)."""
+    reshard_after_forward: Optional[bool] = None
+    """ZeRO-3 only: the framework's default for `parallel.reshard_after_forward`; null keeps the scenario's."""
+    overlap_grad_sync: Optional[bool] = None
+    """The framework's default for `parallel.overlap_dp` at this stage (null: the scenario's)."""
+    note: str = ""
+    """What the report says when the word means something else than DeepSpeed's stage (empty: nothing)."""
+    note_under_pp: str = ""
+    """What the report says with pp > 1 when `policy_under_pp` applies."""
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """A switch under `framework:`; it sets one scenario key."""
+    doc: str
+    default: Any = None
+    """The framework's own default (null: the option leaves the key to the scenario unless given)."""
+    sets: str
+    """Dotted scenario key (`parallel.overlap_dp`)."""
+    values: Optional[dict] = None
+    """Option value -> key value; null: the option's value is the key's."""
+    choices: Optional[list[Any]] = None
+    """Allowed option values; null: true | false (or a number with `scale`)."""
+    scale: Optional[float] = None
+    """The option takes a positive number and sets the key to number x scale (DeepSpeed's bucket sizes in
+    elements -> clustersim's MB)."""
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sourced:
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Framework:
+    name: str
+    title: str
+    read: str
+    """Which version of the framework the file describes (release or commit)."""
+    zero: dict[str, ZeroMeaning]
+    """'0'..'3' (YAML keys are read as strings) -> what the stage means here."""
+    options: dict[str, Option] = field(default_factory=dict)
+    defaults: dict[str, Sourced] = field(default_factory=dict)
+    attention_kernel: Sourced
+    pp_split: Sourced
+    efficiency: dict[str, Sourced] = field(default_factory=dict)
+    sp_with_tp: Optional[Sourced] = None
+    """true: sequence parallelism comes with TP (`parallel.sp` follows tp > 1 unless the scenario sets it)."""
+    notes: list[str] = field(default_factory=list)
+    """What the file knows the framework does and clustersim does not price yet, said in the report."""
+
+    def option_choices(self, name: str) -> list:
+        opt = self.options[name]
+        return list(opt.choices) if opt.choices is not None else [True, False]
+
+
+def _check(fw: Framework, where: str) -> Framework:
+    """Cross-field checks of a framework file (a malformed shipped file is a bug the tests catch)."""
+    if fw.pp_split.value not in PP_SPLITS:
+        raise ScenarioError(f"{where}.pp_split", f"{fw.pp_split.value!r}", " | ".join(PP_SPLITS))
+    for key in [*fw.defaults, *(o.sets for o in fw.options.values())]:
+        if key.split(".")[0] not in SETTABLE_SECTIONS or key.count(".") < 1:
+            raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}")
+    for n, z in fw.zero.items():
+        if n not in ("0", "1", "2", "3"):
+            raise ScenarioError(f"{where}.zero.{n}", "not a ZeRO stage", "0 | 1 | 2 | 3")
+    return fw
+
+
+@lru_cache(maxsize=None)
+def load_framework(name: str) -> Framework:
+    """The framework file `<name>.yaml` shipped in this package."""
+    if name not in FRAMEWORKS:
+        raise ScenarioError("framework", f"{name!r} is not a framework clustersim prices", " | ".join(FRAMEWORKS))
+    path = DIRECTORY / f"{name}.yaml"
+    raw = read_yaml_file(path, f"framework file {path.name}")
+    return _check(from_mapping(Framework, raw, f"framework file {path.name}"), f"framework file {path.name}")
