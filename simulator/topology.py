@@ -28,6 +28,16 @@ MAX_MEMORY_GIB = 1e5
 """Device memory, GiB: 500x B200's 192 GB."""
 MAX_PEAK_TFLOPS = 1e5
 """Dense peak, TFLOP/s: 20x B200's FP8 4.5 PFLOP/s."""
+MAX_POWER_W = 1e5
+"""Board power, W: 70x GB300's 1,400 W."""
+POWER_CAP_EXPONENT = 1.0
+"""A GEMM-bound kernel under a power cap runs at (cap / rated power) ** this of its rated speed. Dense
+tensor-core work draws the board's full power at the rated clock; below it the clock falls with the cap
+at near-constant voltage, so throughput falls about linearly: cuBLAS GEMMs on a GB300 capped at 500 W of
+its 1,400 W ran ~617 TFLOP/s against ~1,600-2,174 at 1,400 W (0.28-0.39 of it, against 0.36 linear and 0.71
+cubic; facebookexperimental/triton PR #2023, 2026-07-14), and an H100 capped at 600 W of 700 loses 10-15 %
+of pre-training step throughput (factryze.ai "Power capping", read 2026-11-25; 14 % linear, 5 % cubic).
+Memory-bound kernels are not slowed (HBM runs its own clock)."""
 MAX_LATENCY_US = 1e7
 """Any latency, us: 10 s (the slowest measured, a degraded pipeline send, is 250 ms)."""
 FIBRE_KM_PER_S = 299_792.458 * 2 / 3
@@ -47,6 +57,19 @@ class GPUSpec:
     (0, MAX_PEAK_TFLOPS]."""
     sources: list[str] = field(default_factory=list)
     """Where each figure comes from; figures not checked against a primary source say "unverified"."""
+    tdp_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
+    """Rated board power (W) at which `peak_tflops` holds (H100 SXM 700, A100 SXM 400); null = not stated."""
+    power_limit_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
+    """The power cap the cluster runs its GPUs at (`nvidia-smi -pl`), at most `tdp_w`; null = the rated
+    power. Tensor-core work slows in proportion (`compute_clock_fraction`); HBM bandwidth does not."""
+
+    @property
+    def compute_clock_fraction(self) -> float:
+        """Share of the rated tensor-core throughput sustained under `power_limit_w`:
+        (power_limit_w / tdp_w) ** POWER_CAP_EXPONENT."""
+        if self.power_limit_w is None or self.tdp_w is None:
+            return 1.0
+        return min(1.0, self.power_limit_w / self.tdp_w) ** POWER_CAP_EXPONENT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,11 +216,16 @@ class Topology:
     sources: list[str] = field(default_factory=list)
     """Where the node and network figures come from."""
 
-    def peak_flops(self, dtype: str) -> float:
-        """Dense peak FLOP/s for a training precision; fp8 falls back to bf16 where the GPU has none."""
+    def nominal_peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a training precision as the datasheet states it (what MFU divides by); fp8
+        falls back to bf16 where the GPU has none."""
         t = self.gpu.peak_tflops
         value = t.get(dtype) or (t.get("bf16") if dtype == "fp8" else None) or t.get("fp32")
         return float(value) * 1e12
+
+    def peak_flops(self, dtype: str) -> float:
+        """The dense peak the GPU sustains: the datasheet's under its power limit (`gpu.power_limit_w`)."""
+        return self.nominal_peak_flops(dtype) * self.gpu.compute_clock_fraction
 
     @cached_property
     def key(self) -> str:
@@ -224,6 +252,13 @@ def check_topology(t: Topology, where: str) -> Topology:
     for k, v in t.gpu.peak_tflops.items():
         if not 0 < v <= MAX_PEAK_TFLOPS:
             raise ScenarioError(f"{where}.gpu.peak_tflops.{k}", f"{v} is out of range", f"(0, {MAX_PEAK_TFLOPS:g}] TFLOP/s")
+    g = t.gpu
+    if g.power_limit_w is not None and g.tdp_w is None:
+        raise ScenarioError(f"{where}.gpu.power_limit_w", "given without gpu.tdp_w (the rated power the peaks hold at)",
+                            "gpu.tdp_w too, e.g. 700 for an H100 SXM")
+    if g.power_limit_w is not None and g.power_limit_w > g.tdp_w:
+        raise ScenarioError(f"{where}.gpu.power_limit_w", f"{g.power_limit_w:g} W is above the rated {g.tdp_w:g} W "
+                            "(a higher cap does not raise the datasheet peaks)", f"at most gpu.tdp_w = {g.tdp_w:g}")
     if not any(k in t.gpu.peak_tflops for k in ("bf16", "fp32")):
         raise ScenarioError(f"{where}.gpu.peak_tflops", "needs at least a bf16 or an fp32 figure")
     n = t.node

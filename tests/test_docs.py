@@ -24,6 +24,11 @@ def test_module_map_is_current():
     assert (ROOT / "docs" / "modules.md").read_text() == render_modules(), "run `python -m simulator docs`"
 
 
+def test_frameworks_page_is_generated_from_the_framework_files():
+    from simulator.cli.frameworks_doc import render_frameworks
+    assert (ROOT / "docs" / "frameworks.md").read_text() == render_frameworks(), "run `python -m simulator docs`"
+
+
 def test_every_scenario_model_and_topology_key_has_a_description():
     assert undocumented() == []
 

@@ -104,3 +104,41 @@ def test_two_sites_route_through_the_wan():
     t = load_topology("two-dc-h100")
     kinds = group_links(t, [0, 64 * 8])
     assert kinds["wan"] == [("s0.gw", "s1.gw"), ("s1.gw", "s0.gw")]
+
+
+# ----------------------------------------------------------------------------------- power limit
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _capped(watts):
+    import yaml
+    raw = yaml.safe_load((ROOT / "topologies" / "dgx-h100.yaml").read_text())
+    raw["gpu"]["power_limit_w"] = watts
+    return topology_from_mapping(raw)
+
+
+def test_a_power_limit_slows_tensor_core_work_in_proportion_and_leaves_hbm_alone():
+    from simulator.cost.costs import CostModel
+    from simulator.plan.opgraph import Compute
+    full, capped = load_topology("dgx-h100"), _capped(500)
+    assert capped.peak_flops("bf16") == pytest.approx(full.peak_flops("bf16") * 500 / 700)
+    assert capped.nominal_peak_flops("bf16") == full.peak_flops("bf16"), "MFU still divides by the datasheet's peak"
+    big = Compute("g", "gemm", 2 * 8192 ** 3, 3 * 2 * 8192 ** 2, "bf16", (8192, 8192, 8192))
+    copy = Compute("c", "elementwise", 0.0, 4e9, "bf16", (1,))
+    t = {name: CostModel(topology=topo).compute_time(op) for name, topo in (("full", full), ("capped", capped))
+         for op in (big,)}
+    assert t["capped"] / t["full"] == pytest.approx(700 / 500, rel=0.01)
+    assert CostModel(topology=capped).compute_time(copy) == CostModel(topology=full).compute_time(copy)
+
+
+def test_a_power_limit_needs_the_rated_power_and_cannot_exceed_it():
+    import yaml
+    raw = yaml.safe_load((ROOT / "topologies" / "dgx-h100.yaml").read_text())
+    raw["gpu"]["power_limit_w"] = 800
+    with pytest.raises(ScenarioError, match="above the rated 700"):
+        topology_from_mapping(raw)
+    del raw["gpu"]["tdp_w"]
+    raw["gpu"]["power_limit_w"] = 500
+    with pytest.raises(ScenarioError, match="tdp_w"):
+        topology_from_mapping(raw)

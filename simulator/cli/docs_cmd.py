@@ -15,6 +15,7 @@ import sys
 import typing
 from pathlib import Path
 
+from .frameworks_doc import render_frameworks
 from ..model import PRESET_DIR, MLASpec, MoESpec, ModelSpec
 from ..scenario import Cluster, Parallel, Training
 from ..plan.schedules import SCHEDULES
@@ -40,8 +41,10 @@ one line naming the key path, what was wrong and what is allowed. `--set KEY=VAL
 overrides any key by its dotted path (`--set parallel.tp=4`, `--set model.layers=40`); the value is read
 as YAML.
 
-The top level holds `name` (free text), `model` (a preset, a path to a Hugging Face `config.json`, or a
-mapping: see "Model"), and the sections `training`, `cluster` and `parallel` below.
+The top level holds `name` (free text), `framework` (the training framework the scenario runs: `megatron`, the
+default, `torchtitan`, `deepspeed` or `nanotron`, or `{name: ..., <option>: ...}`; what each means by the keys
+below, its options and the keys it fixes are in docs/frameworks.md), `model` (a preset, a path to a Hugging
+Face `config.json`, or a mapping: see "Model"), and the sections `training`, `cluster` and `parallel` below.
 
 Besides the per-key checks, the layout as a whole must hold together (`scenario.validate_layout`):
 - dp x tp x pp x cp equals the GPUs (nodes x gpus_per_node); `order` names each of tp, cp, ep, dp, pp once;
@@ -50,7 +53,8 @@ Besides the per-key checks, the layout as a whole must hold together (`scenario.
   with cp > 1 (zig-zag);
 - ep divides the experts and dp x cp (and is 1 for a dense model);
 - the pipeline schedule's own rules ({schedule_rules});
-- the layers split evenly over pp x vpp chunks, or `pp_layers` gives pp x vpp entries summing to them;
+- the layers split over pp x vpp chunks as the framework splits them (Megatron: evenly), or `pp_layers` gives
+  pp x vpp entries summing to them; `parallel.zero` is a stage the framework has;
 - fp8 needs a GPU with FP8 tensor cores; `autocast` needs bf16, zero 0 and fp32 gradients.
 """
 
@@ -192,7 +196,8 @@ def render() -> str:
 
 
 MODULES_OUT = ROOT / "docs" / "modules.md"
-LAYER_TITLES = (("", "Inputs and shared plumbing"), ("plan", "plan/: what happens"), ("cost", "cost/: how long"),
+FRAMEWORKS_OUT = ROOT / "docs" / "frameworks.md"
+LAYER_TITLES = (("", "Inputs and shared plumbing"), ("frameworks", "frameworks/: what each training stack does"), ("plan", "plan/: what happens"), ("cost", "cost/: how long"),
                 ("evaluate", "evaluate/: when (both evaluators)"), ("evaluate/engine", "evaluate/engine/: the SimPy timeline"),
                 ("report", "report/"), ("sweep", "sweep/"), ("cli", "cli/"), ("validate", "validate/ (outside the core)"),
                 ("wholerun", "wholerun/: the whole training run"))
@@ -232,6 +237,7 @@ def run(args) -> int:
     pages = [(render(), Path(args.out))]
     if Path(args.out).resolve() == OUT.resolve():  # the module map goes beside the default page only
         pages.append((render_modules(), MODULES_OUT))
+        pages.append((render_frameworks(), FRAMEWORKS_OUT))
     status = 0
     for text, out in pages:
         if args.check:

@@ -45,5 +45,6 @@ def gemm_dtype(sc: "Scenario") -> str:
 def mfu_peak_flops(sc: "Scenario") -> float:
     """Dense peak FLOP/s per GPU that MFU and HFU divide by (docs/metrics.md): the peak of the precision
     the GEMMs run in. The numerator of either is at most what those GEMMs could do at that peak, so
-    MFU <= 100 %, and HFU (recomputation included) >= MFU since both share this denominator."""
-    return sc.topology.peak_flops(gemm_dtype(sc))
+    MFU <= 100 %, and HFU (recomputation included) >= MFU since both share this denominator. The
+    datasheet's peak, not the power-capped one: MFU is a share of what the GPU is sold as."""
+    return sc.topology.nominal_peak_flops(gemm_dtype(sc))
