@@ -408,6 +408,10 @@ def validate_layout(sc: Scenario) -> Scenario:
     if not p.reshard_after_forward and p.zero != 3:
         raise ScenarioError("parallel.reshard_after_forward", f"false with parallel.zero {p.zero}",
                             "true, or parallel.zero 3 (only ZeRO-3 gathers parameters per block)")
+    if p.overlap_tp and p.tp > 1 and not p.sp:
+        raise ScenarioError("parallel.overlap_tp", "true without sequence parallelism (parallel.sp)",
+                            "sp: true too (Megatron's --tp-comm-overlap asserts it, arguments.py:1441; torchtitan's "
+                            "async TP overlaps the SP all-gathers and reduce-scatters), or overlap_tp: false")
     if p.sp and t.seq_len % (p.tp * p.cp):
         raise ScenarioError("training.seq_len", f"{t.seq_len} is not divisible by tp*cp = {p.tp * p.cp} (sequence parallel)")
     if p.cp > 1 and t.seq_len % (2 * p.cp):

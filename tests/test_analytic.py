@@ -332,6 +332,8 @@ LAYOUTS = [
     ("8b_8gpu", ("parallel.reshard_after_forward=false",)),
     ("70b_512gpu", ("parallel.zero=3", "parallel.reshard_after_forward=false")),
     ("1b_1gpu", ()),
+    ("70b_512gpu", ("parallel.overlap_tp=true",)),
+    ("mixtral_ep", ("parallel.overlap_tp=true", "parallel.pp_schedule=interleaved-1f1b", "parallel.vpp=2")),
 ]
 
 
