@@ -9,7 +9,8 @@ import time
 
 from .evaluate.analytic import estimate
 from .cost.costs import build_cost_model
-from .plan.flops import FLOP_CONVENTION, mfu_peak_flops, model_flops_per_step
+from .plan.documents import attention_summary
+from .plan.flops import mfu_peak_flops, scenario_model_flops
 from .plan.memory import memory_report
 from .errors import ScenarioError
 from .params import active_params, total_params
@@ -79,7 +80,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
     for d in ("tp", "dp", "pp", "cp", "ep"):
         comm.setdefault(d, {"time_s": 0.0, "exposed_s": 0.0})
     gpus = sc.gpus
-    model_flops = model_flops_per_step(sc.model, sc.training.seq_len, sc.training.global_batch)
+    model_flops, convention = scenario_model_flops(sc)
     tflops = model_flops / iteration / gpus / 1e12
     # one denominator for MFU and HFU: the dense peak of the precision the GEMMs run in (docs/metrics.md)
     peak = mfu_peak_flops(sc) / 1e12
@@ -106,11 +107,12 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "layout": {"dp": sc.dp, "tp": sc.parallel.tp, "pp": sc.parallel.pp, "cp": sc.parallel.cp, "ep": sc.parallel.ep,
                    "zero": sc.parallel.zero, "sp": sc.parallel.sp, "pp_schedule": sc.parallel.pp_schedule,
                    "vpp": sc.parallel.vpp, "micro_batch": sc.training.micro_batch, "micro_batches": sc.micro_batches,
-                   "recompute": sc.training.recompute},
+                   "recompute": sc.training.recompute, "loss": sc.training.loss},
         "model": {"name": sc.model.name, "params": total_params(sc.model), "active_params": active_params(sc.model),
-                  "flops_per_step": model_flops, "flop_convention": FLOP_CONVENTION},
+                  "flops_per_step": model_flops, "flop_convention": convention},
         "estimator": estimator,
         "framework": sc.framework.to_json(sc.parallel.pp),
+        "attention": attention_summary(sc),
         "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage},
         "sim": {"wall_s": time.perf_counter() - t0, "events": events, "ranks_simulated": ranks},
         "warnings": warnings,

@@ -15,6 +15,7 @@ from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_s
 from .frameworks.spec import DEFAULT_FRAMEWORK
 from .inputs import MAX_DEPTH, existing_file, parse_yaml, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model, model_to_mapping
+from .document_spec import Documents, check_documents, read_histogram
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
@@ -78,6 +79,17 @@ class Training:
     gradient_accumulation_fusion). False: a gradient in the weights' dtype is produced and added to the
     accumulator after every micro-batch (nanotron's FP32GradientAccumulator: +10 B/param of traffic, +2
     B/param held for the bf16 gradient; PyTorch autograd's `.grad` accumulation in fp32: +12 B/param)."""
+
+    documents: Optional[Documents] = None
+    """Documents packed into each sequence (`plan/documents.py`): their length distribution; null = one document
+    per sequence."""
+    attention_mask: str = field(default="causal", metadata={"choices": ("causal", "document")})
+    """causal: every token attends to all earlier tokens of its sequence; document: only to those of its own
+    document (needs `documents`): attention costs the documents' sum of squares."""
+    loss: str = field(default="standard", metadata={"choices": ("standard", "fused", "cut")})
+    """The cross-entropy over the vocabulary (`plan/step_ops.py`): standard keeps fp32 logits (Megatron's, nanotron's);
+    fused computes the gradient in place of the bf16 logits in one kernel (TE's / Megatron's cross_entropy_fusion);
+    cut never writes the logits (Cut Cross-Entropy, Wijmans et al. 2024), recomputing them in the backward."""
 
     autocast: bool = False
     """bf16 through `torch.autocast` around the whole step instead of bf16 module weights (PyTorch AMP):
@@ -169,6 +181,9 @@ class Parallel:
     `LinearWithGradAccumulationAndAsyncCommunication`, nanotron's `tp_linear_async_communication`). Every other
     TP collective stays exposed; the forward all-gather's overlap with the local 1/tp of the GEMM is not
     modelled. `overlap_tp: true` supersedes it."""
+    cp_balance: str = field(default="zigzag", metadata={"choices": ("zigzag", "document")})
+    """How a sequence is dealt to the CP ranks (`plan/documents.py`): zigzag chunks (balanced for one document
+    per sequence), or every document split over the ranks (Llama 3's; balanced with a document mask too)."""
     cp_comm: str = field(default="ring", metadata={"choices": ("ring", "allgather")})
     """ring: K/V passed around the CP group (zig-zag balanced); allgather: Llama 3's all-gather of K/V."""
     ep_imbalance: float = field(default=1.0, metadata={"min": 1.0, "max": MAX_EP_IMBALANCE})
@@ -343,6 +358,18 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
             ok, allowed = 0 < value <= 1, "a fraction in (0, 1]"
         if not ok:
             raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range", allowed)
+    if training.documents is not None:
+        d = training.documents
+        if d.file is not None:
+            f = existing_file(d.file, *([base_dir / d.file] if base_dir is not None else []), Path(d.file))
+            if f is None:
+                raise ScenarioError("training.documents.file", f"no such file {short(d.file)}", "a CSV of length,weight lines")
+            from .inputs import read_text  # noqa: PLC0415
+            d = replace(d, bins=read_histogram(read_text(f, "training.documents.file"), "training.documents.file"), file=None)
+            training = replace(training, documents=d)
+        check_documents(training.documents)
+    if training.attention_mask == "document" and training.documents is None:
+        raise ScenarioError("training.attention_mask", "document without training.documents", "training.documents, or causal")
     topology = load_topology(cluster.topology, base_dir)
     if cluster.profile not in ("default",) and base_dir is not None and not Path(cluster.profile).is_absolute():
         local = existing_file(cluster.profile, base_dir / cluster.profile)

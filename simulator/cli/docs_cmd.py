@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .frameworks_doc import render_frameworks
 from ..model import PRESET_DIR, MLASpec, MoESpec, ModelSpec
+from ..document_spec import Documents
 from ..scenario import Cluster, Parallel, Training
 from ..plan.schedules import SCHEDULES
 from ..topology import TOPOLOGY_DIR, DatacenterLink, DatacenterSpec, FabricSpec, GPUSpec, NodeSpec, Topology
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "scenario.md"
 EXAMPLE = ROOT / "scenarios" / "70b_512gpu.yaml"
 
-SCENARIO_SECTIONS = (("training", Training), ("cluster", Cluster), ("parallel", Parallel))
+SCENARIO_SECTIONS = (("training", Training), ("training.documents", Documents), ("cluster", Cluster), ("parallel", Parallel))
 MODEL_SECTIONS = (("model", ModelSpec), ("model.moe", MoESpec), ("model.mla", MLASpec))
 TOPOLOGY_SECTIONS = (("", Topology), ("gpu", GPUSpec), ("node", NodeSpec), ("fabric", FabricSpec),
                      ("datacenters", DatacenterSpec), ("datacenters.link", DatacenterLink))

@@ -31,8 +31,24 @@ def training_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) ->
     return 6 * flop_params(m) + attention_flops_per_token(m, seq_len, causal)
 
 
-def model_flops_per_step(m: ModelSpec, seq_len: int, global_batch: int) -> float:
-    return training_flops_per_token(m, seq_len) * seq_len * global_batch
+def model_flops_per_step(m: ModelSpec, seq_len: int, global_batch: int, attention_share: float = 1.0) -> float:
+    """`attention_share`: the attention a mask leaves over the causal mask's (packed documents, `documents.py`)."""
+    dense = 6 * flop_params(m) + attention_flops_per_token(m, seq_len) * attention_share
+    return dense * seq_len * global_batch
+
+
+DOCUMENT_CONVENTION = "; attention as the document mask leaves it"
+
+
+def scenario_model_flops(sc: "Scenario") -> tuple[float, str]:
+    """(model FLOPs per step, the convention they follow) of a scenario: with `training.attention_mask:
+    document` only the attention within documents counts (the causal mask's across documents is not work
+    the model does)."""
+    from .documents import scenario_packing  # noqa: PLC0415
+    pk = scenario_packing(sc)
+    share = pk.cost_vs_causal if pk is not None else 1.0
+    flops = model_flops_per_step(sc.model, sc.training.seq_len, sc.training.global_batch, share)
+    return flops, FLOP_CONVENTION + (DOCUMENT_CONVENTION if pk is not None else "")
 
 
 def gemm_dtype(sc: "Scenario") -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .tp_overlap import chunk_tp_overlap
+from .documents import scenario_packing
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
                       LayerPasses, OpList, Shard, elementwise, gemm, residual_add, shard, tp_collective)
 from ..scenario import Scenario
@@ -41,15 +42,29 @@ def _attention_op(sc: Scenario, z: Shard, name: str, s_kv: int, causal_fraction:
                    (z.b * z.heads, z.s, s_kv, z.d_head, causal_fraction, "bwd" if bwd else "fwd"))
 
 
+def _masked(sc: Scenario, z: Shard, op: Compute, ring: bool = False) -> Compute:
+    """`op` under the document mask (`plan/documents.py`): without CP, b sequences priced as b * s / l_eff
+    sequences of l_eff tokens (the kernels' work and shapes); with CP, the busiest rank's share of the work.
+    Eager attention computes the masked entries too: unchanged."""
+    pk = scenario_packing(sc)
+    if pk is None or sc.training.attention == "eager":
+        return op
+    if sc.parallel.cp == 1 and not ring:
+        l_eff = max(1, min(z.s, round(pk.mean_segment)))
+        bh, _, _, d, frac, phase = op.shape
+        return replace(op, flops=op.flops * pk.cost_vs_causal, shape=(max(1, round(bh * z.s / l_eff)), l_eff, l_eff, d, frac, phase))
+    return replace(op, flops=op.flops * pk.cp_busiest_vs_causal)
+
+
 def _attention_forward(sc: Scenario, z: Shard, seq: OpList, tag: str = "") -> None:
     c = sc.parallel.cp
     kv_bytes = float(2 * z.T * z.kv * z.ab)  # local K and V chunk
     if c == 1:
-        seq.compute(_attention_op(sc, z, "attn", z.s, 0.5, bwd=False))
+        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn", z.s, 0.5, bwd=False)))
     elif sc.parallel.cp_comm == "allgather":
         seq.comm(Comm("cp_kv_allgather", "cp", "all_gather", kv_bytes * c))
         # local queries (head-tail balanced) against the whole gathered sequence: on average half of it
-        seq.compute(_attention_op(sc, z, "attn", z.s * c, 0.5, bwd=False))
+        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn", z.s * c, 0.5, bwd=False)))
     else:
         # zig-zag ring (RFA): step 0 is the local causal block, steps 1..c-1 unmasked half blocks against
         # remote K/V (s_local queries x s_local/2 keys, or half the queries x all keys: the same work),
@@ -70,18 +85,18 @@ def _attention_forward(sc: Scenario, z: Shard, seq: OpList, tag: str = "") -> No
 def _ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool) -> Compute:
     """Step 0: causal s_local x s_local; later steps: an unmasked s_local x s_local/2 block (zig-zag)."""
     if step == 0:
-        return _attention_op(sc, z, name, z.s, 0.5, bwd=bwd)
-    return _attention_op(sc, z, name, z.s // 2, 1.0, bwd=bwd)
+        return _masked(sc, z, _attention_op(sc, z, name, z.s, 0.5, bwd=bwd), ring=True)
+    return _masked(sc, z, _attention_op(sc, z, name, z.s // 2, 1.0, bwd=bwd), ring=True)
 
 
 def _attention_backward(sc: Scenario, z: Shard, seq: OpList) -> None:
     c = sc.parallel.cp
     kv_bytes = float(2 * z.T * z.kv * z.ab)
     if c == 1:
-        seq.compute(_attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True))
+        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True)))
     elif sc.parallel.cp_comm == "allgather":
         seq.comm(Comm("cp_kv_allgather_bwd", "cp", "all_gather", kv_bytes * c))
-        seq.compute(_attention_op(sc, z, "attn_bwd", z.s * c, 0.5, bwd=True))
+        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn_bwd", z.s * c, 0.5, bwd=True)))
         seq.comm(Comm("cp_dkv_reduce_scatter", "cp", "reduce_scatter", kv_bytes * c))
     else:
         # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA); each step

@@ -26,7 +26,7 @@ from .memory_fit import MemoryReport, fits, headroom_gib
 from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
                              param_bytes, rank_params)
-from .opgraph import DROPOUT_MASK_BYTES, Shard, shard
+from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, Shard, shard
 from .sharded_params import layer_rank_params as ops_layer_rank_params
 from .policy import scenario_policy, sharding_policy
 from ..scenario import Scenario
@@ -282,11 +282,14 @@ def embedding_activation_terms(sc: Scenario) -> dict[str, float]:
 
 def head_activation_terms(sc: Scenario) -> dict[str, float]:
     """Last chunk, per micro-batch (KOR22 §4.3): final-norm input 2sbh/t, LM-head input 2sbh/t (both
-    /t only with SP), fp32 logits 4sbV/t kept by the cross-entropy, labels and loss mask."""
+    /t only with SP), fp32 logits 4sbV/t kept by the cross-entropy (`training.loss: standard`; fused: the bf16
+    logits, turned into their gradient in place, 2sbV/t; cut: one fp32 log-sum-exp per token), labels and
+    loss mask."""
     z = shard(sc)
     v = -(-sc.model.vocab // z.t)
+    logits = {"standard": LOGIT_BYTES * z.T * v, "fused": z.ab * z.T * v, "cut": CCE_LSE_BYTES * z.T}[sc.training.loss]
     return {"final_norm_input": z.ab * z.T_sp * z.h, "lm_head_input": z.ab * z.T_sp * z.h,
-            "logits": LOGIT_BYTES * z.T * v, "labels": TOKEN_ID_BYTES * z.T, "loss_mask": LOSS_MASK_BYTES * z.T}
+            "logits": logits, "labels": TOKEN_ID_BYTES * z.T, "loss_mask": LOSS_MASK_BYTES * z.T}
 
 
 def _chunk_layers(sc: Scenario, pp_rank: int, chunk: int) -> list[int]:
@@ -375,7 +378,8 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
         worst = max((_layer_transients(sc, i, z) for i in layers), key=lambda d: sum(d.values()))
         out.update(worst)
     if last_chunk(sc) in {c for c, _ in rank_chunks(sc, pp_rank)}:
-        out["logits_grad"] = LOGIT_BYTES * z.T * -(-sc.model.vocab // z.t)
+        # the standard loss's fp32 gradient of the logits; the fused one writes it in place, cut never makes it
+        out["logits_grad"] = LOGIT_BYTES * z.T * -(-sc.model.vocab // z.t) if tr.loss == "standard" else 0.0
         out["head_sp_gather"] = z.ab * z.T * z.h if (p.sp and z.t > 1) else 0.0
     rp = rank_params(sc, pp_rank)
     dense_group, expert_group = groups or zero_groups(sc)

@@ -174,6 +174,16 @@ CROSS_ENTROPY_BYTES = (38, 14)
 max (read 4), subtract the max (4 + 4), exp (4 + 4), sum (read 4), normalise to the softmax kept for the
 backward (4 + 4) = 38. Backward: scale the softmax in place by the loss gradient (4 + 4), cast the gradient
 back to bf16 (read 4, write 2) = 14. The target-logit gather and its correction touch one logit per token."""
+FUSED_CROSS_ENTROPY_BYTES = (6, 4)
+"""Bytes per logit of a fused cross-entropy (`training.loss: fused`) as TransformerEngine's Triton kernel runs it
+(transformer_engine/pytorch/triton/cross_entropy.py, Megatron's `--cross-entropy-fusion-impl te`): forward,
+one pass reading the bf16 logits for the running max and sum, a second reading them again and writing the
+gradient (softmax minus the target) in place of the logits (2 + 2 + 2); backward, scale that gradient by the
+loss's in place (read 2, write 2). No fp32 copy is made."""
+CCE_LSE_BYTES = 4
+"""Cut Cross-Entropy (Wijmans et al. 2024, arXiv 2411.09009, `training.loss: cut`) computes the logits block by
+block on chip from the LM head's input and weight and writes only one fp32 log-sum-exp per token; its backward
+recomputes the blocks (the gradient filtering that skips negligible blocks is not priced)."""
 DROPOUT_MASK_BYTES = 1
 """Dropout masks are bytes (KOR22 §4.1): Megatron's bias-dropout-add writes one in forward, the backward
 reads it, and the memory model keeps it (`memory.layer_activation_terms`)."""

@@ -4,11 +4,13 @@ optimizer step, and how gradients and parameters are cut into DP buckets.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bisect import bisect_left
 from typing import Sequence
 
 from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
-from .opgraph import CROSS_ENTROPY_BYTES, NORM_PASSES, Comm, Compute, Node, OpList, Shard, elementwise, gemm, shard, tp_collective
+from .opgraph import CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, NORM_PASSES, Comm, Compute, Node, OpList, Shard, elementwise, gemm, shard, tp_collective
 from ..params import final_norm_params, norm_params
 from ..scenario import Scenario
 from .sharded_params import autocast_head_params, param_bytes, rank_params
@@ -48,8 +50,14 @@ def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
     cast = autocast_cast_op(sc, "autocast_cast_head", autocast_head_params(sc, z))
     if cast is not None:
         seq.compute(cast)
-    seq.compute(gemm("lm_head", z.T, v, z.h, z))
-    seq.compute(elementwise("cross_entropy", z.T * v, CROSS_ENTROPY_BYTES[0], z, elt_bytes=1))
+    loss = sc.training.loss
+    head = gemm("lm_head", z.T, v, z.h, z)
+    if loss == "cut":  # the logits stay on chip: only the log-sum-exp per token is written
+        seq.compute(replace(head, name="lm_head_cce", bytes=head.bytes - z.T * v * z.ab + CCE_LSE_BYTES * z.T))
+    else:
+        seq.compute(head)
+        per_logit = FUSED_CROSS_ENTROPY_BYTES[0] if loss == "fused" else CROSS_ENTROPY_BYTES[0]
+        seq.compute(elementwise(f"cross_entropy{'_fused' if loss == 'fused' else ''}", z.T * v, per_logit, z, elt_bytes=1))
     if z.t > 1:
         seq.comm(Comm("ce_allreduce", "tp", "all_reduce", float(3 * z.T * 4)))
     return tuple(seq.nodes)
@@ -61,8 +69,16 @@ def head_backward(sc: Scenario, z: Shard | None = None) -> tuple[tuple[Node, ...
     m = sc.model
     v = -(-m.vocab // z.t)
     b = OpList()
-    b.compute(elementwise("cross_entropy_bwd", z.T * v, CROSS_ENTROPY_BYTES[1], z, elt_bytes=1))
     head = gemm("lm_head", z.T, v, z.h, z)
+    loss = sc.training.loss
+    if loss == "cut":
+        # Cut Cross-Entropy's backward recomputes each block of logits on chip (a recomputation: HFU, not MFU)
+        r = OpList("R")
+        r.compute(replace(head, name="lm_head_cce_recompute", bytes=head.bytes - z.T * v * z.ab))
+        b.extend(r)
+    else:
+        per_logit = FUSED_CROSS_ENTROPY_BYTES[1] if loss == "fused" else CROSS_ENTROPY_BYTES[1]
+        b.compute(elementwise(f"cross_entropy{'_fused' if loss == 'fused' else ''}_bwd", z.T * v, per_logit, z, elt_bytes=1))
     dgrad, wgrad = backward_of(head, z)
     b.compute(dgrad)
     if z.t > 1:

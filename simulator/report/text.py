@@ -67,6 +67,14 @@ def format_report(r: dict) -> str:
     src = "spec-based roofline" if prof["source"] == "default" else f"profile {prof['source']}"
     out.append(f"  numbers from the {r['estimator']} estimator, costs from {src}"
                + (f" ({prof['measured_compute_fraction'] * 100:.0f} % of compute time measured)" if prof["source"] != "default" else ""))
+    att = r.get("attention")
+    if att and att["mask"] == "document":
+        cp = (f"; busiest CP rank {att['cp_busiest_vs_causal']:.2f}x the causal mask's share ({att['cp_balance']})"
+              if lay["cp"] > 1 else "")
+        out.append(f"  attention: document mask, {att['cost_vs_causal']:.3f}x the causal mask's work"
+                   f" (token-weighted document piece {att['mean_piece_tokens']:,.0f} tokens){cp}")
+    if lay.get("loss", "standard") != "standard":
+        out.append(f"  loss: {lay['loss']} cross-entropy")
     fw = r.get("framework")
     if fw:
         on = [o["name"] if o["value"] is True else f"{o['name']} {o['value']}" for o in fw["options"]

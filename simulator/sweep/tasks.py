@@ -11,7 +11,7 @@ from typing import Optional
 from ..errors import ScenarioError
 from ..evaluate.analytic import estimate
 from ..cost.costs import CostModel, build_cost_model
-from ..plan.flops import mfu_peak_flops, model_flops_per_step
+from ..plan.flops import mfu_peak_flops, scenario_model_flops
 from ..plan.memory import GIB, memory_report, stage_memory
 from ..plan.memory_fit import MemoryReport, fits
 from ..frameworks.resolve import drop_options_setting
@@ -130,7 +130,7 @@ def summarize(sc: Scenario, mem, estimator: str = "analytic") -> dict:
     res = estimate(sc, _RememberingCost(**{f.name: getattr(base, f.name) for f in fields(base) if f.init}))
     it = res.iteration_time_s
     mfu_peak = mfu_peak_flops(sc)
-    flops = model_flops_per_step(sc.model, sc.training.seq_len, sc.training.global_batch)
+    flops = scenario_model_flops(sc)[0]
     return {"iteration_time_s": it, "tokens_per_s_per_gpu": sc.tokens_per_step / it / sc.gpus,
             "mfu": flops / it / sc.gpus / mfu_peak, "bubble_fraction": res.bubble_fraction,
             "breakdown": dict(res.breakdown), "memory": mem.to_json() if mem is not None else None,
