@@ -173,8 +173,9 @@ class Parallel:
     overlap_dp: bool = True
     """DP / ZeRO collectives run under the backward (and ZeRO-3 gathers are prefetched); false: after it."""
     overlap_tp: bool = False
-    """TP / SP collectives run beside the compute stream instead of blocking it (overlapped with the GEMMs
-    around them, TransformerEngine-style); false: exposed."""
+    """With sp: each TP all-gather / reduce-scatter rides the GEMM that consumes / produces it in tp chunks
+    (TransformerEngine userbuffers, PyTorch async TP; `plan/tp_overlap.py`): one chunk in tp stays exposed,
+    the rest hides as far as the GEMM is longer; false: every TP collective exposed."""
     tp_linear_async: bool = False
     """With sp: each column-parallel linear (QKV, FC1) runs its backward collectives under its own GEMMs: the
     SP input's re-gather under the dgrad GEMM, the dgrad's reduce-scatter under the wgrad GEMM (Megatron's
