@@ -14,10 +14,10 @@ no such cost:
     loops   = S / (channels x heads x c),   c = chunk(S),   c' = min(c, S / (channels x heads))
 
 The chunk rule is NCCL's (src/enqueue.cc, calcCollChunking, NCCL_ALGO_NVLS branch: lines 1338-1346 at
-v2.18.5-1, 2258-2274 at v2.30.7-1, the same rule): start from NCCL_NVLS_CHUNKSIZE (128 KiB) and, with concurrentOps = channels x heads,
-halve to 64 KiB when S < 64 x concurrentOps x chunk, to 32 KiB when S < 8 x concurrentOps x chunk,
-to 16 KiB when S < 2 x concurrentOps x chunk (chunk being the size reached so far). On 8 GPUs that is
-< 1 GiB, < 64 MiB and < 8 MiB.
+v2.18.5-1, 2258-2274 at v2.30.7-1, the same rule): start from NCCL_NVLS_CHUNKSIZE (128 KiB) and, with
+concurrentOps = channels x heads, halve to 64 KiB when S < 64 x concurrentOps x chunk, to 32 KiB when
+S < 8 x concurrentOps x chunk, to 16 KiB when S < 2 x concurrentOps x chunk (chunk being the size
+reached so far). On 8 GPUs that is < 1 GiB, < 64 MiB and < 8 MiB.
 
 Multi-node NVLS (NVLS-tree) has its own chunk rule and is not modelled here; neither are Blackwell's
 channel counts (24 / 32 on SM100, src/transport/nvls.cc): every NVLS node is priced with Hopper's 16.
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 NVLS_CHANNELS_SM90 = 16
 """NVLS thread blocks (channels) on Hopper: NVLS_NCHANNELS_SM90, src/transport/nvls.cc line 155 at
-v2.30.7-1 (v2.18.5-1: NCCL_PARAM(NvlsChannels, "NVLS_NCHANNELS", 16), line 231). NCCL's log shows it: 'NVLS comm ... nHeads 8 ... nvlsPerRankSize
-201326592' = 16 channels x 2 x (4 MiB buffer + 2 MiB)."""
+v2.30.7-1 (v2.18.5-1: NCCL_PARAM(NvlsChannels, "NVLS_NCHANNELS", 16), line 231). NCCL's log shows it:
+'NVLS comm ... nHeads 8 ... nvlsPerRankSize 201326592' = 16 channels x 2 x (4 MiB buffer + 2 MiB)."""
 NVLS_HEADS_PER_RANK = 1
 """One NVLS head per GPU of the node (src/graph/connect.cc connectNvls, v2.18.5-1 line 229: nHeads = the
 NVLS graph's channels, one per local rank; the log above prints nHeads 8 on 8 GPUs)."""
