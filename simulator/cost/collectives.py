@@ -97,14 +97,21 @@ def _cached_busy(topology, collective, nbytes, group, gpus_per_node) -> tuple:
         t = c.time(nbytes)
         if best is None or t < best_t:  # estimate's choice: the first of equally fast candidates
             best, best_t = c, t
-    return tuple((cls, nbytes * t) for cls, t in best.busy) if best is not None else ()
+    if best is None:
+        return ()
+    scale = 1.0
+    wire = nbytes * max((t for _, t in best.busy), default=0.0)
+    if best.pipeline is not None and wire > 0:  # NVLS: its loop pauses and fill hold the links too,
+        scale = (best_t - best.latency_s) / wire  # as collective_demand's drain time counts them
+    return tuple((cls, nbytes * t * scale) for cls, t in best.busy)
 
 
 def link_busy(topology: Topology, collective: str, nbytes: float, group, *,
               gpus_per_node: int | None = None) -> dict[str, float]:
     """Seconds each link class is busy while one collective of `nbytes` runs alone, for the algorithm
     and protocol `estimate` picks (siblings=True): class -> S x load / share, the terms whose largest is
-    the bandwidth part of `collective_time`. Classes: intra (a GPU's NVLink / PCIe / host port, per
+    the bandwidth part of `collective_time` (for NVLS, scaled up to it: its per-loop pauses and
+    pipeline fill, `nvls.NvlsPipeline`, hold the links as well). Classes: intra (a GPU's NVLink / PCIe / host port, per
     direction), uplink (PCIe switch uplinks), nic, spine (leaf-to-spine uplinks), wan; each is the
     share the group's ranks get of it (`shares`), so per rank and per direction. The engine's link
     sharing (`engine/links.py`) divides these by the collective's time to get how much of each link a

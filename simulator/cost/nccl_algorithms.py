@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from ..errors import ScenarioError
 from .network import GroupLayout
+from .nvls import NvlsPipeline, without_loop_overhead
 from ..topology import Topology
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -27,9 +28,10 @@ BUS_EFFICIENCY = {"nvswitch": RING_BUSBW_H100_GBS / NVLINK4_GBS, "nvlink": RING_
                   "pcie": 0.80, "host": 1.0}
 """Ring busbw / nominal per-direction bandwidth. NVLink: 370/450 (measured, above). PCIe: assumption
 (Gen4 x16 reaches ~25 of 32 GB/s in practice; not measured here). host: nominal, calibrate instead."""
-NVLS_EFFICIENCY = (NVLS_BUSBW_H100_GBS / (2 * 7 / 8)) * (1 + 1 / 8) / NVLINK4_GBS
+NVLS_EFFICIENCY = without_loop_overhead(NVLS_BUSBW_H100_GBS * 1e9 / (2 * 7 / 8)) / 1e9 * (1 + 1 / 8) / NVLINK4_GBS
 """NVLS all-reduce moves S(1 + 1/n) per GPU per direction (multimem ld_reduce of its 1/n slice from the
-switch, then st multicast); fitted so 8 x H100 gives 480 GB/s busbw (algbw 274): 0.686 of NVLink."""
+switch, then st multicast); fitted so 8 x H100 gives 480 GB/s busbw (algbw 274) at large sizes once
+`nvls.NvlsPipeline` adds its per-loop cost: the links' rate is 0.73 of NVLink."""
 NIC_EFFICIENCY = 47.0 / 50.0
 """46-48 GB/s achieved per 400 Gb/s NDR NIC (nccl-tests #290, NVIDIA maintainer; docs/modeling.md §5.3)."""
 WAN_EFFICIENCY = 1.0
@@ -76,7 +78,8 @@ def busbw_factor(collective: str, n: int) -> float:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One (algorithm, protocol): time(S) = latency_s + S / (bandwidth_Bps x correction(S))."""
+    """One (algorithm, protocol): time(S) = latency_s + S / (bandwidth_Bps x correction(S)), or its
+    `pipeline`'s time where it has one."""
     algorithm: str
     protocol: str
     latency_s: float
@@ -88,10 +91,14 @@ class Candidate:
     busy: tuple = ()
     """(link class, seconds per byte of S) for every class it loads: the time that class (the group's
     share of it, as in `shares`) spends moving the bytes, protocol and latency aside (`link_busy`)."""
+    pipeline: NvlsPipeline | None = None
+    """NCCL's chunked pipeline (NVLS in one node): its time replaces latency + S / bandwidth."""
 
     def time(self, nbytes: float) -> float:
         if nbytes > self.max_bytes or self.bandwidth_Bps <= 0:
             return math.inf
+        if self.pipeline is not None:
+            return self.pipeline.time(nbytes, self.latency_s, self.bandwidth_Bps)
         bw = self.bandwidth_Bps
         if self.algorithm in ("tree", "nvls_tree"):
             i = int(math.log2(max(nbytes, 64) / 64))
@@ -352,7 +359,8 @@ def _nvls(topology, L, sh) -> list[Candidate]:
     algo = "nvls" if N == 1 else "nvls_tree"
     base, intra, inter = step_latency(topology, L, algo, "Simple")
     lat = base + intra + (2 * max(1, int(math.log2(N))) * inter + 2 * L.wan_span_s if N > 1 else 0.0)
-    return [Candidate(algo, "Simple", lat, _bw(t), where, busy=class_times(loads, sh_nvls))]
+    return [Candidate(algo, "Simple", lat, _bw(t), where, busy=class_times(loads, sh_nvls),
+                      pipeline=NvlsPipeline(heads=p) if N == 1 else None)]
 
 
 def _hierarchical(topology, L, sh, collective) -> list[Candidate]:
