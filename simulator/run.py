@@ -5,11 +5,15 @@ lists the same plan without events (`evaluate/analytic.py`). Either way the repo
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import time
 
 from .evaluate.analytic import estimate
 from .cost.costs import build_cost_model
 from .plan.documents import attention_summary
+from .plan.stage_speed import stage_speeds
+from .stragglers import rank_speeds
 from .plan.flops import mfu_peak_flops, scenario_model_flops
 from .plan.memory import memory_report
 from .errors import ScenarioError
@@ -49,6 +53,23 @@ def measured_compute_fraction(sc: Scenario, cost, plan=None) -> float:
         if cost.profile.compute_time(op) is not None:
             measured += t
     return measured / total if total else 0.0
+
+
+def straggler_summary(sc: Scenario, iteration: float, estimator: str, cost) -> dict:
+    """The report's `stragglers` block: how many GPUs are slow, which stage each slow GPU paces, and the step
+    the same job takes with no slow GPU (its twin, priced by the same estimator)."""
+    speed, who = stage_speeds(sc)
+    pacing = [{"stage": s, "rank": r, "slowdown": x} for s, (x, r) in enumerate(zip(speed, who)) if r >= 0]
+    slow = len(rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node))
+    base = iteration
+    if slow:
+        twin = replace(sc, cluster=replace(sc.cluster, stragglers=[], slow_gpus=None))
+        if estimator == "engine":
+            from .evaluate.engine import simulate_engine  # noqa: PLC0415
+            base = simulate_engine(twin, cost).iteration_time_s
+        else:
+            base = estimate(twin, cost).iteration_time_s
+    return {"slow_gpus": slow, "pacing": pacing, "homogeneous_step_s": base, "cost_s": iteration - base}
 
 
 def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, trace_path=None, plot_path=None,
@@ -112,6 +133,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
                   "flops_per_step": model_flops, "flop_convention": convention},
         "estimator": estimator,
         "framework": sc.framework.to_json(sc.parallel.pp),
+        "stragglers": straggler_summary(sc, iteration, estimator, cost),
         "attention": attention_summary(sc),
         "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage},
         "sim": {"wall_s": time.perf_counter() - t0, "events": events, "ranks_simulated": ranks},

@@ -15,6 +15,7 @@ from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_s
 from .frameworks.spec import DEFAULT_FRAMEWORK
 from .inputs import MAX_DEPTH, existing_file, parse_yaml, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model, model_to_mapping
+from .stragglers import SlowGpus, Straggler, check_stragglers
 from .document_spec import Documents, check_documents, read_histogram
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
 from .schema import from_mapping
@@ -121,6 +122,11 @@ class Cluster:
     memory_headroom_gib: Optional[float] = field(default=None, metadata={"min": 0.0, "max": 1e5})
     """Memory each GPU must keep free for a layout to fit (peak <= capacity - headroom; docs/metrics.md).
     Null: 5 % of the GPU's memory (`memory_fit.DEFAULT_HEADROOM_FRACTION`), 4.0 GiB on an 80 GB H100."""
+    stragglers: list[Straggler] = field(default_factory=list)
+    """Slow GPUs: a list of {rank: R, slowdown: X} or {node: N, slowdown: X} (`simulator/stragglers.py`); each
+    pipeline stage runs at the pace of its slowest GPU."""
+    slow_gpus: Optional[SlowGpus] = None
+    """A share of the GPUs drawn slow at random with a seed: {share, slowdown_min, slowdown_max, seed}."""
     efficiency: dict[str, float] = field(default_factory=dict)
     """Per-software-stack overrides of the spec roofline (costs.py): gemm, attention_fwd, attention_bwd,
     hbm (fractions of peak), tp_comm_overhead_s (seconds added to every TP collective) and
@@ -398,6 +404,7 @@ def validate_layout(sc: Scenario) -> Scenario:
     if gpus > MAX_GPUS:
         raise ScenarioError("cluster.nodes", f"{sc.cluster.nodes:,} nodes x {sc.gpus_per_node} GPUs = {gpus:,} GPUs",
                             f"at most {MAX_GPUS:,} GPUs in all (the simulator's limit)")
+    check_stragglers(sc.cluster.stragglers, sc.cluster.slow_gpus, gpus, sc.gpus_per_node)
     fixed = p.tp * p.pp * p.cp
     if p.dp is None:
         if gpus % fixed:

@@ -30,6 +30,7 @@ from collections import defaultdict
 from ..cost.costs import CostModel
 from ..plan.layout import pair_shape, pp_rank_of_stage_rank
 from ..plan.opgraph import Comm
+from ..plan.stage_speed import stage_speeds
 from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
@@ -49,8 +50,8 @@ class _Rank:
     """One stage's representative rank while it is listed: its clock, streams and accumulators (the names
     `results.summarize` reads)."""
 
-    def __init__(self, stage: int, grank: int):
-        self.stage, self.grank = stage, grank
+    def __init__(self, stage: int, grank: int, speed: float = 1.0):
+        self.stage, self.grank, self.speed = stage, grank, speed
         self.t = 0.0
         self.pos = 0
         self.dp_free = 0.0
@@ -79,16 +80,26 @@ class Lister:
         self._templates: dict = {}
         self._pairs: dict = {}
         self._group_shapes = {g: self.times.shape(g) for g in DP_GROUPS}
-        self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s)) for s in range(sc.parallel.pp)]
+        speed, _ = stage_speeds(sc)  # a stage at its slowest GPU's pace, as the engine runs it
+        self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s), speed[s]) for s in range(sc.parallel.pp)]
+        self._times = {1.0: self.times}
         self.mailbox: dict = {}
         self._memo: dict = {}
 
     # ------------------------------------------------------------------ pricing
-    def template(self, chunk: int, kind: str) -> PassTemplate:
-        t = self._templates.get((chunk, kind))
+    def times_at(self, speed: float) -> OpTimes:
+        """Op times of a rank computing at `speed` (1.0 nominal; communication is the same)."""
+        t = self._times.get(speed)
         if t is None:
-            t = self._templates[(chunk, kind)] = build_template(self.times, chunk, kind, self.plan.blocks[(chunk, kind)],
-                                                                share=self.share, only_intra=False)
+            t = self._times[speed] = OpTimes(self.sc, self.cost, speed)
+        return t
+
+    def template(self, chunk: int, kind: str, speed: float = 1.0) -> PassTemplate:
+        t = self._templates.get((chunk, kind, speed))
+        if t is None:
+            t = self._templates[(chunk, kind, speed)] = build_template(self.times_at(speed), chunk, kind,
+                                                                       self.plan.blocks[(chunk, kind)],
+                                                                       share=self.share, only_intra=False)
         return t
 
     def comm_dur(self, group: str, comm: Comm) -> float:
@@ -159,7 +170,7 @@ class Lister:
         if st.gated:
             end = self._gated_memo(rk, prog, st, ready)
         else:
-            tpl = self.template(st.chunk, st.kind)
+            tpl = self.template(st.chunk, st.kind, rk.speed)
             grads, dp_free = [], rk.dp_free
             if st.grad_sync and self.overlap:
                 for k, comm, _ in prog.dp[st.chunk].releases.get(st.kind, ()):
@@ -205,7 +216,7 @@ class Lister:
         gated on the step's own gathers, is not shift-invariant and is listed each time."""
         if st.param_gated:
             return self._gated(rk, prog, st, ready)
-        key = (rk.stage, st.chunk, st.kind, st.grad_sync, round(max(0.0, rk.dp_free - ready), 12))
+        key = (rk.stage, st.chunk, st.kind, st.grad_sync, round(max(0.0, rk.dp_free - ready), 12))  # stage: its speed too
         hit = self._memo.get(key)
         if hit is None:
             before = _snapshot(rk)
@@ -227,7 +238,8 @@ class Lister:
         blocks = self.plan.blocks[(st.chunk, st.kind)]
         dp = prog.dp[st.chunk]
         comms: list | None = [] if self.share else None
-        s = PassScheduler(self.times, ready, record=False, comms=comms)
+        times = self.times_at(rk.speed)
+        s = PassScheduler(times, ready, record=False, comms=comms)
         gath = dp.z3_gather.get(st.kind, ())
         releases = dp.releases.get(st.kind, ()) if st.grad_sync else ()
         pending: dict = {}
@@ -264,7 +276,7 @@ class Lister:
                       for i, (q, c) in enumerate(joined) if q.end > q.start and q.start < end]
             extra = {key: x for key, x in shared_extra(comms + beside, only_intra=False).items() if key[0] >= 0}
             if extra:
-                s = schedule_pass(self.times, blocks, ready, record=False, extra=extra, gates=s.gates)
+                s = schedule_pass(times, blocks, ready, record=False, extra=extra, gates=s.gates)
                 end = s.end
         if not self.overlap:
             for _, comm, _ in releases:
@@ -318,7 +330,7 @@ class Lister:
             rk.ops += 1
             rk.t += dur
         else:
-            opt = self.times(op.op)
+            opt = self.times_at(rk.speed)(op.op)
             rk.optimizer_s += opt
             rk.ops += 1
             rk.t += opt

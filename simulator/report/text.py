@@ -67,6 +67,12 @@ def format_report(r: dict) -> str:
     src = "spec-based roofline" if prof["source"] == "default" else f"profile {prof['source']}"
     out.append(f"  numbers from the {r['estimator']} estimator, costs from {src}"
                + (f" ({prof['measured_compute_fraction'] * 100:.0f} % of compute time measured)" if prof["source"] != "default" else ""))
+    st = r.get("stragglers")
+    if st and st["slow_gpus"]:
+        worst = max(st["pacing"], key=lambda x: x["slowdown"])
+        out.append(f"  stragglers: {st['slow_gpus']} slow GPU(s); rank {worst['rank']} ({worst['slowdown']:.2f}x) sets the pace of "
+                   f"stage {worst['stage']}; {len(st['pacing'])} of {lay['pp']} stage(s) paced by a slow GPU; "
+                   f"+{_fmt_s(st['cost_s'])} per step over the homogeneous {_fmt_s(st['homogeneous_step_s'])}")
     att = r.get("attention")
     if att and att["mask"] == "document":
         cp = (f"; busiest CP rank {att['cp_busiest_vs_causal']:.2f}x the causal mask's share ({att['cp_balance']})"

@@ -7,9 +7,10 @@ pairs and the tied-embedding pair connect different stages and stay real rendezv
 Full mode (`full=True`) simulates every rank with its real groups from `layout.group_ranks`: DP/ZeRO
 collectives are rendezvous of all dp_cp (or edp) members, each pass with in-pass TP/CP/EP collectives
 starts with a rendezvous of the rank's TP/CP/EP group (the collectives inside it then run in lockstep),
-and PP sends go to the same (tp, cp, dp) coordinates of the next stage. `rank_speed` (full mode) makes
-a GPU slower or faster: {global rank: compute-time multiplier}; a pass runs at the pace of the slowest
-member of its TP/CP/EP group.
+and PP sends go to the same (tp, cp, dp) coordinates of the next stage. `cluster.stragglers` / `slow_gpus`
+(and `rank_speed` in full mode: {global rank: compute-time multiplier}) make GPUs slower: in full mode a pass
+runs at the pace of the slowest member of its TP/CP/EP group; in representative mode each stage's
+representative runs at its stage's slowest GPU's pace (`plan/stage_speed.py`).
 Link sharing between concurrent transfers (`links.py`) is on by default; `contention=False` prices
 every transfer alone (each gets its full share of its links whatever else is in flight).
 """
@@ -24,6 +25,8 @@ from ...plan.layout import chunk_owner, group_ranks, group_shape, last_chunk, pa
 from ...plan.memory import buffer_bytes, buffers_total, chunk_activation_bytes, static_bytes, zero_groups
 from ...scenario import Scenario
 from ...plan.lower import build_plan
+from ...plan.stage_speed import stage_speeds
+from ...stragglers import rank_speeds
 from ..results import EngineResult, summarize
 from .sim import Engine
 from .state import RankState, Recorder
@@ -41,7 +44,8 @@ def _static(sc: Scenario) -> list[float]:
 
 def _representative(sc: Scenario, emb_stage: int, head_stage: int) -> tuple[list[RankState], dict]:
     pp = sc.parallel.pp
-    ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, 1.0) for s in range(pp)]
+    speed, _ = stage_speeds(sc)  # each stage at its slowest GPU's pace (plan/stage_speed.py)
+    ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, speed[s]) for s in range(pp)]
     shapes = {}
     for rk in ranks:
         rk.groups = {"dp_cp": (rk.idx,), "edp": (rk.idx,), "embd": (emb_stage, head_stage)}
@@ -127,7 +131,7 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
     """Lower and simulate; returns the engine (ranks with their accumulators and recorders) and the
     per-stage static memory."""
     if rank_speed and not full:
-        raise ValueError("rank_speed needs full=True: representative mode assumes identical ranks")
+        raise ValueError("rank_speed needs full=True: representative mode takes the scenario's stragglers")
     act: dict = {}
 
     def act_bytes(r: int, c: int) -> float:
@@ -138,7 +142,8 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
     plan = build_plan(sc, act_bytes)
     emb_stage, head_stage = chunk_owner(sc, 0)[0], chunk_owner(sc, last_chunk(sc))[0]
     if full:
-        ranks, pairs = _full(sc, emb_stage, head_stage, rank_speed or {})
+        slow = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
+        ranks, pairs = _full(sc, emb_stage, head_stage, {**slow, **(rank_speed or {})})
     else:
         ranks, pairs = _representative(sc, emb_stage, head_stage)
     shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"),
