@@ -11,6 +11,7 @@ import time
 
 from .evaluate.analytic import estimate
 from .cost.costs import build_cost_model
+from .evaluate.diloco import inner_scenario, outer_sync
 from .plan.documents import attention_summary
 from .plan.stage_speed import stage_speeds
 from .stragglers import rank_speeds
@@ -55,6 +56,20 @@ def measured_compute_fraction(sc: Scenario, cost, plan=None) -> float:
     return measured / total if total else 0.0
 
 
+def with_outer_sync(sc: Scenario, report: dict) -> dict:
+    """The inner site's report made the whole job's: the outer synchronisation amortised into the step
+    (`evaluate/diloco.py`), throughput and MFU over every site's GPUs, a `diloco` block."""
+    block = outer_sync(sc, report["iteration_time_s"])
+    step = block["step_s"]
+    scale = block["inner_step_s"] / step
+    out = dict(report, name=sc.name, gpus=sc.gpus, iteration_time_s=step, tokens_per_s=sc.tokens_per_step / step,
+               tokens_per_s_per_gpu=sc.tokens_per_step / step / sc.gpus,
+               model_tflops_per_gpu=report["model_tflops_per_gpu"] * scale, mfu=report["mfu"] * scale,
+               hfu=report["hfu"] * scale if report.get("hfu") else report.get("hfu"), diloco=block)
+    out["layout"] = dict(report["layout"], dp=sc.dp)
+    return out
+
+
 def straggler_summary(sc: Scenario, iteration: float, estimator: str, cost) -> dict:
     """The report's `stragglers` block: how many GPUs are slow, which stage each slow GPU paces, and the step
     the same job takes with no slow GPU (its twin, priced by the same estimator)."""
@@ -75,6 +90,11 @@ def straggler_summary(sc: Scenario, iteration: float, estimator: str, cost) -> d
 def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, trace_path=None, plot_path=None,
              memory_plot_path=None) -> dict:
     """Simulate one optimizer step of `sc` and return the `run --json` report (docs/report.md)."""
+    if sc.parallel.diloco is not None:  # one site's inner step, then the WAN's outer sync amortised over H
+        inner = inner_scenario(sc)
+        report = simulate(inner, estimator, full=full, trace_path=trace_path, plot_path=plot_path,
+                          memory_plot_path=memory_plot_path)
+        return with_outer_sync(sc, report)
     t0 = time.perf_counter()
     if estimator == "engine" and engine_work(sc, full) > MAX_ENGINE_WORK:
         raise ScenarioError("--estimator engine", f"{engine_work(sc, full):,} rank-layer passes to simulate (ranks x "
@@ -134,6 +154,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "estimator": estimator,
         "framework": sc.framework.to_json(sc.parallel.pp),
         "stragglers": straggler_summary(sc, iteration, estimator, cost),
+        "diloco": None,
         "attention": attention_summary(sc),
         "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage},
         "sim": {"wall_s": time.perf_counter() - t0, "events": events, "ranks_simulated": ranks},

@@ -14,6 +14,7 @@ from .overrides import apply_overrides, parse_override  # noqa: F401 (apply_over
 from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_setting, layout_rules
 from .inputs import existing_file, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model
+from .diloco_spec import DiLoCo
 from .stragglers import SlowGpus, Straggler, check_stragglers
 from .document_spec import Documents, check_documents, read_histogram
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
@@ -187,6 +188,9 @@ class Parallel:
     `LinearWithGradAccumulationAndAsyncCommunication`, nanotron's `tp_linear_async_communication`). Every other
     TP collective stays exposed; the forward all-gather's overlap with the local 1/tp of the GEMM is not
     modelled. `overlap_tp: true` supersedes it."""
+    diloco: Optional[DiLoCo] = None
+    """Train across datacenters DiLoCo's way (`simulator/diloco_spec.py`): {outer_every: H, compression, overlap};
+    needs a topology with `datacenters.sites` > 1; the layout above is each site's."""
     cp_balance: str = field(default="zigzag", metadata={"choices": ("zigzag", "document")})
     """How a sequence is dealt to the CP ranks (`plan/documents.py`): zigzag chunks (balanced for one document
     per sequence), or every document split over the ranks (Llama 3's; balanced with a document mask too)."""
@@ -363,6 +367,13 @@ def validate_layout(sc: Scenario) -> Scenario:
         raise ScenarioError("cluster.nodes", f"{sc.cluster.nodes:,} nodes x {sc.gpus_per_node} GPUs = {gpus:,} GPUs",
                             f"at most {MAX_GPUS:,} GPUs in all (the simulator's limit)")
     check_stragglers(sc.cluster.stragglers, sc.cluster.slow_gpus, gpus, sc.gpus_per_node)
+    if p.diloco is not None:
+        d = sc.topology.datacenters
+        if d is None or d.sites < 2:
+            raise ScenarioError("parallel.diloco", f"given on {sc.topology.name}, one site", "a topology with datacenters.sites >= 2")
+        if sc.cluster.nodes % d.sites or sc.cluster.nodes // d.sites > d.nodes_per_site:
+            raise ScenarioError("cluster.nodes", f"{sc.cluster.nodes} nodes for DiLoCo over {d.sites} sites of {d.nodes_per_site}",
+                                f"a multiple of {d.sites}, at most {d.sites * d.nodes_per_site}")
     fixed = p.tp * p.pp * p.cp
     if p.dp is None:
         if gpus % fixed:
@@ -387,6 +398,9 @@ def validate_layout(sc: Scenario) -> Scenario:
     ffn = [m.ffn_hidden] + ([m.moe.expert_ffn_hidden] if m.moe else [])
     if not all(_divides(p.tp, f) for f in ffn):
         raise ScenarioError("parallel.tp", f"{p.tp} does not divide the FFN size {ffn}", "a divisor of ffn_hidden")
+    if p.diloco is not None and (p.dp % sc.topology.datacenters.sites or t.global_batch % sc.topology.datacenters.sites):
+        raise ScenarioError("parallel.dp", f"{p.dp} (global_batch {t.global_batch}) with DiLoCo over {sc.topology.datacenters.sites} sites",
+                            "dp and global_batch multiples of the sites (each site trains its own replica)")
     if t.global_batch % (p.dp * t.micro_batch):
         raise ScenarioError("training.global_batch", f"{t.global_batch} is not divisible by dp*micro_batch = {p.dp}*{t.micro_batch}",
                             "a multiple of dp*micro_batch")

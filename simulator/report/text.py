@@ -67,6 +67,11 @@ def format_report(r: dict) -> str:
     src = "spec-based roofline" if prof["source"] == "default" else f"profile {prof['source']}"
     out.append(f"  numbers from the {r['estimator']} estimator, costs from {src}"
                + (f" ({prof['measured_compute_fraction'] * 100:.0f} % of compute time measured)" if prof["source"] != "default" else ""))
+    dl = r.get("diloco")
+    if dl:
+        out.append(f"  DiLoCo over {dl['sites']} sites: inner step {_fmt_s(dl['inner_step_s'])}, outer all-reduce "
+                   f"{_fmt_s(dl['outer_sync_s'])} ({dl['compression']}{', overlapped' if dl['overlap'] else ''}) every "
+                   f"{dl['outer_every']} steps: WAN {dl['wan_share'] * 100:.2f} % of the step")
     st = r.get("stragglers")
     if st and st["slow_gpus"]:
         worst = max(st["pacing"], key=lambda x: x["slowdown"])
