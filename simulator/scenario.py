@@ -148,6 +148,11 @@ class Parallel:
     """Context parallel size: the sequence split over cp ranks (see cp_comm)."""
     ep: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS})
     """Expert parallel; borrows from dp*cp for the expert layers."""
+    dp_replicate: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS})
+    """HSDP: the dp x cp ranks split into this many replicas, each sharding the dense parameters (ZeRO-1-3) over
+    its own dp x cp / dp_replicate neighbouring ranks; gradients reduce-scattered inside a replica, then their
+    shard all-reduced across the replicas (torchtitan's data_parallel_replicate_degree, Megatron's
+    --num-distributed-optimizer-instances). 1: one group."""
     zero: int = field(default=0, metadata={"choices": (0, 1, 2, 3)})
     """ZeRO stage over the DP (x CP) group: 0 plain DP; 1 optimizer states sharded (Megatron's distributed
     optimizer); 2 gradients too; 3 parameters too (FSDP)."""
@@ -412,6 +417,9 @@ def validate_layout(sc: Scenario) -> Scenario:
     if t.autocast and p.zero:
         raise ScenarioError("training.autocast", f"true with parallel.zero {p.zero} (sharded states cast through FSDP2's mixed-precision policy)",
                             "parallel.zero 0")
+    if p.dp_replicate > 1 and (p.zero == 0 or (p.dp * p.cp) % p.dp_replicate):
+        raise ScenarioError("parallel.dp_replicate", f"{p.dp_replicate} with zero {p.zero} and dp x cp = {p.dp * p.cp}",
+                            "a divisor of dp x cp, with a sharded ZeRO stage (1-3): replicas of one sharded group")
     if not p.reshard_after_forward and p.zero != 3:
         raise ScenarioError("parallel.reshard_after_forward", f"false with parallel.zero {p.zero}",
                             "true, or parallel.zero 3 (only ZeRO-3 gathers parameters per block)")

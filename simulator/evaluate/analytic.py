@@ -79,7 +79,7 @@ class Lister:
         self.overlap = plan.overlap_dp
         self._templates: dict = {}
         self._pairs: dict = {}
-        self._group_shapes = {g: self.times.shape(g) for g in DP_GROUPS}
+        self._group_shapes = {g: self.times.shape(g) for g in (*DP_GROUPS, "dp_rep")}
         speed, _ = stage_speeds(sc)  # a stage at its slowest GPU's pace, as the engine runs it
         self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s), speed[s]) for s in range(sc.parallel.pp)]
         self._times = {1.0: self.times}

@@ -54,18 +54,25 @@ def coords(sc: Scenario, rank: int) -> dict[str, int]:
 
 
 def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
-    """Ranks of `dim`'s group that contains `rank`. dim in tp, cp, dp, pp, ep, or dp_cp (gradient group)."""
+    """Ranks of `dim`'s group that contains `rank`. dim in tp, cp, dp, pp, ep, edp, dp_cp (the dense gradient
+    and sharding group: the dp x cp plane, or its shard run under HSDP), dp_rep (HSDP's replicas of it)."""
     grid, dims = rank_grid(sc)
     c = coords(sc, rank)
     if dim in ("tp", "cp", "dp", "pp"):
         sl = tuple(slice(None) if d == dim else c[d] for d in dims)
         return [int(x) for x in grid[sl].ravel()]
-    if dim in ("dp_cp", "ep", "edp"):
+    if dim in ("dp_cp", "dp_rep", "ep", "edp", "dp_plane"):
         # the (cp, dp) plane, flattened with the inner of the two varying fastest
         sl = tuple(slice(None) if d in ("cp", "dp") else c[d] for d in dims)
         plane = [int(x) for x in grid[sl].ravel()]  # C-order: later (inner) dims fastest
-        if dim == "dp_cp":
+        if dim == "dp_plane":
             return plane
+        if dim in ("dp_cp", "dp_rep"):
+            # HSDP (`parallel.dp_replicate` = R): dense parameters are sharded over runs of n/R neighbouring
+            # ranks of the plane (the shard group, `dp_cp`) and replicated across the R runs (`dp_rep`)
+            run = len(plane) // sc.parallel.dp_replicate
+            pos = plane.index(rank)
+            return plane[pos - pos % run: pos - pos % run + run] if dim == "dp_cp" else plane[pos % run::run]
         ep = sc.parallel.ep
         pos = plane.index(rank)
         names = sc.parallel.order.split("-")
@@ -82,7 +89,7 @@ def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
         # (expert tensor parallel = 1), so TP peers hold the same experts on different tokens too.
         members = []
         for tp_rank in group_ranks(sc, "tp", rank):
-            members += edp_group(group_ranks(sc, "dp_cp", tp_rank))
+            members += edp_group(group_ranks(sc, "dp_plane", tp_rank))
         return sorted(members)
     raise ValueError(f"unknown group dimension {dim!r}")
 

@@ -164,8 +164,18 @@ def _grad_buckets(sc: Scenario, blocks: tuple[Block, ...], coll: str, groups: di
         buckets = dp_buckets(sc, tensors, gb)
         for j, (nbytes, k) in enumerate(zip(buckets, bucket_release_blocks(buckets, sizes))):
             found.append((k, 0 if g == "dp_cp" else 1, j, Comm(f"grad_{coll}", "dp", coll, nbytes, blocking=False, group=g)))
+            if g == "dp_cp" and groups.get("dp_rep", 1) > 1:  # HSDP: the shard's all-reduce across the replicas
+                found.append((k, 0, j, hsdp_replica_allreduce(nbytes, groups["dp_cp"])))
     found.sort(key=lambda x: (x[0], x[1], x[2]))
     return tuple(BucketComm(k, c, f"{c.group} grad {c.collective} b{j}") for k, _, j, c in found)
+
+
+def hsdp_replica_allreduce(shard_group_bytes: float, shard_group: int) -> Comm:
+    """HSDP (`parallel.dp_replicate`): after a reduce-scatter over the shard group leaves each rank 1/n of the
+    bucket, that 1/n is all-reduced across the replicas (PyTorch FSDP2's HSDP, Megatron's distributed
+    optimizer instances)."""
+    return Comm("grad_replica_all_reduce", "dp", "all_reduce", shard_group_bytes / max(1, shard_group),
+                blocking=False, group="dp_rep")
 
 
 def _param_buckets(sc: Scenario, blocks: tuple[Block, ...], groups: dict) -> tuple[tuple[BucketComm, ...], tuple[int, ...]]:
@@ -211,6 +221,8 @@ def _zero3(sc: Scenario, blocks: tuple[Block, ...], coll: str, groups: dict) -> 
             uses = ("F" in b.letters or "B" in b.letters) if coll == "all_gather" else b.makes_grads
             if groups[g] > 1 and n > 0 and uses:
                 cs.append(Comm(name, "dp", coll, n * elt, blocking=False, group=g))
+                if coll == "reduce_scatter" and g == "dp_cp" and groups.get("dp_rep", 1) > 1:
+                    cs.append(hsdp_replica_allreduce(n * elt, groups["dp_cp"]))
         out.append(tuple(cs))
     return tuple(out)
 
@@ -221,7 +233,8 @@ def build_plan(sc: Scenario, act_bytes: Callable[[int, int], float] | None = Non
     """The plan of `sc` (`lower` with the scenario's dp_cp and edp group sizes). `act_bytes(stage, chunk)`:
     activation bytes one micro-batch holds in that chunk from F to B/W (the engine's memory timeline);
     without it, 0 (the analytic estimate takes memory from `memory.py`)."""
-    sizes = {"dp_cp": group_shape(sc, "dp_cp").size, "edp": group_shape(sc, "edp").size}
+    sizes = {"dp_cp": group_shape(sc, "dp_cp").size, "edp": group_shape(sc, "edp").size,
+             "dp_rep": sc.parallel.dp_replicate}
     return lower(sc, sizes, act_bytes or (lambda r, c: 0.0))
 
 

@@ -48,7 +48,7 @@ def _representative(sc: Scenario, emb_stage: int, head_stage: int) -> tuple[list
     ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, speed[s]) for s in range(pp)]
     shapes = {}
     for rk in ranks:
-        rk.groups = {"dp_cp": (rk.idx,), "edp": (rk.idx,), "embd": (emb_stage, head_stage)}
+        rk.groups = {"dp_cp": (rk.idx,), "edp": (rk.idx,), "dp_rep": (rk.idx,), "embd": (emb_stage, head_stage)}
         rk.pp_peer = {s: s for s in range(pp)}
         rk.rec = Recorder()
     for a in ranks:
@@ -91,7 +91,7 @@ def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[l
     pp_axis = dims.index("pp")
     stage_of = np.unravel_index(np.arange(sc.gpus), grid.shape)[pp_axis]
     pp_groups = _groups_of(sc, "pp")
-    dp_cp, edp = _groups_of(sc, "dp_cp"), _groups_of(sc, "edp")
+    dp_cp, edp, dp_rep = _groups_of(sc, "dp_cp"), _groups_of(sc, "edp"), _groups_of(sc, "dp_rep")
     uf = _Union(sc.gpus)
     for dim in ("tp", "cp") + (("ep",) if sc.model.moe is not None and sc.parallel.ep > 1 else ()):
         for members in set(_groups_of(sc, dim)):
@@ -105,7 +105,7 @@ def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[l
         members = tuple(sync[uf.find(r)])
         rk = RankState(r, r, int(stage_of[r]), max(float(speed.get(x, 1.0)) for x in members))
         pg = pp_groups[r]
-        rk.groups = {"dp_cp": dp_cp[r], "edp": edp[r], "embd": (pg[emb_stage], pg[head_stage])}
+        rk.groups = {"dp_cp": dp_cp[r], "edp": edp[r], "dp_rep": dp_rep[r], "embd": (pg[emb_stage], pg[head_stage])}
         if len(members) > 1:
             rk.groups["sync"] = members
         rk.pp_peer = {s: pg[s] for s in range(len(pg))}
@@ -146,7 +146,7 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
         ranks, pairs = _full(sc, emb_stage, head_stage, {**slow, **(rank_speed or {})})
     else:
         ranks, pairs = _representative(sc, emb_stage, head_stage)
-    shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"),
+    shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"), "dp_rep": group_shape(sc, "dp_rep"),
               "embd": pair_shape(sc, pp_rank_of_stage_rank(sc, emb_stage), pp_rank_of_stage_rank(sc, head_stage))}
     eng = Engine(plan, cost, ranks, pairs, shapes, steps=steps, record_slices=record_slices, contention=contention)
     eng.run()
