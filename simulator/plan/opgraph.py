@@ -156,6 +156,41 @@ def gemm(name: str, m: int, n: int, k: int, z: Shard, repeat: int = 1) -> Comput
                    z.dtype, (m, n, k), repeat)
 
 
+FP8_CAST_WRITE_BYTES = 2
+"""Bytes written per element by an FP8 quantization: the FP8 tensor and its transpose, one byte each. Hopper's FP8
+GEMMs take only the TN layout, so Transformer Engine's cast-transpose (and torchao's float8 casts) write both
+orientations: the forward GEMM reads one, the backward's other GEMM the other (memory.FP8_WEIGHT_CACHE_BYTES)."""
+FP8_CAST_READS = {"torchtitan": 2}
+"""Reads of the bf16 tensor per quantization. Transformer Engine's docs ('FP8 Delayed Scaling',
+https://nvidia.github.io/TransformerEngine/features/low_precision_training/fp8_delayed_scaling/): current scaling
+reads a tensor twice (its amax, then the cast), delayed scaling once (the scale comes from the amax history; the
+cast records the new amax). Megatron's default recipe is delayed (transformer_config.py:594-600, framework_facts
+A.1), and so for DeepSpeed and nanotron, which run TE's recipes; torchtitan's float8 default is torchao's
+tensorwise dynamic scaling (current: 2 reads, float8.py:65-100)."""
+
+
+def fp8_cast(sc: Scenario, g: Compute) -> Compute | None:
+    """The FP8 quantizations a GEMM needs in forward, as one memory-bound op before it: its input activation
+    (m x k per kernel: read 2 B x reads, write `FP8_CAST_WRITE_BYTES`), and its weight (k x n), cast once per step
+    and kept across micro-batches (TE's weight cache, `is_first_microbatch`), here 1/m of that per micro-batch.
+    shape = (activation elements, weight elements, output-gradient elements): the backward quantizes the output
+    gradient (m x n) the same way (`fp8_cast_backward`). None for a GEMM not in FP8."""
+    if g.dtype != "fp8" or g.kind != "gemm":
+        return None
+    m, n, k = g.shape
+    reads = FP8_CAST_READS.get(sc.framework.name, 1)
+    per_elt = 2 * reads + FP8_CAST_WRITE_BYTES
+    act, weight, grad = m * k * g.repeat, k * n * g.repeat, m * n * g.repeat
+    nbytes = per_elt * (act + weight / sc.micro_batches)
+    return Compute("fp8_cast_" + g.name, "elementwise", 0.0, float(nbytes), "bf16", (act, weight, grad, per_elt))
+
+
+def fp8_cast_backward(op: Compute) -> Compute:
+    """The backward's quantization of the GEMM's output gradient (m x n), for its dgrad and wgrad GEMMs."""
+    _, _, grad, per_elt = op.shape
+    return Compute(op.name + "_bwd", "elementwise", 0.0, float(per_elt * grad), "bf16", (grad,))
+
+
 def elementwise(name: str, elements: float, passes: float, z: Shard, elt_bytes: int | None = None) -> Compute:
     """Memory-bound: `passes` reads+writes of `elements` (docs/modeling.md §7.3, derived byte counts)."""
     return Compute(name, "elementwise", 0.0, float(elements * passes * (elt_bytes or z.ab)), "bf16" if z.ab == 2 else "fp32",
