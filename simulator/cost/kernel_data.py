@@ -13,7 +13,8 @@ source. From them:
 - an attention efficiency table per kernel family (flash2, flash3, cudnn): the published TFLOP/s over peak,
   interpolated linearly in log2(sequence length) and in head dim between published head dims; outside the
   published range the nearest point's value. Where a family has no point for the op's mask (no causal backward
-  figure is published) the other mask's points are used.
+  figure is published) the other mask's points are used; a head dim a mask's table lacks takes the other mask's
+  ratio between head dims.
 
 A GPU, dtype or family without points is priced by the spec-based constants in costs.py (`kernel_source` says
 which). No fitting to training throughput happens here: only kernel points.
@@ -79,25 +80,37 @@ class GpuKernels:
     """(family, phase, causal, d_head) -> AttentionTable"""
 
     def attention_efficiency(self, family: str, phase: str, causal: bool, d_head: float, seq: float) -> float | None:
-        """The family's published efficiency at this shape; None when the family has no points for the phase."""
-        keys = [k for k in self.attention if k[0] == family and k[1] == phase]
-        if not keys:
+        """The family's published efficiency at this shape; None when the family has no points for the phase.
+        The op's mask's table when the family has one (else the other mask's), linear in head dim between its
+        published head dims; beyond them, the nearest head dim's value times the other mask's ratio between the
+        two head dims where that mask has both (cuDNN's causal forward is published at head dim 128 only)."""
+        masks = {k[2] for k in self.attention if k[0] == family and k[1] == phase}
+        if not masks:
             return None
-        same = [k for k in keys if k[2] == causal]
-        keys = same or keys
-        dims = sorted({k[3] for k in keys})
-        mask = keys[0][2]
+        mask = causal if causal in masks else next(iter(masks))
+        value = self._at_dims(family, phase, mask, d_head, seq)
+        dims = self._dims(family, phase, mask)
+        nearest = min(max(d_head, dims[0]), dims[-1])
+        other = (not mask) in masks and self._dims(family, phase, not mask)
+        if nearest != d_head and other and other[0] <= min(d_head, nearest) and max(d_head, nearest) <= other[-1]:
+            value *= (self._at_dims(family, phase, not mask, d_head, seq)
+                      / self._at_dims(family, phase, not mask, nearest, seq))
+        return value
 
-        def at_dim(d):
-            return self.attention[(family, phase, mask, d)].at(seq)
+    def _dims(self, family, phase, mask) -> list:
+        return sorted(k[3] for k in self.attention if k[:3] == (family, phase, mask))
+
+    def _at_dims(self, family, phase, mask, d_head, seq) -> float:
+        dims = self._dims(family, phase, mask)
         if d_head <= dims[0]:
-            return at_dim(dims[0])
+            return self.attention[(family, phase, mask, dims[0])].at(seq)
         if d_head >= dims[-1]:
-            return at_dim(dims[-1])
+            return self.attention[(family, phase, mask, dims[-1])].at(seq)
         hi = next(i for i, d in enumerate(dims) if d >= d_head)
         d0, d1 = dims[hi - 1], dims[hi]
         w = (d_head - d0) / (d1 - d0)
-        return at_dim(d0) + w * (at_dim(d1) - at_dim(d0))
+        e0 = self.attention[(family, phase, mask, d0)].at(seq)
+        return e0 + w * (self.attention[(family, phase, mask, d1)].at(seq) - e0)
 
 
 def used_in_fit(point: dict) -> bool:
