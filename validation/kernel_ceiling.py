@@ -8,7 +8,8 @@ topology with that GPU, twice: by the published curves (`new`, the default) and 
 ratio = model time / published time: below 1 the model prices the kernel faster than it was measured
 (optimistic), above 1 slower. Attention points are priced with their own kernel family. GEMM points with a side
 below kernel_data.MIN_FIT_DIM are held out of the curve's fit (marked `held out`); the rest were used to fit it, so
-their new ratios are ~1 by construction, up to the curve's two parameters. Ops are built as the plan builds them: GEMMs with `opgraph.gemm`
+their new ratios are ~1 by construction, up to the curve's two parameters. Maximum-achievable points (`ceiling`)
+only cap the curve: their ratio must be >= 1 (the model never beats the best measured matmul). Ops are built as the plan builds them: GEMMs with `opgraph.gemm`
 (2mnk FLOPs, operands and result once each), attention with `layer_ops._attention_op`'s flash formulas
 (4 * bh * s_q * s_kv * d, x0.5 causal, x2.5 backward; bytes Q, K, V, O, twice in backward), written out
 here because that builder needs a whole scenario. The published point's own shape and dtype are used.
@@ -70,7 +71,9 @@ def rows(gpu: str) -> list[dict]:
         new, old = CostModel(topology=topology), CostModel(topology=topology, published_kernels=False)
         out.append({"kind": "gemm", "what": f"{p.dtype} {p.m}x{p.n}x{p.k}", "published_tflops": p.tflops,
                     "published_s": op.flops / (p.tflops * 1e12), "new_s": new.spec_compute_time(op),
-                    "old_s": old.spec_compute_time(op), "held_out": not used_in_fit(q), "source": p.source})
+                    "old_s": old.spec_compute_time(op), "held_out": not used_in_fit(q),
+                    "role": "ceiling" if q.get("max_achievable") else ("fit" if used_in_fit(q) else "held out"),
+                    "source": p.source})
     for q in pts["attention"]:
         bh = BATCH_HEADS_TOKENS // (q["seq"] * q["d_head"])
         p = SimpleNamespace(batch_heads=bh, s_q=q["seq"], s_kv=q["seq"], d_head=q["d_head"], causal=q["causal"],
@@ -81,7 +84,7 @@ def rows(gpu: str) -> list[dict]:
         mask = "causal" if p.causal else "full"
         out.append({"kind": "attention", "what": f"{q['family']} {p.dtype} {p.phase} {mask} d{p.d_head} s{p.s_q}",
                     "published_tflops": q["tflops"], "published_s": op.flops / (q["tflops"] * 1e12),
-                    "new_s": new.spec_compute_time(op), "old_s": old.spec_compute_time(op), "held_out": False,
+                    "new_s": new.spec_compute_time(op), "old_s": old.spec_compute_time(op), "held_out": False, "role": "table",
                     "source": q["source"]})
     for r in out:
         r["new_ratio"] = r["new_s"] / r["published_s"]
@@ -93,7 +96,7 @@ def family(r: dict) -> str:
     """GEMMs by dtype (held-out points apart) and attention by kernel, dtype and phase: the summary's groups."""
     words = r["what"].split()
     if r["kind"] == "gemm":
-        return f"gemm {words[0]}" + (" held out" if r["held_out"] else "")
+        return f"gemm {words[0]} {r['role']}"
     return f"attention {' '.join(words[:3])}"
 
 
@@ -116,7 +119,7 @@ def table(rs: list[dict]) -> str:
     for r in rs:
         lines.append(f"{r['kind']:<10} {r['what']:<38} {r['published_tflops']:>11.1f} {r['published_s'] * 1e6:>9.1f} "
                      f"{r['new_s'] * 1e6:>9.1f} {r['new_ratio']:>8.3f} {r['old_ratio']:>8.3f}"
-                     + ("  held out" if r["held_out"] else ""))
+                     + (f"  {r['role']}" if r["kind"] == "gemm" else ""))
     return "\n".join(lines)
 
 

@@ -85,7 +85,7 @@ class CostModel:
         gpu = self.topology.gpu
         hbm = gpu.hbm_bandwidth_gbs * 1e9 * HBM_EFFICIENCY
         peaks = tuple(sorted((d, self.peak_flops(d)) for d in gpu.peak_tflops))
-        return gpu_kernels(gpu.name, peaks, hbm, GEMM_HALF_EFFICIENCY_S, KERNEL_OVERHEAD_S)
+        return gpu_kernels(gpu.name, peaks, hbm, GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S, KERNEL_OVERHEAD_S)
 
     def gemm_curve(self, dtype: str) -> tuple[float, float]:
         """(eta_max, knee seconds) of this GPU's GEMMs in `dtype`: `cluster.efficiency.gemm` with the spec knee when

@@ -5,11 +5,12 @@ and dtype and attention TFLOP/s by kernel family, phase, mask, head dim and sequ
 source. From them:
 
 - a GEMM efficiency curve per (GPU, dtype): eta(F) = eta_max * F / (F + F_half), the form the spec-based model
-  always had (small GEMMs do not fill the device), with eta_max and the knee fitted to the published points
+  always had (small GEMMs do not fill the device), with eta_max and the knee fitted to the published shapes
   (least squares in log time, through the same roofline and launch gap `CostModel.spec_compute_time` adds). With
-  fewer than `MIN_POINTS_FOR_KNEE` points the knee stays the spec-based one and only eta_max is fitted; for a GPU
-  with a single maximum-achievable-matmul point that makes eta_max that point's efficiency (a ceiling: the best
-  shape of a sweep, so this prices typical shapes optimistically, and says so).
+  fewer than `MIN_POINTS_FOR_KNEE` shapes the knee stays the spec-based one. Maximum-achievable-matmul points (the
+  best shape of a sweep) are ceilings: they cap eta_max and never raise it, so a GPU/dtype with only such a point
+  keeps the spec-based eta_max where that is below the ceiling (BF16 on every GPU here: no per-shape BF16 sweep
+  was found).
 - an attention efficiency table per kernel family (flash2, flash3, cudnn): the published TFLOP/s over peak,
   interpolated linearly in log2(sequence length) and in head dim between published head dims; outside the
   published range the nearest point's value. Where a family has no point for the op's mask (no causal backward
@@ -114,8 +115,9 @@ class GpuKernels:
 
 
 def used_in_fit(point: dict) -> bool:
-    """Whether a GEMM point is training-shaped (`MIN_FIT_DIM`) and so enters its curve's fit."""
-    return min(point["m"], point["n"], point["k"]) >= MIN_FIT_DIM
+    """Whether a GEMM point enters its curve's fit: a measured shape (not a maximum-achievable ceiling) with every
+    side at least `MIN_FIT_DIM`."""
+    return not point.get("max_achievable", False) and min(point["m"], point["n"], point["k"]) >= MIN_FIT_DIM
 
 
 def _gemm_model_s(flops, nbytes, peak, hbm_Bps, eta, knee_s, overhead_s):
@@ -124,29 +126,43 @@ def _gemm_model_s(flops, nbytes, peak, hbm_Bps, eta, knee_s, overhead_s):
     return max(t_c, nbytes / hbm_Bps) + overhead_s
 
 
-def fit_gemm_curve(points: list[dict], peak: float, hbm_Bps: float, default_knee_s: float, overhead_s: float,
-                   operand_bytes: int) -> GemmCurve | None:
-    """eta_max (and the knee, with enough points) minimising sum of log(model / published)^2 over `points`.
-
-    For a knee, log eta = mean over the compute-bound points of log((F + peak*knee) / (peak * t_pub)) zeroes their
-    mean log error; the knee is the grid value with the smallest total squared log error (all points, through the
-    roofline). Bytes as `opgraph.gemm` counts them: operands at `operand_bytes`, the bf16 result once."""
-    rows = []
-    for p in filter(used_in_fit, points):
+def _rows(points, operand_bytes):
+    out = []
+    for p in points:
         m, n, k = p["m"], p["n"], p["k"]
         flops = 2.0 * m * n * k
-        rows.append((flops, float((m * k + k * n) * operand_bytes + m * n * 2), flops / (p["tflops"] * 1e12)))
-    if not rows:
+        out.append((flops, float((m * k + k * n) * operand_bytes + m * n * 2), flops / (p["tflops"] * 1e12)))
+    return out
+
+
+def fit_gemm_curve(points: list[dict], peak: float, hbm_Bps: float, default_eta: float, default_knee_s: float,
+                   overhead_s: float, operand_bytes: int) -> GemmCurve | None:
+    """eta_max and the knee from the measured shapes (`used_in_fit`), then capped by the maximum-achievable points.
+
+    Fit: for a knee, log eta = mean of log((F + peak*knee) / (peak * (t_pub - gap))) zeroes the mean log error of
+    the compute-bound time; the knee is the grid value with the smallest total squared log error through the
+    roofline (`MIN_POINTS_FOR_KNEE` shapes or more; else the spec knee). Without measured shapes eta_max is the
+    spec-based `default_eta`. Cap: a maximum-achievable point (the best mean time of a shape sweep) is a ceiling,
+    not a typical shape, so it only lowers eta_max to where the curve does not beat it. Bytes as `opgraph.gemm`
+    counts them: operands at `operand_bytes`, the bf16 result once. None when there is no point at all."""
+    fit = _rows(filter(used_in_fit, points), operand_bytes)
+    caps = _rows([p for p in points if p.get("max_achievable")], operand_bytes)
+    if not fit and not caps:
         return None
-    knees = KNEE_GRID_S if len(rows) >= MIN_POINTS_FOR_KNEE else (default_knee_s,)
-    best = None
-    for knee in knees:
-        logs = [math.log((f + peak * knee) / (peak * max(t - overhead_s, 1e-12))) for f, b, t in rows]
-        eta = min(1.0, math.exp(sum(logs) / len(logs)))
-        err = sum(math.log(_gemm_model_s(f, b, peak, hbm_Bps, eta, knee, overhead_s) / t) ** 2 for f, b, t in rows)
-        if best is None or err < best[0] - 1e-12:
-            best = (err, eta, knee)
-    return GemmCurve(best[1], best[2], len(rows), len(knees) > 1)
+    eta, knee = default_eta, default_knee_s
+    if fit:
+        knees = KNEE_GRID_S if len(fit) >= MIN_POINTS_FOR_KNEE else (default_knee_s,)
+        best = None
+        for kn in knees:
+            logs = [math.log((f + peak * kn) / (peak * max(t - overhead_s, 1e-12))) for f, b, t in fit]
+            e = math.exp(sum(logs) / len(logs))
+            err = sum(math.log(_gemm_model_s(f, b, peak, hbm_Bps, e, kn, overhead_s) / t) ** 2 for f, b, t in fit)
+            if best is None or err < best[0] - 1e-12:
+                best = (err, e, kn)
+        eta, knee = best[1], best[2]
+    for f, b, t in caps:
+        eta = min(eta, (f + peak * knee) / (peak * max(t - overhead_s, 1e-12)))
+    return GemmCurve(min(eta, 1.0), knee, len(fit), len(fit) >= MIN_POINTS_FOR_KNEE)
 
 
 @lru_cache(maxsize=4)
@@ -179,8 +195,8 @@ def gpu_points(gpu_name: str, path: str = str(DATA_FILE)) -> dict:
 
 
 @lru_cache(maxsize=16)
-def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_knee_s: float, overhead_s: float,
-                path: str = str(DATA_FILE)) -> GpuKernels | None:
+def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float, default_knee_s: float,
+                overhead_s: float, path: str = str(DATA_FILE)) -> GpuKernels | None:
     """The curves and tables of one GPU (`peaks`: sorted (dtype, FLOP/s) pairs of the topology); None without points."""
     pts = gpu_points(gpu_name, path)
     if not pts["gemm"] and not pts["attention"]:
@@ -192,7 +208,7 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_knee_s: flo
             continue
         operand = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
         curve = fit_gemm_curve([p for p in pts["gemm"] if p["dtype"] == dtype], peak[dtype], hbm_Bps,
-                               default_knee_s, overhead_s, operand)
+                               default_eta, default_knee_s, overhead_s, operand)
         if curve is not None:
             gemm[dtype] = curve
     groups: dict = {}
