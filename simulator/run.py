@@ -111,7 +111,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
                   "flops_per_step": model_flops, "flop_convention": FLOP_CONVENTION},
         "estimator": estimator,
         "framework": sc.framework.to_json(sc.parallel.pp),
-        "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage},
+        "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage, "kernels": cost.kernel_source()},
         "sim": {"wall_s": time.perf_counter() - t0, "events": events, "ranks_simulated": ranks},
         "warnings": warnings,
     }

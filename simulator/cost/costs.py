@@ -127,8 +127,13 @@ class CostModel:
             base = f"spec-based constants (no published kernel points for {self.topology.gpu.name})"
         else:
             att = sorted({f for f, *_ in k.attention})
-            base = (f"published kernel points for {self.topology.gpu.name} (GEMM {', '.join(sorted(k.gemm)) or 'none'}; "
-                    f"attention {self.attention_kernel if self.attention_kernel in att else 'none: spec constants'})")
+            fitted = sorted(d for d, c in k.gemm.items() if c.points)
+            capped = sorted(d for d, c in k.gemm.items() if not c.points)
+            gemm = "; ".join(x for x in (f"GEMM {', '.join(fitted)} fitted to measured shapes" if fitted else "",
+                                         f"GEMM {', '.join(capped)} spec constants under a published ceiling"
+                                         if capped else "") if x) or "GEMM spec constants"
+            base = (f"published kernel points for {self.topology.gpu.name} ({gemm}; attention "
+                    f"{self.attention_kernel + ' tables' if self.attention_kernel in att else 'spec constants'})")
         return base + (f", overridden by cluster.efficiency {', '.join(over)}" if over else "")
 
     def spec_compute_time(self, op: Compute) -> float:
