@@ -86,3 +86,16 @@ def test_a_point_without_its_source_is_a_clear_error(tmp_path):
     bad.write_text(json.dumps({"gpus": {"X": {"gemm": [{"dtype": "bf16", "m": 1, "n": 1, "k": 1, "tflops": 1.0}]}}}))
     with pytest.raises(ScenarioError, match="lacks source, url"):
         load_data(str(bad))
+
+
+@pytest.mark.parametrize("profile,gpu", [("h100-sxm-published", H100), ("a100-sxm-published", "A100 SXM4 80GB")])
+def test_published_profiles_and_the_default_data_hold_the_same_points(profile, gpu):
+    """calibrate/profiles/<gpu>-published.json (usable as cluster.profile) and kernel_data.json (the default) agree."""
+    from simulator.cost.profile import load_profile
+    prof = load_profile(f"calibrate/profiles/{profile}.json")
+    fam = {"fa2": "flash2", "fa3": "flash3", "cudnn": "cudnn"}
+    pts = gpu_points(gpu)
+    gemm = {(p["dtype"], p["m"], p["n"], p["k"]): p["tflops"] for p in pts["gemm"]}
+    att = {(p["family"], p["phase"], p["causal"], p["d_head"], p["seq"]): p["tflops"] for p in pts["attention"]}
+    assert {(p.dtype, p.m, p.n, p.k): p.tflops for p in prof.gemm} == gemm
+    assert {(fam[p.backend], p.phase, p.causal, p.d_head, p.s_q): p.tflops for p in prof.attention} == att
