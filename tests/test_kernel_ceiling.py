@@ -105,13 +105,16 @@ def test_fp8_adds_a_quantization_before_every_fp8_gemm_and_one_for_its_gradient(
     assert not any(isinstance(n.op, Compute) and n.op.name.startswith("fp8_cast_") for n in bf16.F + bf16.B)
 
 
-def test_current_scaling_reads_the_tensor_twice_delayed_once():
-    """torchtitan's float8 (tensorwise dynamic = current scaling): read 2 x 2 B + write fp8 and its transpose;
-    TE's delayed scaling (Megatron's default): one read."""
+def test_torchao_dynamic_scaling_moves_more_bytes_per_cast_than_te_delayed_and_recasts_weights_every_micro_batch():
+    """torchtitan's float8 (torchao, dynamic tensorwise): read 2 x 2 B, write 1, a transposed copy later (2) = 7 B per
+    element, the weight every micro-batch; TE's delayed scaling (Megatron's default): read 2, write fp8 + transpose
+    = 4 B, the weight once per step."""
     from simulator.plan.layer_ops import layer_passes
     def qkv_cast(framework):
         sc = load_scenario("scenarios/8b_8gpu.yaml", ["training.precision=fp8", f"framework={framework}"])
-        return next(n.op for n in layer_passes(sc, 0).F if n.op.name == "fp8_cast_qkv")
-    cur, dly = qkv_cast("torchtitan"), qkv_cast("megatron")
-    assert cur.shape[3] == 6 and dly.shape[3] == 4
-    assert cur.bytes / dly.bytes == pytest.approx(6 / 4)
+        return sc, next(n.op for n in layer_passes(sc, 0).F if n.op.name == "fp8_cast_qkv")
+    (sc, cur), (_, dly) = qkv_cast("torchtitan"), qkv_cast("megatron")
+    act, weight, _, per_elt = cur.shape
+    assert per_elt == 7 and dly.shape[3] == 4
+    assert cur.bytes == 7 * (act + weight)
+    assert dly.bytes == pytest.approx(4 * (act + weight / sc.micro_batches))
