@@ -73,6 +73,8 @@ class CostModel:
     """Price GEMMs and attention from the GPU's published kernel points (`kernel_data.py`); False: the spec-based
     constants only (validation/kernel_ceiling.py's comparison column)."""
     _dp_topologies: dict = field(default_factory=dict, repr=False, compare=False)
+    _kernels: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """The published curves of the GPU, once looked up (`kernels`); not carried over by dataclasses.replace."""
 
     # ------------------------------------------------------------------ compute
     def peak_flops(self, dtype: str) -> float:
@@ -82,10 +84,13 @@ class CostModel:
         """The published kernel curves of this topology's GPU (`kernel_data.py`); None for a GPU without points."""
         if not self.published_kernels:
             return None
-        gpu = self.topology.gpu
-        hbm = gpu.hbm_bandwidth_gbs * 1e9 * HBM_EFFICIENCY
-        peaks = tuple(sorted((d, self.peak_flops(d)) for d in gpu.peak_tflops))
-        return gpu_kernels(gpu.name, peaks, hbm, GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S, KERNEL_OVERHEAD_S)
+        if "kernels" not in self._kernels:  # looked up once per model: compute_time asks for every op
+            gpu = self.topology.gpu
+            hbm = gpu.hbm_bandwidth_gbs * 1e9 * HBM_EFFICIENCY
+            peaks = tuple(sorted((d, self.peak_flops(d)) for d in gpu.peak_tflops))
+            self._kernels["kernels"] = gpu_kernels(gpu.name, peaks, hbm, GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S,
+                                                   KERNEL_OVERHEAD_S)
+        return self._kernels["kernels"]
 
     def gemm_curve(self, dtype: str) -> tuple[float, float]:
         """(eta_max, knee seconds) of this GPU's GEMMs in `dtype`: `cluster.efficiency.gemm` with the spec knee when
@@ -143,8 +148,8 @@ class CostModel:
             per = op.flops / op.repeat
             t_c = op.flops / (self.peak_flops(op.dtype) * self.gemm_efficiency(per, op.dtype))
         elif op.kind == "attention":
-            # FP8 training runs attention in bf16: Megatron's --fp8-dot-product-attention and TE's fp8_dpa are off
-            # by default, torchao float8 converts only nn.Linear (framework_facts.md); the tables are bf16 too
+            # FP8 training runs attention in bf16: Megatron-Core's TransformerConfig.fp8_dot_product_attention is
+            # False by default, and torchao's float8 swaps only nn.Linear modules (float8_linear.py); the tables are bf16
             t_c = op.flops / (self.peak_flops("bf16") * self.attention_efficiency(op))
         else:
             t_c = 0.0
