@@ -156,7 +156,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "stragglers": straggler_summary(sc, iteration, estimator, cost),
         "diloco": None,
         "attention": attention_summary(sc),
-        "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage},
+        "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage, "kernels": cost.kernel_source()},
         "sim": {"wall_s": time.perf_counter() - t0, "events": events, "ranks_simulated": ranks},
         "warnings": warnings,
     }

@@ -112,18 +112,19 @@ def test_reference_corpus_scenarios_build_with_the_published_layout(path):
 
 
 def test_kernel_ceiling_prints_one_row_per_published_point():
+    from simulator.cost.kernel_data import gpu_points, load_data
     out = subprocess.run([sys.executable, "validation/kernel_ceiling.py", "--json"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
-    prof = load_profile(PROFILE)
-    assert len(rows) == len(prof.gemm) + len(prof.attention)
-    assert all(r["ratio"] > 0 and r["spec_s"] > 0 for r in rows)
+    assert set(rows) == set(load_data()["gpus"])
+    for gpu, rs in rows.items():
+        pts = gpu_points(gpu)
+        assert len(rs) == len(pts["gemm"]) + len(pts["attention"])
+        assert all(r["new_ratio"] > 0 and r["old_ratio"] > 0 for r in rs)
 
 
-def test_kernel_ceiling_bad_profile_is_a_clear_error(tmp_path):
-    bad = tmp_path / "bad.json"
-    bad.write_text("{}")
-    out = subprocess.run([sys.executable, "validation/kernel_ceiling.py", "--profile", str(bad)], capture_output=True,
+def test_kernel_ceiling_unknown_gpu_is_a_clear_error():
+    out = subprocess.run([sys.executable, "validation/kernel_ceiling.py", "--gpu", "TPU v9"], capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 2 and "schema_version" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "TPU v9" in out.stderr and "Traceback" not in out.stderr

@@ -1,10 +1,15 @@
-"""How optimistic the spec-based kernel constants are: each published kernel point of a `*-published` profile
-against `CostModel.spec_compute_time` for the same op on the profile's topology. No fitting, only the table.
+"""The default kernel pricing against every published kernel point: each point of a GPU in
+simulator/cost/kernel_data.json (the data the default prices from) is priced by `CostModel.spec_compute_time` on a
+topology with that GPU, twice: by the published curves (`new`, the default) and by the spec-based constants alone
+(`old`, `published_kernels=False`). No fitting here, only the table.
 
-    python validation/kernel_ceiling.py [--profile calibrate/profiles/h100-sxm-published.json] [--json]
+    python validation/kernel_ceiling.py [--gpu "H100 SXM5 80GB"] [--json]
 
-ratio = spec time / published time: below 1 the default cost model prices the kernel faster than it was
-measured (optimistic), above 1 slower. Ops are built as the plan builds them: GEMMs with `opgraph.gemm`
+ratio = model time / published time: below 1 the model prices the kernel faster than it was measured
+(optimistic), above 1 slower. Attention points are priced with their own kernel family. GEMM points with a side
+below kernel_data.MIN_FIT_DIM are held out of the curve's fit (marked `held out`); the rest were used to fit it, so
+their new ratios are ~1 by construction, up to the curve's two parameters. Maximum-achievable points (`ceiling`)
+only cap the curve: their ratio must be >= 1 (the model never beats the best measured matmul). Ops are built as the plan builds them: GEMMs with `opgraph.gemm`
 (2mnk FLOPs, operands and result once each), attention with `layer_ops._attention_op`'s flash formulas
 (4 * bh * s_q * s_kv * d, x0.5 causal, x2.5 backward; bytes Q, K, V, O, twice in backward), written out
 here because that builder needs a whole scenario. The published point's own shape and dtype are used.
@@ -21,13 +26,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from types import SimpleNamespace  # noqa: E402
+
 from simulator.cost.costs import CostModel  # noqa: E402
+from simulator.cost.kernel_data import gpu_points, load_data, used_in_fit  # noqa: E402
 from simulator.errors import ScenarioError  # noqa: E402
 from simulator.plan.opgraph import ACT_BYTES, GEMM_BYTES, Compute, Shard, gemm  # noqa: E402
-from simulator.cost.profile import load_profile  # noqa: E402
 from simulator.topology import load_topology  # noqa: E402
 
-DEFAULT_PROFILE = ROOT / "calibrate" / "profiles" / "h100-sxm-published.json"
+TOPOLOGY_OF_GPU = {"H100 SXM5 80GB": "dgx-h100", "A100 SXM4 80GB": "dgx-a100", "H200 SXM 141GB": "hgx-h200",
+                   "B200 (GB200 superchip)": "gb200-nvl72"}
+"""A shipped topology whose gpu.name is each GPU of the data file."""
+BATCH_HEADS_TOKENS = 16384 * 2048
+"""The FA3 paper's benchmark sizes its inputs so batch x seqlen = 16k and heads x head dim = 2048."""
 
 
 def _sizes(dtype: str) -> Shard:
@@ -50,60 +61,86 @@ def attention_op(p) -> Compute:
                    (p.batch_heads, p.s_q, p.s_kv, p.d_head, frac, p.phase))
 
 
-def rows(profile) -> list[dict]:
-    topology = load_topology(profile.spec.topology if profile.spec else "dgx-h100")
-    cm = CostModel(topology=topology)
+def rows(gpu: str) -> list[dict]:
+    topology = load_topology(TOPOLOGY_OF_GPU[gpu])
+    pts = gpu_points(gpu)
     out = []
-    for p in profile.gemm:
+    for q in pts["gemm"]:
+        p = SimpleNamespace(**q)
         op = gemm_op(p)
-        out.append({"kind": "gemm", "what": f"{p.dtype} {p.m}x{p.n}x{p.k}", "published_s": p.cost_s,
-                    "published_tflops": op.flops / p.cost_s / 1e12, "spec_s": cm.spec_compute_time(op)})
-    for p in profile.attention:
+        new, old = CostModel(topology=topology), CostModel(topology=topology, published_kernels=False)
+        out.append({"kind": "gemm", "what": f"{p.dtype} {p.m}x{p.n}x{p.k}", "published_tflops": p.tflops,
+                    "published_s": op.flops / (p.tflops * 1e12), "new_s": new.spec_compute_time(op),
+                    "old_s": old.spec_compute_time(op), "held_out": not used_in_fit(q),
+                    "role": "ceiling" if q.get("max_achievable") else ("fit" if used_in_fit(q) else "held out"),
+                    "source": p.source})
+    for q in pts["attention"]:
+        bh = BATCH_HEADS_TOKENS // (q["seq"] * q["d_head"])
+        p = SimpleNamespace(batch_heads=bh, s_q=q["seq"], s_kv=q["seq"], d_head=q["d_head"], causal=q["causal"],
+                            phase=q["phase"], dtype=q["dtype"])
         op = attention_op(p)
+        new = CostModel(topology=topology, attention_kernel=q["family"])
+        old = CostModel(topology=topology, attention_kernel=q["family"], published_kernels=False)
         mask = "causal" if p.causal else "full"
-        out.append({"kind": "attention", "what": f"{p.backend} {p.dtype} {p.phase} {mask} d{p.d_head} s{p.s_q} bh{p.batch_heads}",
-                    "published_s": p.cost_s, "published_tflops": op.flops / p.cost_s / 1e12, "spec_s": cm.spec_compute_time(op)})
+        out.append({"kind": "attention", "what": f"{q['family']} {p.dtype} {p.phase} {mask} d{p.d_head} s{p.s_q}",
+                    "published_tflops": q["tflops"], "published_s": op.flops / (q["tflops"] * 1e12),
+                    "new_s": new.spec_compute_time(op), "old_s": old.spec_compute_time(op), "held_out": False, "role": "table",
+                    "source": q["source"]})
     for r in out:
-        r["ratio"] = r["spec_s"] / r["published_s"]
+        r["new_ratio"] = r["new_s"] / r["published_s"]
+        r["old_ratio"] = r["old_s"] / r["published_s"]
     return out
 
 
 def family(r: dict) -> str:
-    """GEMMs by dtype and attention by kernel, dtype and phase: the groups the summary reports."""
+    """GEMMs by dtype (held-out points apart) and attention by kernel, dtype and phase: the summary's groups."""
     words = r["what"].split()
-    return f"gemm {words[0]}" if r["kind"] == "gemm" else f"attention {' '.join(words[:3])}"
+    if r["kind"] == "gemm":
+        return f"gemm {words[0]} {r['role']}"
+    return f"attention {' '.join(words[:3])}"
 
 
 def summary(rs: list[dict]) -> str:
-    """Per family: how many points and the smallest, median and largest spec/published ratio."""
-    groups: dict[str, list[float]] = {}
+    """Per family: points, and the median and range of the new and old model/published ratios."""
+    groups: dict[str, list[dict]] = {}
     for r in rs:
-        groups.setdefault(family(r), []).append(r["ratio"])
-    lines = [f"{'family':<28} {'points':>6} {'min':>7} {'median':>7} {'max':>7}"]
-    for name, v in groups.items():
-        lines.append(f"{name:<28} {len(v):>6} {min(v):>7.3f} {statistics.median(v):>7.3f} {max(v):>7.3f}")
+        groups.setdefault(family(r), []).append(r)
+    lines = [f"{'family':<30} {'points':>6} {'new median':>10} {'new range':>15} {'old median':>10} {'old range':>15}"]
+    for name, g in groups.items():
+        nv, ov = [r["new_ratio"] for r in g], [r["old_ratio"] for r in g]
+        lines.append(f"{name:<30} {len(g):>6} {statistics.median(nv):>10.3f} {min(nv):>7.3f}-{max(nv):<7.3f} "
+                     f"{statistics.median(ov):>10.3f} {min(ov):>7.3f}-{max(ov):<7.3f}")
     return "\n".join(lines)
 
 
 def table(rs: list[dict]) -> str:
-    lines = [f"{'kind':<10} {'kernel':<44} {'published us':>13} {'TFLOP/s':>8} {'spec us':>10} {'spec/pub':>9}"]
+    lines = [f"{'kind':<10} {'kernel':<38} {'pub TFLOP/s':>11} {'pub us':>9} {'new us':>9} {'new/pub':>8} "
+             f"{'old/pub':>8}"]
     for r in rs:
-        lines.append(f"{r['kind']:<10} {r['what']:<44} {r['published_s'] * 1e6:>13.1f} {r['published_tflops']:>8.0f} "
-                     f"{r['spec_s'] * 1e6:>10.1f} {r['ratio']:>9.3f}")
+        lines.append(f"{r['kind']:<10} {r['what']:<38} {r['published_tflops']:>11.1f} {r['published_s'] * 1e6:>9.1f} "
+                     f"{r['new_s'] * 1e6:>9.1f} {r['new_ratio']:>8.3f} {r['old_ratio']:>8.3f}"
+                     + (f"  {r['role']}" if r["kind"] == "gemm" else ""))
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default=str(DEFAULT_PROFILE))
+    ap.add_argument("--gpu", action="append", help="a GPU of kernel_data.json (default: every GPU with a topology)")
     ap.add_argument("--json", action="store_true", help="rows as JSON instead of the table")
     a = ap.parse_args(argv)
     try:
-        rs = rows(load_profile(a.profile))
+        gpus = a.gpu or [g for g in load_data()["gpus"] if g in TOPOLOGY_OF_GPU]
+        unknown = [g for g in gpus if g not in TOPOLOGY_OF_GPU]
+        if unknown:
+            raise ScenarioError("--gpu", f"{unknown[0]!r} has no topology here", " | ".join(TOPOLOGY_OF_GPU))
+        out = {g: rows(g) for g in gpus}
     except ScenarioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(rs, indent=1) if a.json else table(rs) + "\n\n" + summary(rs))
+    if a.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print("\n\n".join(f"== {g}\n{table(rs)}\n\n{summary(rs)}" for g, rs in out.items()))
     return 0
 
 

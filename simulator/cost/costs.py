@@ -8,9 +8,11 @@ behind the same two methods, so the analytic estimate and the engine never chang
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from . import collectives
+from .kernel_data import GpuKernels, gpu_kernels
 from ..plan.layout import GroupShape
 from ..plan.opgraph import Comm, Compute
 from ..topology import Topology
@@ -67,16 +69,77 @@ class CostModel:
     mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""
     attention_kernel: str = "cudnn"
     """The attention kernel family the framework runs (`frameworks/*.yaml` attention_kernel: flash2 | flash3 | cudnn)."""
+    published_kernels: bool = True
+    """Price GEMMs and attention from the GPU's published kernel points (`kernel_data.py`); False: the spec-based
+    constants only (validation/kernel_ceiling.py's comparison column)."""
     _dp_topologies: dict = field(default_factory=dict, repr=False, compare=False)
+    _kernels: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """The published curves of the GPU, once looked up (`kernels`); not carried over by dataclasses.replace."""
 
     # ------------------------------------------------------------------ compute
     def peak_flops(self, dtype: str) -> float:
         return self.topology.peak_flops(dtype)
 
+    def kernels(self) -> GpuKernels | None:
+        """The published kernel curves of this topology's GPU (`kernel_data.py`); None for a GPU without points."""
+        if not self.published_kernels:
+            return None
+        if "kernels" not in self._kernels:  # looked up once per model: compute_time asks for every op
+            gpu = self.topology.gpu
+            hbm = gpu.hbm_bandwidth_gbs * 1e9 * HBM_EFFICIENCY
+            peaks = tuple(sorted((d, self.peak_flops(d)) for d in gpu.peak_tflops))
+            self._kernels["kernels"] = gpu_kernels(gpu.name, peaks, hbm, GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S,
+                                                   KERNEL_OVERHEAD_S)
+        return self._kernels["kernels"]
+
+    def gemm_curve(self, dtype: str) -> tuple[float, float]:
+        """(eta_max, knee seconds) of this GPU's GEMMs in `dtype`: `cluster.efficiency.gemm` with the spec knee when
+        given (a stack's fitted fraction of peak replaces the curve), else the published curve, else the constants."""
+        if "gemm" in self.efficiency:
+            return self.efficiency["gemm"], GEMM_HALF_EFFICIENCY_S
+        k = self.kernels()
+        curve = k.gemm.get(dtype) if k is not None else None
+        if curve is not None:
+            return curve.peak_efficiency, curve.half_efficiency_s
+        return GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S
+
     def gemm_efficiency(self, flops: float, dtype: str = "bf16") -> float:
-        """eta_max * F / (F + F_half), F_half = peak * GEMM_HALF_EFFICIENCY_S."""
-        half = self.peak_flops(dtype) * GEMM_HALF_EFFICIENCY_S
-        return self.efficiency.get("gemm", GEMM_PEAK_EFFICIENCY) * flops / (flops + half)
+        """eta_max * F / (F + F_half), F_half = peak * knee (`gemm_curve`)."""
+        eta, knee = self.gemm_curve(dtype)
+        half = self.peak_flops(dtype) * knee
+        return eta * flops / (flops + half)
+
+    def attention_efficiency(self, op: Compute) -> float:
+        """Fraction of the bf16 peak an attention kernel reaches: `cluster.efficiency.attention_<phase>` (at head dim
+        128, scaled by `attention_head_dim_factor`) when given, else the published table of `attention_kernel` at the
+        op's mask, head dim and sequence length (geometric mean of query and key lengths), else the constants."""
+        phase = op.shape[5] if len(op.shape) > 5 else "fwd"
+        key = f"attention_{phase}"
+        if key not in self.efficiency:
+            k = self.kernels()
+            if k is not None:
+                b, s_q, s_kv, d_head, frac = op.shape[:5]
+                eff = k.attention_efficiency(self.attention_kernel, phase, frac < 1.0, d_head, math.sqrt(s_q * s_kv))
+                if eff is not None:
+                    return eff
+        return self.efficiency.get(key, ATTENTION_EFFICIENCY[phase]) * attention_head_dim_factor(op.shape[3])
+
+    def kernel_source(self) -> str:
+        """Where this model's kernel speeds come from, for the report: published points or the spec constants."""
+        k = self.kernels()
+        over = sorted(x for x in self.efficiency if x == "gemm" or x.startswith("attention_"))
+        if k is None:
+            base = f"spec-based constants (no published kernel points for {self.topology.gpu.name})"
+        else:
+            att = sorted({f for f, *_ in k.attention})
+            fitted = sorted(d for d, c in k.gemm.items() if c.points)
+            capped = sorted(d for d, c in k.gemm.items() if not c.points)
+            gemm = "; ".join(x for x in (f"GEMM {', '.join(fitted)} fitted to measured shapes" if fitted else "",
+                                         f"GEMM {', '.join(capped)} spec constants under a published ceiling"
+                                         if capped else "") if x) or "GEMM spec constants"
+            base = (f"published kernel points for {self.topology.gpu.name} ({gemm}; attention "
+                    f"{self.attention_kernel + ' tables' if self.attention_kernel in att else 'spec constants'})")
+        return base + (f", overridden by cluster.efficiency {', '.join(over)}" if over else "")
 
     def spec_compute_time(self, op: Compute) -> float:
         hbm = self.topology.gpu.hbm_bandwidth_gbs * 1e9 * self.efficiency.get("hbm", HBM_EFFICIENCY)
@@ -85,9 +148,9 @@ class CostModel:
             per = op.flops / op.repeat
             t_c = op.flops / (self.peak_flops(op.dtype) * self.gemm_efficiency(per, op.dtype))
         elif op.kind == "attention":
-            phase = op.shape[5] if len(op.shape) > 5 else "fwd"
-            eff = self.efficiency.get(f"attention_{phase}", ATTENTION_EFFICIENCY[phase])
-            t_c = op.flops / (self.peak_flops(op.dtype) * eff * attention_head_dim_factor(op.shape[3]))
+            # FP8 training runs attention in bf16: Megatron-Core's TransformerConfig.fp8_dot_product_attention is
+            # False by default, and torchao's float8 swaps only nn.Linear modules (float8_linear.py); the tables are bf16
+            t_c = op.flops / (self.peak_flops("bf16") * self.attention_efficiency(op))
         else:
             t_c = 0.0
         return max(t_c, t_mem) + KERNEL_OVERHEAD_S * op.repeat

@@ -13,7 +13,8 @@ from dataclasses import replace
 from .tp_overlap import chunk_tp_overlap
 from .documents import scenario_packing
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
-                      LayerPasses, OpList, Shard, elementwise, gemm, residual_add, shard, tp_collective)
+                      LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add, shard,
+                      tp_collective)
 from ..scenario import Scenario
 from .schedules import schedule_spec
 from .sharded_params import autocast_layer_params, layer_rank_params, param_bytes
@@ -136,6 +137,21 @@ def _moe_tokens(sc: Scenario, z: Shard) -> tuple[int, float]:
     return routed, routed * sc.model.moe.top_k * sc.parallel.ep_imbalance
 
 
+def _gemm(sc: Scenario, seq: OpList, g: Compute) -> None:
+    """A GEMM on the compute stream, behind its FP8 input quantization when it runs in FP8 (`opgraph.fp8_cast`)."""
+    cast = fp8_cast(sc, g)
+    if cast is not None:
+        seq.compute(cast)
+    seq.compute(g)
+
+
+def _compute(sc: Scenario, seq: OpList, op: Compute) -> None:
+    if op.kind == "gemm":
+        _gemm(sc, seq, op)
+    else:
+        seq.compute(op)
+
+
 def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     m, p = sc.model, sc.parallel
     seq = OpList(tag)
@@ -146,11 +162,11 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     seq.compute(elementwise("norm1", z.T_sp * z.h, NORM_PASSES[0], z))
     if z.t > 1 and sp:
         seq.comm(tp_collective(sc, z, "sp_allgather_attn", "all_gather"))
-    seq.compute(gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
+    _gemm(sc, seq, gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
     if m.rotary:
         seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
     _attention_forward(sc, z, seq, tag)
-    seq.compute(gemm("out_proj", z.T, z.h, z.q, z))
+    _gemm(sc, seq, gemm("out_proj", z.T, z.h, z.q, z))
     if z.t > 1:
         seq.comm(tp_collective(sc, z, "sp_reducescatter_attn" if sp else "tp_allreduce_attn", "reduce_scatter" if sp else "all_reduce"))
     seq.compute(residual_add(sc, z, "residual1"))
@@ -171,9 +187,9 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
         local_sort = p.ep > 1 and local > 1
         if local_sort:  # the received rows come grouped by source rank: regroup them by local expert
             seq.compute(elementwise("ep_sort", round(rows) * z.h, 2, z))
-        seq.compute(gemm("expert_fc1", per_expert, 2 * fe if m.gated_mlp else fe, z.h, z, repeat=local))
+        _gemm(sc, seq, gemm("expert_fc1", per_expert, 2 * fe if m.gated_mlp else fe, z.h, z, repeat=local))
         seq.compute(elementwise("expert_act", rows * fe, (SWIGLU_PASSES if m.gated_mlp else GELU_PASSES)[0], z))
-        seq.compute(gemm("expert_fc2", per_expert, z.h, fe, z, repeat=local))
+        _gemm(sc, seq, gemm("expert_fc2", per_expert, z.h, fe, z, repeat=local))
         if local_sort:
             seq.compute(elementwise("ep_unsort", round(rows) * z.h, 2, z))
         if p.ep > 1:
@@ -184,7 +200,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
             if sp:
                 seq.comm(tp_collective(sc, z, "sp_allgather_shared", "all_gather"))
             for op in shared:
-                seq.compute(op)
+                _compute(sc, seq, op)
             if z.t > 1:
                 seq.comm(tp_collective(sc, z, "sp_reducescatter_shared" if sp else "tp_allreduce_shared",
                                   "reduce_scatter" if sp else "all_reduce"))
@@ -192,7 +208,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
         if sp:
             seq.comm(tp_collective(sc, z, "sp_allgather_mlp", "all_gather"))
         for op in _mlp_ops(sc, z, moe=False):
-            seq.compute(op)
+            _compute(sc, seq, op)
         if z.t > 1:
             seq.comm(tp_collective(sc, z, "sp_reducescatter_mlp" if sp else "tp_allreduce_mlp", "reduce_scatter" if sp else "all_reduce"))
     seq.compute(residual_add(sc, z, "residual2"))
@@ -219,6 +235,8 @@ def backward_of(op: Compute, z: Shard) -> tuple[Compute | None, Compute | None]:
             return dgrad, None
         wgrad = Compute(op.name + "_wgrad", "gemm", op.flops, op.bytes, op.dtype, (k, n, m), op.repeat)
         return dgrad, wgrad
+    if op.kind == "elementwise" and op.name.startswith("fp8_cast_"):
+        return fp8_cast_backward(op), None
     if op.kind == "elementwise":
         passes = {"norm": NORM_PASSES, "swiglu": SWIGLU_PASSES, "expert_act": SWIGLU_PASSES, "gelu": GELU_PASSES,
                   "rope": ROPE_PASSES, "residual": RESIDUAL_PASSES}

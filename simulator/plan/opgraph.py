@@ -156,6 +156,62 @@ def gemm(name: str, m: int, n: int, k: int, z: Shard, repeat: int = 1) -> Comput
                    z.dtype, (m, n, k), repeat)
 
 
+@dataclass(frozen=True, slots=True)
+class Fp8Casts:
+    """What one FP8 quantization of a bf16 tensor moves, per element, and how often a weight is quantized."""
+    reads: int
+    """Reads of the bf16 tensor (2 B each): 1 with delayed scaling (the scale comes from the amax history; the cast
+    records the new amax), 2 with current/dynamic scaling (its amax, then the cast)."""
+    written: int
+    """Bytes written per element: the FP8 copy (1), plus its transpose where the recipe keeps one."""
+    transpose_copy: int
+    """Bytes moved per element making a transposed FP8 copy later (read 1 + write 1), where the recipe makes one."""
+    weight_per_step: bool
+    """The weight's FP8 copy is made once per step and kept across micro-batches (else every micro-batch)."""
+
+    def per_element(self) -> int:
+        return 2 * self.reads + self.written + self.transpose_copy
+
+
+TE_DELAYED = Fp8Casts(reads=1, written=2, transpose_copy=0, weight_per_step=True)
+"""Transformer Engine, delayed scaling (Megatron's default recipe, transformer_config.py:594-600; DeepSpeed and
+nanotron run TE's recipes): one read (TE docs, 'FP8 Delayed Scaling': current scaling reads a tensor twice, delayed
+once, https://nvidia.github.io/TransformerEngine/features/low_precision_training/fp8_delayed_scaling/), and its
+cast-transpose writes the FP8 tensor and its transpose, because Hopper's FP8 GEMMs take only the TN layout; the
+weight's pair is cast on a step's first micro-batch and cached (`is_first_microbatch`, memory.FP8_WEIGHT_CACHE_BYTES)."""
+TORCHAO_TENSORWISE = Fp8Casts(reads=2, written=1, transpose_copy=2, weight_per_step=False)
+"""torchao's Float8Linear with dynamic tensorwise scaling (torchtitan's float8 default, float8.py:65-100): every
+forward computes the input's and the weight's amax and casts them (two reads each, one FP8 write), the backward
+casts the output gradient the same way, and the backward's GEMMs take transposed FP8 copies of the saved input,
+weight and gradient (read 1 + write 1). pytorch/ao torchao/float8/float8_linear.py @024fe94: Float8Linear.forward
+calls cast_input_to_float8 and cast_weight_to_float8_t on every call; manual_float8_matmul_with_args_in_float8
+saves both FP8 tensors and multiplies by their .t() in backward."""
+FP8_CASTS = {"torchtitan": TORCHAO_TENSORWISE}
+"""The framework's FP8 recipe; any other framework runs Transformer Engine's (`TE_DELAYED`)."""
+
+
+def fp8_cast(sc: Scenario, g: Compute) -> Compute | None:
+    """The FP8 quantizations a GEMM needs in forward, as one memory-bound op before it: its input activation
+    (m x k per kernel) and its weight (k x n), each `Fp8Casts.per_element` bytes per element; the weight once per
+    step (1/m of it per micro-batch) where the recipe caches it. shape = (activation elements, weight elements,
+    output-gradient elements, bytes per element): the backward quantizes the output gradient (m x n) the same way
+    (`fp8_cast_backward`). None for a GEMM not in FP8. The amax reductions across ranks are not priced."""
+    if g.dtype != "fp8" or g.kind != "gemm":
+        return None
+    m, n, k = g.shape
+    casts = FP8_CASTS.get(sc.framework.name, TE_DELAYED)
+    per_elt = casts.per_element()
+    act, weight, grad = m * k * g.repeat, k * n * g.repeat, m * n * g.repeat
+    nbytes = per_elt * (act + (weight / sc.micro_batches if casts.weight_per_step else weight))
+    return Compute("fp8_cast_" + g.name, "elementwise", 0.0, float(nbytes), "bf16", (act, weight, grad, per_elt))
+
+
+def fp8_cast_backward(op: Compute) -> Compute:
+    """The backward's quantization of the GEMM's output gradient (m x n), for its dgrad and wgrad GEMMs."""
+    _, _, grad, per_elt = op.shape
+    return Compute(op.name + "_bwd", "elementwise", 0.0, float(per_elt * grad), "bf16", (grad,))
+
+
 def elementwise(name: str, elements: float, passes: float, z: Shard, elt_bytes: int | None = None) -> Compute:
     """Memory-bound: `passes` reads+writes of `elements` (docs/modeling.md §7.3, derived byte counts)."""
     return Compute(name, "elementwise", 0.0, float(elements * passes * (elt_bytes or z.ab)), "bf16" if z.ab == 2 else "fp32",

@@ -64,7 +64,8 @@ def format_report(r: dict) -> str:
                f" ({mem['peak_gib'] / mem['capacity_gib'] * 100:.0f} % of capacity)")
     out.append("")
     prof = r["profile"]
-    src = "spec-based roofline" if prof["source"] == "default" else f"profile {prof['source']}"
+    src = f"a roofline over {prof.get('kernels', 'spec-based constants')}" if prof["source"] == "default" \
+        else f"profile {prof['source']}"
     out.append(f"  numbers from the {r['estimator']} estimator, costs from {src}"
                + (f" ({prof['measured_compute_fraction'] * 100:.0f} % of compute time measured)" if prof["source"] != "default" else ""))
     dl = r.get("diloco")

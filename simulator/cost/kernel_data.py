@@ -1,0 +1,221 @@
+"""Kernel speed from published measurements: the default pricing of a topology's GPU.
+
+`kernel_data.json` (next to this file) holds, per GPU (keyed by the topology's `gpu.name`), GEMM TFLOP/s by shape
+and dtype and attention TFLOP/s by kernel family, phase, mask, head dim and sequence length, each point with its
+source. From them:
+
+- a GEMM efficiency curve per (GPU, dtype): eta(F) = eta_max * F / (F + F_half), the form the spec-based model
+  always had (small GEMMs do not fill the device), with eta_max and the knee fitted to the published shapes
+  (least squares in log time, through the same roofline and launch gap `CostModel.spec_compute_time` adds). With
+  fewer than `MIN_POINTS_FOR_KNEE` shapes the knee stays the spec-based one. Maximum-achievable-matmul points (the
+  best shape of a sweep) are ceilings: they cap eta_max and never raise it, so a GPU/dtype with only such a point
+  keeps the spec-based eta_max where that is below the ceiling (BF16 on every GPU here: no per-shape BF16 sweep
+  was found).
+- an attention efficiency table per kernel family (flash2, flash3, cudnn): the published TFLOP/s over peak,
+  interpolated linearly in log2(sequence length) and in head dim between published head dims; outside the
+  published range the nearest point's value. Where a family has no point for the op's mask (no causal backward
+  figure is published) the other mask's points are used; a head dim a mask's table lacks takes the other mask's
+  ratio between head dims.
+
+A GPU, dtype or family without points is priced by the spec-based constants in costs.py (`kernel_source` says
+which). No fitting to training throughput happens here: only kernel points.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import ScenarioError
+from ..inputs import read_json_file
+
+DATA_FILE = Path(__file__).with_name("kernel_data.json")
+MIN_POINTS_FOR_KNEE = 3
+"""Points of one (GPU, dtype) needed to fit the small-GEMM knee as well as eta_max; below it the knee is the
+spec-based `GEMM_HALF_EFFICIENCY_S` (two maximum-achievable points at large shapes say nothing about small ones)."""
+MIN_FIT_DIM = 1024
+"""GEMM points with a side below this are held out of the fit (and reported as such by validation/kernel_ceiling.py):
+DeepGEMM's m = 64 / 128 rows are decode-shaped, bound by latency and a memory bandwidth well below the roofline's,
+and its k = 512 row by writing a large output; the curve's one knee cannot follow them, and training GEMMs
+(tokens x hidden sizes) have every side in the thousands."""
+KNEE_GRID_S = tuple(0.25e-6 * 1.25 ** i for i in range(32))
+"""Knee times tried by the fit: 0.25 us to ~250 us in 25 % steps."""
+FAMILIES = ("flash2", "flash3", "cudnn")
+
+
+@dataclass(frozen=True)
+class GemmCurve:
+    """eta(F) = peak_efficiency * F / (F + peak * half_efficiency_s) for one (GPU, dtype)."""
+    peak_efficiency: float
+    half_efficiency_s: float
+    points: int
+    knee_fitted: bool
+
+
+@dataclass(frozen=True)
+class AttentionTable:
+    """Published efficiencies (TFLOP/s / bf16 peak) of one (family, phase, causal, head dim), by sequence length."""
+    seqs: tuple[float, ...]
+    efficiencies: tuple[float, ...]
+
+    def at(self, seq: float) -> float:
+        """Linear in log2(seq) between points; the nearest point's value outside them."""
+        x = math.log2(max(seq, 1.0))
+        xs = [math.log2(s) for s in self.seqs]
+        if x <= xs[0]:
+            return self.efficiencies[0]
+        for i in range(1, len(xs)):
+            if x <= xs[i]:
+                w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+                return self.efficiencies[i - 1] + w * (self.efficiencies[i] - self.efficiencies[i - 1])
+        return self.efficiencies[-1]
+
+
+@dataclass(frozen=True)
+class GpuKernels:
+    gpu: str
+    gemm: dict
+    """dtype -> GemmCurve"""
+    attention: dict
+    """(family, phase, causal, d_head) -> AttentionTable"""
+
+    def attention_efficiency(self, family: str, phase: str, causal: bool, d_head: float, seq: float) -> float | None:
+        """The family's published efficiency at this shape; None when the family has no points for the phase.
+        The op's mask's table when the family has one (else the other mask's), linear in head dim between its
+        published head dims; beyond them, the nearest head dim's value times the other mask's ratio between the
+        two head dims where that mask has both (cuDNN's causal forward is published at head dim 128 only)."""
+        masks = {k[2] for k in self.attention if k[0] == family and k[1] == phase}
+        if not masks:
+            return None
+        mask = causal if causal in masks else next(iter(masks))
+        value = self._at_dims(family, phase, mask, d_head, seq)
+        dims = self._dims(family, phase, mask)
+        nearest = min(max(d_head, dims[0]), dims[-1])
+        other = (not mask) in masks and self._dims(family, phase, not mask)
+        if nearest != d_head and other and other[0] <= min(d_head, nearest) and max(d_head, nearest) <= other[-1]:
+            value *= (self._at_dims(family, phase, not mask, d_head, seq)
+                      / self._at_dims(family, phase, not mask, nearest, seq))
+        return value
+
+    def _dims(self, family, phase, mask) -> list:
+        return sorted(k[3] for k in self.attention if k[:3] == (family, phase, mask))
+
+    def _at_dims(self, family, phase, mask, d_head, seq) -> float:
+        dims = self._dims(family, phase, mask)
+        if d_head <= dims[0]:
+            return self.attention[(family, phase, mask, dims[0])].at(seq)
+        if d_head >= dims[-1]:
+            return self.attention[(family, phase, mask, dims[-1])].at(seq)
+        hi = next(i for i, d in enumerate(dims) if d >= d_head)
+        d0, d1 = dims[hi - 1], dims[hi]
+        w = (d_head - d0) / (d1 - d0)
+        e0 = self.attention[(family, phase, mask, d0)].at(seq)
+        return e0 + w * (self.attention[(family, phase, mask, d1)].at(seq) - e0)
+
+
+def used_in_fit(point: dict) -> bool:
+    """Whether a GEMM point enters its curve's fit: a measured shape (not a maximum-achievable ceiling) with every
+    side at least `MIN_FIT_DIM`."""
+    return not point.get("max_achievable", False) and min(point["m"], point["n"], point["k"]) >= MIN_FIT_DIM
+
+
+def _gemm_model_s(flops, nbytes, peak, hbm_Bps, eta, knee_s, overhead_s):
+    """The spec-based GEMM time (costs.py): roofline of the curve's compute time and HBM time, plus the launch gap."""
+    t_c = (flops + peak * knee_s) / (peak * eta)
+    return max(t_c, nbytes / hbm_Bps) + overhead_s
+
+
+def _rows(points, operand_bytes):
+    out = []
+    for p in points:
+        m, n, k = p["m"], p["n"], p["k"]
+        flops = 2.0 * m * n * k
+        out.append((flops, float((m * k + k * n) * operand_bytes + m * n * 2), flops / (p["tflops"] * 1e12)))
+    return out
+
+
+def fit_gemm_curve(points: list[dict], peak: float, hbm_Bps: float, default_eta: float, default_knee_s: float,
+                   overhead_s: float, operand_bytes: int) -> GemmCurve | None:
+    """eta_max and the knee from the measured shapes (`used_in_fit`), then capped by the maximum-achievable points.
+
+    Fit: for a knee, log eta = mean of log((F + peak*knee) / (peak * (t_pub - gap))) zeroes the mean log error of
+    the compute-bound time; the knee is the grid value with the smallest total squared log error through the
+    roofline (`MIN_POINTS_FOR_KNEE` shapes or more; else the spec knee). Without measured shapes eta_max is the
+    spec-based `default_eta`. Cap: a maximum-achievable point (the best mean time of a shape sweep) is a ceiling,
+    not a typical shape, so it only lowers eta_max to where the curve does not beat it. Bytes as `opgraph.gemm`
+    counts them: operands at `operand_bytes`, the bf16 result once. None when there is no point at all."""
+    fit = _rows(filter(used_in_fit, points), operand_bytes)
+    caps = _rows([p for p in points if p.get("max_achievable")], operand_bytes)
+    if not fit and not caps:
+        return None
+    eta, knee = default_eta, default_knee_s
+    if fit:
+        knees = KNEE_GRID_S if len(fit) >= MIN_POINTS_FOR_KNEE else (default_knee_s,)
+        best = None
+        for kn in knees:
+            logs = [math.log((f + peak * kn) / (peak * max(t - overhead_s, 1e-12))) for f, b, t in fit]
+            e = math.exp(sum(logs) / len(logs))
+            err = sum(math.log(_gemm_model_s(f, b, peak, hbm_Bps, e, kn, overhead_s) / t) ** 2 for f, b, t in fit)
+            if best is None or err < best[0] - 1e-12:
+                best = (err, e, kn)
+        eta, knee = best[1], best[2]
+    for f, b, t in caps:
+        eta = min(eta, (f + peak * knee) / (peak * max(t - overhead_s, 1e-12)))
+    return GemmCurve(min(eta, 1.0), knee, len(fit), len(fit) >= MIN_POINTS_FOR_KNEE)
+
+
+@lru_cache(maxsize=4)
+def load_data(path: str = str(DATA_FILE)) -> dict:
+    """The data file, checked: each GPU's gemm and attention points with the fields the curves read."""
+    data = read_json_file(Path(path), "kernel data")
+    where = f"kernel data {Path(path).name}"
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), dict):
+        raise ScenarioError(where, "expected an object with 'gpus'", "gpu name -> {gemm: [...], attention: [...]}")
+    need = {"gemm": ("dtype", "m", "n", "k", "tflops", "source", "url"),
+            "attention": ("family", "dtype", "phase", "causal", "d_head", "seq", "tflops", "source", "url")}
+    for gpu, entry in data["gpus"].items():
+        for table, fields in need.items():
+            for i, p in enumerate(entry.get(table, [])):
+                missing = [f for f in fields if f not in p]
+                if missing:
+                    raise ScenarioError(f"{where}: gpus.{gpu}.{table}[{i}]", f"lacks {', '.join(missing)}", ", ".join(fields))
+                if not (isinstance(p["tflops"], (int, float)) and p["tflops"] > 0):
+                    raise ScenarioError(f"{where}: gpus.{gpu}.{table}[{i}].tflops", f"{p['tflops']!r}", "a positive number")
+                if table == "attention" and p["family"] not in FAMILIES:
+                    raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].family", f"{p['family']!r} is unknown",
+                                        " | ".join(FAMILIES))
+    return data
+
+
+def gpu_points(gpu_name: str, path: str = str(DATA_FILE)) -> dict:
+    """The raw published points of one GPU ({'gemm': [...], 'attention': [...]}); empty lists when none."""
+    entry = load_data(path)["gpus"].get(gpu_name, {})
+    return {"gemm": list(entry.get("gemm", [])), "attention": list(entry.get("attention", []))}
+
+
+@lru_cache(maxsize=16)
+def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float, default_knee_s: float,
+                overhead_s: float, path: str = str(DATA_FILE)) -> GpuKernels | None:
+    """The curves and tables of one GPU (`peaks`: sorted (dtype, FLOP/s) pairs of the topology); None without points."""
+    pts = gpu_points(gpu_name, path)
+    if not pts["gemm"] and not pts["attention"]:
+        return None
+    peak = dict(peaks)
+    gemm = {}
+    for dtype in sorted({p["dtype"] for p in pts["gemm"]}):
+        if dtype not in peak:
+            continue
+        operand = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
+        curve = fit_gemm_curve([p for p in pts["gemm"] if p["dtype"] == dtype], peak[dtype], hbm_Bps,
+                               default_eta, default_knee_s, overhead_s, operand)
+        if curve is not None:
+            gemm[dtype] = curve
+    groups: dict = {}
+    for p in pts["attention"]:
+        if p["dtype"] not in peak:
+            continue
+        key = (p["family"], p["phase"], bool(p["causal"]), int(p["d_head"]))
+        groups.setdefault(key, {})[float(p["seq"])] = p["tflops"] * 1e12 / peak[p["dtype"]]
+    attention = {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
+    return GpuKernels(gpu_name, gemm, attention)
