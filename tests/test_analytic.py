@@ -327,6 +327,8 @@ LAYOUTS = [
     ("70b_512gpu", ("parallel.pp_schedule=zb-h1", "parallel.zero=0")),
     ("mixtral_ep", ()),
     ("mixtral_ep", ("parallel.zero=3", "parallel.pp_schedule=dualpipev", "parallel.vpp=2")),
+    ("mixtral_ep", ("parallel.pp_schedule=dualpipev", "parallel.vpp=2")),  # overlapped F & B pairs
+    ("../validation/scenarios/deepseek_v3", ()),  # DualPipeV PP16 EP64 on 2,048 H800
     ("8b_8gpu", ()),
     ("8b_8gpu", ("parallel.overlap_dp=false",)),
     ("8b_8gpu", ("parallel.reshard_after_forward=false",)),
