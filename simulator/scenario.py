@@ -185,6 +185,11 @@ class Parallel:
     ep_imbalance: float = field(default=1.0, metadata={"min": 1.0, "max": MAX_EP_IMBALANCE})
     """Tokens on the busiest expert rank over the mean (1.0 = perfectly balanced routing); at most ep (every
     token on one rank), checked with the layout."""
+    ep_dispatcher: str = field(default="alltoall", metadata={"choices": ("alltoall", "deepep")})
+    """How routed tokens reach their experts' ranks. alltoall: one NCCL all-to-all, a copy per (token,
+    expert) (Megatron's alltoall dispatcher). deepep: DeepEP's kernels, a token sent once to each node
+    it reaches over InfiniBand and forwarded within the node over NVLink, dispatched in FP8 under
+    precision fp8, combined in BF16 (DeepSeek-V3 report §3.2.2, §3.3.4; Megatron's flex dispatcher)."""
     zero_gather: str = field(default="bucketed", metadata={"choices": ("bucketed", "whole")})
     """ZeRO-1/2 parameter all-gather: `bucketed` in dp_bucket_mb buckets, issued when the step starts and
     waited for by the first forward that needs each (Megatron's overlap_param_gather; after the optimizer,

@@ -42,7 +42,8 @@ def test_a_pair_runs_the_forward_and_the_backward_each_once():
     plan = build_plan(sc)
     st = pairs(plan, 0)[0]
     (merged,) = plan.blocks[st.key]
-    alone = Counter(n.op for k in ((st.chunk, "F"), (st.pair.chunk, "B")) for b in plan.blocks[k] for n in b.nodes)
+    assert st.pair.kind == "BW"  # DualPipe's overlapped backward is a full one (its W at once)
+    alone = Counter(n.op for k in ((st.chunk, "F"), (st.pair.chunk, "BW")) for b in plan.blocks[k] for n in b.nodes)
     assert Counter(n.op for n in merged.nodes) == alone
     assert all(d < i for i, n in enumerate(merged.nodes) for d in n.deps)
 
@@ -50,18 +51,19 @@ def test_a_pair_runs_the_forward_and_the_backward_each_once():
 def test_every_micro_batch_still_runs_f_b_and_w_once_per_chunk():
     plan = build_plan(mixtral())
     for prog in plan.stages:
-        done = Counter((p.kind, p.chunk, p.mb) for st in prog.steps for p in st.parts)
+        done = Counter((k, p.chunk, p.mb) for st in prog.steps for p in st.parts for k in p.kind)
         assert set(done.values()) == {1}
         assert len(done) == 3 * len(prog.chunks) * plan.sc.micro_batches
 
 
 def test_the_pair_hides_each_passes_all_to_alls_under_the_others_compute():
+    """The pair against its forward and its full backward run one after the other."""
     sc = mixtral()
     plan = build_plan(sc)
     times = OpTimes(sc, build_cost_model(sc))
     st = pairs(plan, 0)[len(pairs(plan, 0)) // 2]
     f = build_template(times, st.chunk, "F", plan.blocks[(st.chunk, "F")])
-    b = build_template(times, st.pair.chunk, "B", plan.blocks[(st.pair.chunk, "B")])
+    b = build_template(times, st.pair.chunk, "BW", plan.blocks[(st.pair.chunk, "BW")])
     fb = build_template(times, st.chunk, "FB", plan.blocks[st.key])
     assert fb.comm_s["ep"] == pytest.approx(f.comm_s["ep"] + b.comm_s["ep"])
     assert fb.duration < f.duration + b.duration

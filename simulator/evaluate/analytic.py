@@ -34,6 +34,7 @@ from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
 from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
+from .pair_order import pass_blocks
 from .results import EngineResult, add_pass_stats, receive, slowed_beside_grads, summarize, wait_until
 
 
@@ -85,11 +86,11 @@ class Lister:
 
     # ------------------------------------------------------------------ pricing
     def template(self, key: tuple) -> PassTemplate:
-        """The pass `Step.key` names: (chunk, kind), or an overlapped pair ("FB", F chunk, B chunk)."""
+        """The pass `Step.key` names: (chunk, kind), or an overlapped pair ("FB", F chunk, backward chunk, its kind)."""
         t = self._templates.get(key)
         if t is None:
             chunk, kind = (key[1], key[0]) if key[0] == "FB" else key
-            t = self._templates[key] = build_template(self.times, chunk, kind, self.plan.blocks[key],
+            t = self._templates[key] = build_template(self.times, chunk, kind, pass_blocks(self.times, self.plan.blocks, key),
                                                       share=self.share, only_intra=False)
         return t
 

@@ -67,13 +67,15 @@ class Step:
     free: float = 0.0
     """... and released at the end (B or BW: `memory.py` frees a micro-batch's activations when its B ends)."""
     pair: "Step | None" = None
-    """An F run together with this B of another micro-batch as one pass (`Action.overlap`, DualPipe's
-    overlapped chunk, `plan/overlap.py`): its receive, send and release of activations are the pair's."""
+    """An F run together with this backward of another micro-batch as one pass (`Action.overlap`, DualPipe's
+    overlapped chunk, `plan/overlap.py`): a BW where the schedule runs the W at once (DualPipe's
+    `_forward_backward_chunk` runs a full backward), else a B. Its receive, send and release of
+    activations are the pair's; a backward that releases gradient traffic is not paired."""
 
     @property
     def key(self) -> tuple:
-        """The pass it runs in `Plan.blocks`: (chunk, kind), or ("FB", F chunk, B chunk) for a pair."""
-        return (self.chunk, self.kind) if self.pair is None else ("FB", self.chunk, self.pair.chunk)
+        """The pass it runs in `Plan.blocks`: (chunk, kind), or ("FB", F chunk, B chunk, B's kind) for a pair."""
+        return (self.chunk, self.kind) if self.pair is None else ("FB", self.chunk, self.pair.chunk, self.pair.kind)
 
     @property
     def parts(self) -> tuple["Step", ...]:
@@ -268,8 +270,9 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
                        gated=gated)
         for st in steps:
             if st.pair is not None and st.key not in blocks:
-                blocks[st.key] = (overlapped_block(blocks[(st.chunk, "F")], blocks[(st.pair.chunk, "B")],
-                                                   f"C{st.chunk}F+C{st.pair.chunk}B"),)
+                b = st.pair
+                blocks[st.key] = (overlapped_block(blocks[(st.chunk, "F")], blocks[(b.chunk, b.kind)],
+                                                   f"C{st.chunk}F+C{b.chunk}{b.kind}"),)
         dp = {}
         for c in chunks:
             per_block = pol.gathers_per_block
@@ -355,7 +358,8 @@ def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, pol: 
     while i < len(actions):
         a = actions[i]
         nxt = actions[i + 1] if i + 1 < len(actions) else None
-        if fuse and a.kind == "B" and nxt is not None and nxt.kind == "W" and (nxt.chunk, nxt.mb) == (a.chunk, a.mb):
+        pair_bw = a.kind == "B" and len(fused) in paired  # DualPipe's overlapped backward is a full one
+        if (fuse or pair_bw) and a.kind == "B" and nxt is not None and nxt.kind == "W" and (nxt.chunk, nxt.mb) == (a.chunk, a.mb):
             fused.append(("BW", a.chunk, a.mb))
             i += 2
         else:
@@ -408,7 +412,7 @@ def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, pol: 
                     gated=(pol.gathers_per_block and (k == "F" or (k != "W" and pol.regather_for_backward)))
                     or (k == "F" and gated and first_f[c] == idx),
                     alloc=act_bytes(r, c) if k == "F" else 0.0, free=act_bytes(r, c) if frees else 0.0)
-        if idx in paired and not out[-1].gated:
+        if idx in paired and not out[-1].gated and not step.grad_sync:
             f = out.pop()
             step = replace(f, pair=step, free=step.free)
         out.append(step)

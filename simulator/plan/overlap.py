@@ -22,7 +22,9 @@ from .opgraph import Comm, Compute, Node
 
 def _flatten(blocks: tuple[Block, ...]) -> tuple[list[Node], list[str]]:
     """One pass as one node list: each block's roots wait for the previous block's last compute and the
-    blocking collectives issued after it (`PassScheduler`'s anchor, made explicit)."""
+    blocking collectives issued after it (`PassScheduler`'s anchor, made explicit), weight gradients
+    aside: the next layer's backward needs the input gradient, not the weight gradients, which can
+    fill the compute stream later (DualPipe's "ATTN(W)", "MLP(W)")."""
     nodes: list[Node] = []
     letters: list[str] = []
     anchor: tuple[int, ...] = ()
@@ -33,7 +35,7 @@ def _flatten(blocks: tuple[Block, ...]) -> tuple[list[Node], list[str]]:
             deps = tuple(base + d for d in node.deps) if node.deps else anchor
             nodes.append(Node(node.op, deps, node.tag))
             letters.append(blk.letters[i])
-            if isinstance(node.op, Compute):
+            if isinstance(node.op, Compute) and blk.letters[i] != "W":
                 last_compute = i
         if last_compute is not None:
             trailing = [base + j for j in range(last_compute + 1, len(blk.nodes))
@@ -43,11 +45,13 @@ def _flatten(blocks: tuple[Block, ...]) -> tuple[list[Node], list[str]]:
 
 
 def _segments(nodes: list[Node]) -> list[list[int]]:
-    """Indices cut after each blocking collective (the point where the pass would wait)."""
+    """Indices cut after each blocking collective (the point where the pass would wait), or after the
+    last of a run of collectives (the token counts and the dispatch go out together)."""
     out, cur = [], []
     for i, node in enumerate(nodes):
         cur.append(i)
-        if isinstance(node.op, Comm) and node.op.blocking:
+        nxt = nodes[i + 1].op if i + 1 < len(nodes) else None
+        if isinstance(node.op, Comm) and node.op.blocking and not isinstance(nxt, Comm):
             out.append(cur)
             cur = []
     if cur:

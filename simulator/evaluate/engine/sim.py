@@ -26,6 +26,7 @@ from ...cost.collectives import link_busy
 from ..links import LinkSharing
 from ..results import add_pass_stats, receive, slowed_beside_grads, wait_until
 from ..passes import OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
+from ..pair_order import pass_blocks
 from ...plan.layout import GroupShape
 from ...plan.opgraph import Comm
 from ...plan.lower import Plan, StageProgram, Step
@@ -67,11 +68,11 @@ class Engine:
         return self._times[speed]
 
     def template(self, key: tuple, speed: float) -> PassTemplate:
-        """The pass `Step.key` names (an overlapped pair: ("FB", F chunk, B chunk)) at `speed`."""
+        """The pass `Step.key` names (an overlapped pair: ("FB", F chunk, backward chunk, its kind)) at `speed`."""
         t = self._templates.get((key, speed))
         if t is None:
             chunk, kind = (key[1], key[0]) if key[0] == "FB" else key
-            t = self._templates[(key, speed)] = build_template(self.times(speed), chunk, kind, self.plan.blocks[key],
+            t = self._templates[(key, speed)] = build_template(self.times(speed), chunk, kind, pass_blocks(self.times(speed), self.plan.blocks, key),
                                                                share=self.links is not None)
         return t
 
@@ -312,7 +313,7 @@ class Engine:
             return None  # nothing it was priced with changed
         merged = {k: v for k, v in (extra or {}).items() if k not in flows.keys}
         merged.update(flows.extra)
-        s = schedule_pass(self.times(speed), self.plan.blocks[st.key], ready,
+        s = schedule_pass(self.times(speed), pass_blocks(self.times(speed), self.plan.blocks, st.key), ready,
                           record=rk.rec is not None and self.record_slices, extra=merged, gates=gates)
         if flows.last > s.end:  # a collective started later than the re-schedule has it (lag): it ends the pass
             s.exposed[flows.last_dim] += flows.last - s.end
