@@ -54,6 +54,12 @@ class MoESpec:
     """Every layer_freq-th layer after the dense ones is MoE (Megatron moe_layer_freq)."""
     capacity_factor: Optional[float] = field(default=None, metadata={"gt": 0.0, "max": MAX_CAPACITY_FACTOR})
     """Token-dropping capacity factor (> 0, at most MAX_CAPACITY_FACTOR); null = no dropping."""
+    groups: int = field(default=1, metadata={"min": 1, "max": MAX_EXPERTS})
+    """Group-limited routing (config.json n_group): the routed experts split into this many equal groups..."""
+    top_groups: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_EXPERTS})
+    """... of which a token picks this many (topk_group) before its top_k experts among them; null = all
+    groups. With expert parallelism over as many nodes as groups, each group on one node, a token reaches
+    at most top_groups nodes (DeepSeek-V3 report §3.2.2: node-limited routing, at most 4 nodes)."""
 
     @property
     def shared_ffn(self) -> int:
@@ -163,6 +169,10 @@ def _check_model(m: ModelSpec, path: str) -> ModelSpec:
     if m.moe:
         if m.moe.top_k > m.moe.experts:
             raise ScenarioError(f"{path}.moe.top_k", f"{m.moe.top_k} exceeds experts {m.moe.experts}")
+        if m.moe.experts % m.moe.groups:
+            raise ScenarioError(f"{path}.moe.groups", f"{m.moe.groups} does not divide experts {m.moe.experts}", "a divisor of experts")
+        if m.moe.top_groups is not None and m.moe.top_groups > m.moe.groups:
+            raise ScenarioError(f"{path}.moe.top_groups", f"{m.moe.top_groups} exceeds groups {m.moe.groups}", f"1 .. {m.moe.groups}")
         if m.moe.dense_layers >= m.layers:
             raise ScenarioError(f"{path}.moe.dense_layers", f"{m.moe.dense_layers} leaves no MoE layer of {m.layers}")
     return m
@@ -236,6 +246,8 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
             "shared_ffn_hidden": shared_ffn or None,
             "dense_layers": take("moe.dense_layers", "first_k_dense_replace", default=0) or 0,
             "layer_freq": take("moe.layer_freq", "moe_layer_freq", "decoder_sparse_step", default=1) or 1,
+            "groups": take("moe.groups", "n_group", default=1) or 1,
+            "top_groups": take("moe.top_groups", "topk_group"),
         }
     if cfg.get("kv_lora_rank"):
         raw["mla"] = {"q_lora_rank": take("mla.q_lora_rank", "q_lora_rank") or 0,

@@ -51,6 +51,8 @@ time each one; the 70B at 0.01 MB (440 K buckets) took 2.7 GB and 100 s, at 1 MB
 MAX_EP_IMBALANCE = 1024.0
 """parallel.ep_imbalance: the busiest of ep ranks holds at most ep x the mean (validate_layout checks that
 too); EP groups of more than 1,024 ranks are not in use."""
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+"""The Megatron-Core `recompute_modules` the simulator prices (`training.recompute_modules`)."""
 MAX_OVERHEAD_S = 60.0
 """A per-collective software overhead (cluster.efficiency *_s) of a minute is already absurd."""
 
@@ -68,6 +70,15 @@ class Training:
     recompute: str = field(default="none", metadata={"choices": ("none", "selective", "full")})
     """Activation recomputation: none; selective (core attention recomputed in the backward, Korthikanti et al.);
     full (only each layer's input kept, the whole layer's forward re-run in the backward)."""
+    recompute_modules: Optional[list[str]] = None
+    """With recompute selective: the parts each layer re-runs in its backward instead of storing their
+    outputs, Megatron-Core's `recompute_modules` (TransformerConfig): core_attn (the core attention),
+    layernorm (the two pre-norms' outputs), mla_up_proj (MLA's query/key/value up-projections and RoPE,
+    from the stored latents), moe_act (the experts' SwiGLU output, from its stored input). Null:
+    [core_attn], Megatron's default. DeepSeek-V3 (report §3.2.3): [layernorm, mla_up_proj]."""
+    activation_func_fp8_input_store: bool = False
+    """The SwiGLU inputs (gate and up) are stored in FP8 for the backward (Megatron-Core's
+    `activation_func_fp8_input_store`; DeepSeek-V3 report §3.3.4, "Inputs of the SwiGLU operator in MoE")."""
     attention: str = field(default="flash", metadata={"choices": ("flash", "eager")})
     """flash: the attention scores are never stored (FlashAttention); eager: softmax scores and dropout mask
     are stored per layer (s^2 terms in activation memory)."""
@@ -204,6 +215,11 @@ class Parallel:
     ep_imbalance: float = field(default=1.0, metadata={"min": 1.0, "max": MAX_EP_IMBALANCE})
     """Tokens on the busiest expert rank over the mean (1.0 = perfectly balanced routing); at most ep (every
     token on one rank), checked with the layout."""
+    ep_dispatcher: str = field(default="alltoall", metadata={"choices": ("alltoall", "deepep")})
+    """How routed tokens reach their experts' ranks. alltoall: one NCCL all-to-all, a copy per (token,
+    expert) (Megatron's alltoall dispatcher). deepep: DeepEP's kernels, a token sent once to each node
+    it reaches over InfiniBand and forwarded within the node over NVLink, dispatched in FP8 under
+    precision fp8, combined in BF16 (DeepSeek-V3 report §3.2.2, §3.3.4; Megatron's flex dispatcher)."""
     zero_gather: str = field(default="bucketed", metadata={"choices": ("bucketed", "whole")})
     """ZeRO-1/2 parameter all-gather: `bucketed` in dp_bucket_mb buckets, issued when the step starts and
     waited for by the first forward that needs each (Megatron's overlap_param_gather; after the optimizer,
@@ -472,6 +488,12 @@ def validate_layout(sc: Scenario) -> Scenario:
     elif m.layers % chunks:
         raise ScenarioError("parallel.pp", f"pp*vpp = {chunks} does not divide the model's {m.layers} layers",
                             "a divisor of layers, or give parallel.pp_layers")
+    if t.recompute_modules is not None:
+        if t.recompute != "selective":
+            raise ScenarioError("training.recompute_modules", f"given with recompute {t.recompute}", "recompute: selective")
+        for i, name in enumerate(t.recompute_modules):
+            if name not in RECOMPUTE_MODULES:
+                raise ScenarioError(f"training.recompute_modules[{i}]", f"unknown module {short(name)}", ", ".join(RECOMPUTE_MODULES))
     if t.precision == "fp8" and "fp8" not in sc.topology.gpu.peak_tflops:
         raise ScenarioError("training.precision", f"fp8 but {sc.topology.gpu.name} has no FP8 tensor cores", "fp32 | bf16")
     return replace(sc, parallel=p)

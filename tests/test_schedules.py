@@ -143,15 +143,27 @@ def test_zb_h1_bubble_is_a_third_of_1f1b_when_tf_tb_tw_are_equal():
             assert zb == pytest.approx(one_f_one_b / 3, abs=1e-9)
 
 
-@pytest.mark.parametrize("name", ["zbv", "dualpipev"])
-def test_v_schedules_only_pay_the_fill_delay_when_m_is_at_least_2p(name):
+def test_zbv_only_pays_the_fill_delay_when_m_is_at_least_2p():
     # Chunk p-1 cannot start before p-1 forwards ran on the ranks before it, so makespan >= busy +
-    # (p-1) T_F; with T_F = T_B = T_W (and free communication) both V schedules reach that bound.
+    # (p-1) T_F; with T_F = T_B = T_W (and free communication) ZB-V reaches that bound.
     for pp in (2, 4, 8):
         for m in (2 * pp, 2 * pp + 3, 32):
-            bubble, frac = idle(name, pp, m, 1, 1, 1)
+            bubble, frac = idle("zbv", pp, m, 1, 1, 1)
             assert bubble == pytest.approx(pp - 1, abs=1e-9)
             assert frac == pytest.approx((pp - 1) / (6 * m + pp - 1), abs=1e-9)
+
+
+def test_dualpipev_pairs_send_their_outputs_when_the_pair_ends():
+    """DualPipe's overlapped chunk (`_forward_backward_chunk`: compute F and the full backward, then send
+    both): with free communication nothing is hidden and the F's output waits for the backward beside
+    it, so the fill costs 2(p-1) at T_F = T_B = T_W instead of ZB-V's p-1; without the pairs
+    (`Action.overlap` off) the same lists reach p-1."""
+    for pp in (2, 4, 8):
+        for m in (2 * pp, 32):
+            assert idle("dualpipev", pp, m, 1, 1, 1)[0] == pytest.approx(2 * (pp - 1), abs=1e-9)
+            plain = [[replace(a, overlap=False) for a in acts] for acts in pipeline_schedule("dualpipev", pp, 2, m)]
+            span, busy = makespan(plain, pp, 2, 1, 1, 1)
+            assert span - max(busy) == pytest.approx(pp - 1, abs=1e-9)
 
 
 def test_dualpipev_bubble_is_smaller_than_1f1b():

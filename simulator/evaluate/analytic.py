@@ -35,6 +35,7 @@ from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
 from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
+from .pair_order import pass_blocks
 from .results import EngineResult, add_pass_stats, receive, slowed_beside_grads, summarize, wait_until
 
 
@@ -94,12 +95,15 @@ class Lister:
             t = self._times[speed] = OpTimes(self.sc, self.cost, speed)
         return t
 
-    def template(self, chunk: int, kind: str, speed: float = 1.0) -> PassTemplate:
-        t = self._templates.get((chunk, kind, speed))
+    def template(self, key: tuple, speed: float = 1.0) -> PassTemplate:
+        """The pass `Step.key` names: (chunk, kind), or an overlapped pair ("FB", F chunk, backward chunk, its
+        kind), on a rank computing at `speed`."""
+        t = self._templates.get((key, speed))
         if t is None:
-            t = self._templates[(chunk, kind, speed)] = build_template(self.times_at(speed), chunk, kind,
-                                                                       self.plan.blocks[(chunk, kind)],
-                                                                       share=self.share, only_intra=False)
+            chunk, kind = (key[1], key[0]) if key[0] == "FB" else key
+            times = self.times_at(speed)
+            t = self._templates[(key, speed)] = build_template(times, chunk, kind, pass_blocks(times, self.plan.blocks, key),
+                                                               share=self.share, only_intra=False)
         return t
 
     def comm_dur(self, group: str, comm: Comm) -> float:
@@ -162,15 +166,15 @@ class Lister:
     def _step(self, rk: _Rank, prog: StageProgram, st: Step) -> bool:
         """List one step; False if its input has not been sent yet."""
         ready = rk.t
-        if st.recv_from >= 0:
-            msg = self.mailbox.pop((rk.stage, st.recv_key), None)
-            if msg is None:
-                return False
-            ready = receive(rk, ready, msg, self.blocking_p2p)
+        keys = [(rk.stage, part.recv_key) for part in st.parts if part.recv_from >= 0]
+        if any(k not in self.mailbox for k in keys):
+            return False
+        for k in keys:  # an overlapped pair starts once both its inputs are in
+            ready = receive(rk, ready, self.mailbox.pop(k), self.blocking_p2p)
         if st.gated:
             end = self._gated_memo(rk, prog, st, ready)
         else:
-            tpl = self.template(st.chunk, st.kind, rk.speed)
+            tpl = self.template(st.key, rk.speed)
             grads, dp_free = [], rk.dp_free
             if st.grad_sync and self.overlap:
                 for k, comm, _ in prog.dp[st.chunk].releases.get(st.kind, ()):
@@ -188,17 +192,19 @@ class Lister:
         if st.await_sync and rk.last_dp is not None:
             end = self.wait(rk, rk.last_dp, end)
         rk.t = end
-        if st.send_to >= 0:
-            dur = self.p2p(rk.stage, st.send_to)
+        for part in st.parts:
+            if part.send_to < 0:
+                continue
+            dur = self.p2p(rk.stage, part.send_to)
             start = max(end, rk.send_free)
             rk.send_free = start + dur
             rk.comm["pp"] += dur
-            self.ranks[st.send_to].comm["pp"] += dur
+            self.ranks[part.send_to].comm["pp"] += dur
             rk.ops += 1
             if dur > 0:
                 rk.count["pp"] += 1
-            kind = "F" if st.kind == "F" else "B"
-            self.mailbox[(st.send_to, (kind, st.chunk, st.mb))] = (start + dur, end, dur)
+            kind = "F" if part.kind == "F" else "B"
+            self.mailbox[(part.send_to, (kind, part.chunk, part.mb))] = (start + dur, end, dur)
             if self.blocking_p2p:  # the sender is held until its message is delivered
                 rk.t = self.wait(rk, _Queued(end, start, start + dur, "pp"), end)
         return True

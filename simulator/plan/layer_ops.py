@@ -17,6 +17,7 @@ from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SW
                       tp_collective)
 from ..scenario import Scenario
 from .schedules import schedule_spec
+from .ep_dispatch import ep_message_bytes
 from .sharded_params import autocast_layer_params, layer_rank_params, param_bytes
 
 # ----------------------------------------------------------------------------------- attention
@@ -177,10 +178,9 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
         routed, rows = _moe_tokens(sc, z)
         seq.compute(gemm("router", routed, e.experts, z.h, z))
         seq.compute(elementwise("permute", routed * e.top_k * z.h, 2, z))
-        a2a = float(routed * e.top_k * z.h * z.ab * p.ep_imbalance)
         if p.ep > 1:
             seq.comm(Comm("ep_counts", "ep", "all_to_all", float(e.experts * EP_COUNT_BYTES)))
-            seq.comm(Comm("ep_dispatch", "ep", "all_to_all", a2a))
+            seq.comm(Comm("ep_dispatch", "ep", "all_to_all", ep_message_bytes(sc, z, routed, "dispatch")))
         local = e.experts // p.ep
         per_expert = max(1, int(round(rows / local)))
         fe = e.expert_ffn_hidden
@@ -193,7 +193,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
         if local_sort:
             seq.compute(elementwise("ep_unsort", round(rows) * z.h, 2, z))
         if p.ep > 1:
-            seq.comm(Comm("ep_combine", "ep", "all_to_all", a2a))
+            seq.comm(Comm("ep_combine", "ep", "all_to_all", ep_message_bytes(sc, z, routed, "combine")))
         seq.compute(elementwise("unpermute", routed * e.top_k * z.h, 2, z))
         shared = _mlp_ops(sc, z, moe=True)
         if shared:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .layout import chunk_owner, group_shape, rank_chunks
@@ -35,6 +35,7 @@ from .opgraph import Comm, Compute
 from ..scenario import Scenario
 from .schedules import Action, chunk_rank, pipeline_schedule, schedule_spec
 from .blocks import PASS_KINDS, Block, chunk_blocks
+from .overlap import overlapped_block
 from .policy import DP_GROUPS, ShardingPolicy, scenario_policy
 
 
@@ -65,6 +66,21 @@ class Step:
     """Activation bytes allocated at the start (F) ..."""
     free: float = 0.0
     """... and released at the end (B or BW: `memory.py` frees a micro-batch's activations when its B ends)."""
+    pair: "Step | None" = None
+    """An F run together with this backward of another micro-batch as one pass (`Action.overlap`, DualPipe's
+    overlapped chunk, `plan/overlap.py`): a BW where the schedule runs the W at once (DualPipe's
+    `_forward_backward_chunk` runs a full backward), else a B. Its receive, send and release of
+    activations are the pair's; a backward that releases gradient traffic is not paired."""
+
+    @property
+    def key(self) -> tuple:
+        """The pass it runs in `Plan.blocks`: (chunk, kind), or ("FB", F chunk, B chunk, B's kind) for a pair."""
+        return (self.chunk, self.kind) if self.pair is None else ("FB", self.chunk, self.pair.chunk, self.pair.kind)
+
+    @property
+    def parts(self) -> tuple["Step", ...]:
+        """The step and its pair: each receives and sends its own message."""
+        return (self,) if self.pair is None else (self, self.pair)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +281,11 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
         steps = _steps(sched[r], r, owner, n_chunks, pol, overlap, act_bytes,
                        fuse=not schedule_spec(p.pp_schedule).splits_backward,
                        gated=gated)
+        for st in steps:
+            if st.pair is not None and st.key not in blocks:
+                b = st.pair
+                blocks[st.key] = (overlapped_block(blocks[(st.chunk, "F")], blocks[(b.chunk, b.kind)],
+                                                   f"C{st.chunk}F+C{b.chunk}{b.kind}"),)
         dp = {}
         for c in chunks:
             per_block = pol.gathers_per_block
@@ -344,14 +365,19 @@ def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, pol: 
     the list."""
     done: set = set()
     fused: list[tuple[str, int, int]] = []
+    paired: set[int] = set()
+    """Indices in `fused` of the B's that run with the F before them (`Action.overlap`)."""
     i = 0
     while i < len(actions):
         a = actions[i]
         nxt = actions[i + 1] if i + 1 < len(actions) else None
-        if fuse and a.kind == "B" and nxt is not None and nxt.kind == "W" and (nxt.chunk, nxt.mb) == (a.chunk, a.mb):
+        pair_bw = a.kind == "B" and len(fused) in paired  # DualPipe's overlapped backward is a full one
+        if (fuse or pair_bw) and a.kind == "B" and nxt is not None and nxt.kind == "W" and (nxt.chunk, nxt.mb) == (a.chunk, a.mb):
             fused.append(("BW", a.chunk, a.mb))
             i += 2
         else:
+            if a.overlap and nxt is not None and nxt.kind == "B" and not pol.gathers_per_block:
+                paired.add(len(fused) + 1)
             fused.append((a.kind, a.chunk, a.mb))
             i += 1
     last_bwd = {}
@@ -393,12 +419,16 @@ def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, pol: 
         ends = k in ("W", "BW")
         frees = k in ("B", "BW")  # memory.py: activations are released when the micro-batch's B ends
         sync = ends and (pol.grad_sync_every_micro_batch or (overlap and idx == last_bwd[c]))
-        out.append(Step(kind=k, chunk=c, mb=mb, recv_from=recv_from, recv_key=recv_key, send_to=send_to, grad_sync=sync,
-                        await_sync=sync and not overlap,
-                        param_gated=(k == "F" and gated and first_f[c] == idx),
-                        gated=(pol.gathers_per_block and (k == "F" or (k != "W" and pol.regather_for_backward)))
-                        or (k == "F" and gated and first_f[c] == idx),
-                        alloc=act_bytes(r, c) if k == "F" else 0.0, free=act_bytes(r, c) if frees else 0.0))
+        step = Step(kind=k, chunk=c, mb=mb, recv_from=recv_from, recv_key=recv_key, send_to=send_to, grad_sync=sync,
+                    await_sync=sync and not overlap,
+                    param_gated=(k == "F" and gated and first_f[c] == idx),
+                    gated=(pol.gathers_per_block and (k == "F" or (k != "W" and pol.regather_for_backward)))
+                    or (k == "F" and gated and first_f[c] == idx),
+                    alloc=act_bytes(r, c) if k == "F" else 0.0, free=act_bytes(r, c) if frees else 0.0)
+        if idx in paired and not out[-1].gated and not step.grad_sync:
+            f = out.pop()
+            step = replace(f, pair=step, free=step.free)
+        out.append(step)
     return tuple(out)
 
 
@@ -406,7 +436,7 @@ def step_compute_ops(plan: Plan) -> Counter:
     """Every compute op of one step on one representative rank per stage, with how often it runs
     (recomputation and the optimizer included): what calibration measures and what the report's
     "measured share of compute" weighs."""
-    passes = Counter((st.chunk, st.kind) for prog in plan.stages for st in prog.steps)
+    passes = Counter((part.chunk, part.kind) for prog in plan.stages for st in prog.steps for part in st.parts)
     out: Counter = Counter()
     for key, n in passes.items():
         for blk in plan.blocks[key]:

@@ -11,8 +11,8 @@ and whose backward (B) has not, at the rank's worst moment. For the discrete-eve
 `chunk_activation_bytes(c)` when F of (c, micro-batch) starts and free it when its B ends; the
 transient buffers live only inside one layer's (or the loss's) pass; the rest are held all step.
 
-Sources (docs/modeling.md): model states §3.1 (ZeRO §5.1-5.3, MEG-DO); per-layer activations §3.2 (KOR22
-Eq. 1-4, Table 2; Llama-style bookkeeping derived there); ends of the pipeline §3.3 (KOR22 §4.3,
+Sources (docs/modeling.md): model states §3.1 (ZeRO §5.1-5.3, MEG-DO); per-layer activations §3.2
+(`activations.py`: KOR22 Eq. 1-4, Table 2; Llama-style bookkeeping; recompute modules; FP8 caching); ends of the pipeline §3.3 (KOR22 §4.3,
 MEG-MEM); micro-batches in flight §3.4 (NAR21, KOR22 §4.2.3, ZB, DualPipe README); buffers §3.5.
 Neighbours: `ops.rank_params` (parameters per rank), `ops.shard` (per-rank tensor sizes), `layout`
 (groups, chunks). The report calls `memory_report`; validation/memory_reference.py checks the
@@ -26,7 +26,9 @@ from .memory_fit import MemoryReport, fits, headroom_gib
 from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
                              param_bytes, rank_params)
-from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, Shard, shard
+from .opgraph import Shard, shard
+from .activations import (LOGIT_BYTES, _moe_rows, _s_kv, activation_bytes_per_layer, embedding_activation_terms,
+                          head_activation_terms, layer_activation_terms)
 from .sharded_params import layer_rank_params as ops_layer_rank_params
 from .policy import scenario_policy, sharding_policy
 from ..scenario import Scenario
@@ -52,18 +54,6 @@ FP8_WEIGHT_CACHE_BYTES = 2
 """FP8 training: Transformer Engine casts each weight to FP8 once per step and keeps the copy and its
 transpose across micro-batches (`is_first_microbatch`); Hopper FP8 GEMMs take only the TN layout,
 so the dgrad GEMM needs the transposed copy: 1 + 1 bytes per parameter on the rank."""
-TOKEN_ID_BYTES = 8
-"""int64 token ids (input ids on the first stage, MEG-MEM `8*s*b*p`; labels on the last)."""
-LOSS_MASK_BYTES = 4
-"""Megatron's per-token fp32 loss mask on the last stage (`get_batch`)."""
-LOGIT_BYTES = 4
-"""Logits are turned into fp32 for the cross-entropy, which keeps them for backward (KOR22 §4.3)."""
-LSE_BYTES = 4
-"""FlashAttention keeps one fp32 log-sum-exp per (head, query) for its backward (FA2 §3.1)."""
-ROUTER_PROB_BYTES = 4
-"""MoE router scores over all experts, fp32, kept for backward (Megatron `topk_softmax_with_capacity`:
-`torch.softmax(logits, dtype=torch.float32)` with pre-softmax, or the sigmoid scores of DeepSeek-V3;
-its default post-top-k softmax keeps only top_k per token, so this is the larger case)."""
 DP_BUCKETS_IN_FLIGHT = 2
 """ZeRO-2/3: one gradient bucket being reduce-scattered while the next fills (DeepSpeed keeps two
 `ipg` buffers with `overlap_comm`; DS-CFG). ZeRO-0/1 reduce in place in Megatron's contiguous
@@ -177,119 +167,6 @@ def _end_unit_params(sc: Scenario, pp_rank: int) -> list[float]:
     if rp.head:
         units.append(sum(head_rank_tensors(sc, rp.embedding)))
     return units
-
-
-# ----------------------------------------------------------------------------------- activations
-
-def _s_kv(sc: Scenario, z: Shard) -> int:
-    """Keys a local query attends to: the whole sequence (s), also under CP (each CP rank's queries
-    see every chunk's keys)."""
-    return z.s * sc.parallel.cp
-
-
-def _moe_rows(sc: Scenario, z: Shard) -> tuple[int, float]:
-    """(tokens this rank routes, expert-token rows its experts compute). Routed tokens are the SP
-    shard T/t (as `ops` does); rows = routed * top_k * ep_imbalance, capped by the capacity factor."""
-    e = sc.model.moe
-    routed = z.T // z.t if z.t > 1 else z.T
-    skew = sc.parallel.ep_imbalance if e.capacity_factor is None else min(sc.parallel.ep_imbalance, e.capacity_factor)
-    return routed, routed * e.top_k * skew
-
-
-def _mlp_terms(sc: Scenario, z: Shard, ffn_per_rank: float, rows: float, prefix: str) -> dict[str, float]:
-    """Stored tensors of one FFN after its input: GeLU input and FC2 input (KOR22 §4.1: 8sbh + 8sbh
-    at f = 4h), or SwiGLU gate, up and FC2 input (docs/modeling.md §3.2: 6sbf)."""
-    ab = z.ab
-    if sc.model.gated_mlp:
-        return {f"{prefix}gate": ab * rows * ffn_per_rank, f"{prefix}up": ab * rows * ffn_per_rank,
-                f"{prefix}fc2_input": ab * rows * ffn_per_rank}
-    return {f"{prefix}act_input": ab * rows * ffn_per_rank, f"{prefix}fc2_input": ab * rows * ffn_per_rank}
-
-
-def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = None) -> dict[str, float]:
-    """Bytes stored for backward by one layer, one micro-batch, on one rank, by tensor.
-
-    GPT (KOR22 §4.1, with dropout): LayerNorm inputs 4sbh, QKV input 2sbh, Q K V 6sbh, out-proj input
-    2sbh, attention dropout mask sbh, FC1 input 2sbh, GeLU input 8sbh, FC2 input 8sbh, MLP dropout mask
-    sbh = 34sbh; eager attention adds softmax output 2as^2b, its dropout mask as^2b, dropout output
-    2as^2b (Eq. 1). TP splits all but the norm inputs, linear inputs and masks (Eq. 2: 10 + 24/t);
-    SP splits those too (Eq. 4). Llama (docs/modeling.md §3.2, derived): RMSNorm inputs, QKV input, Q, K, V
-    (GQA widths), out-proj input, FC1 input, gate, up, FC2 input = sb(12h + 4h_kv + 6f); no dropout, so
-    eager attention stores only the softmax output (2as^2b), which is also the AV input.
-    Flash attention stores no scores, only an fp32 log-sum-exp. Selective recompute drops the score
-    terms (KOR22 Table 2) and the LSE (the core attention is re-run from Q, K, V). Full recompute keeps
-    only the layer input: 2sbh, or 2sbh/t with SP since the tensor between layers is sequence-sharded
-    in Megatron (docs/modeling.md §3.2, derived; KOR22 Table 2 gives 2sbh for its non-SP layout).
-    CP: local s/c queries against all s keys. MoE layer: router input and fp32 probabilities, the
-    dispatched rows (tokens x top_k x ep_imbalance) through the expert FFN, the returned expert outputs
-    kept for the probability-weighted combine, and shared experts as a dense FFN."""
-    rc = recompute or sc.training.recompute
-    m, z = sc.model, shard(sc)
-    ab, T, Tsp, h = z.ab, z.T, z.T_sp, z.h
-    if rc == "full":
-        return {"layer_input": ab * Tsp * h}
-    k_width = z.q if m.mla else z.kv
-    o_width = z.heads * m.mla.v_head_dim if m.mla else z.q
-    terms = {"norm1_input": ab * Tsp * h, "qkv_input": ab * Tsp * h,
-             "q": ab * T * z.q, "k": ab * T * k_width, "v": ab * T * z.kv, "attn_out": ab * T * o_width}
-    if m.mla:
-        # approximation: compressed q and kv latents kept twice (norm input, up-projection input), full sequence
-        terms["mla_latents"] = 2 * ab * T * (m.mla.q_lora_rank + m.mla.kv_lora_rank)
-    if m.hidden_dropout:  # the mask ops' bias-dropout-add writes (`ops._residual`)
-        terms["attn_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
-    if rc == "none":
-        scores = z.b * z.heads * z.s * _s_kv(sc, z)
-        if sc.training.attention == "eager":
-            terms["softmax_output"] = ab * scores
-            if m.arch == "gpt":
-                terms["softmax_dropout_mask"] = DROPOUT_MASK_BYTES * scores
-                terms["softmax_dropout_output"] = ab * scores
-        else:
-            terms["flash_lse"] = LSE_BYTES * z.b * z.heads * z.s
-    terms["norm2_input"] = ab * Tsp * h
-    if m.is_moe_layer(layer):
-        e = m.moe
-        routed, rows = _moe_rows(sc, z)
-        terms["router_input"] = ab * Tsp * h
-        terms["router_probs"] = ROUTER_PROB_BYTES * routed * e.experts
-        terms["expert_fc1_input"] = ab * rows * h
-        terms.update(_mlp_terms(sc, z, e.expert_ffn_hidden, rows, "expert_"))
-        terms["expert_output"] = ab * routed * e.top_k * h
-        if e.shared_experts:
-            terms.update(_mlp_terms(sc, z, e.shared_experts * e.shared_ffn / z.t, T, "shared_"))
-    else:
-        terms["fc1_input"] = ab * Tsp * h
-        terms.update(_mlp_terms(sc, z, m.ffn_hidden / z.t, T, ""))
-    if m.hidden_dropout:
-        terms["mlp_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
-    return terms
-
-
-def activation_bytes_per_layer(sc: Scenario, layer: int) -> float:
-    """Bytes one layer keeps for backward, one micro-batch, one rank (sum of `layer_activation_terms`)."""
-    return float(sum(layer_activation_terms(sc, layer).values()))
-
-
-def embedding_activation_terms(sc: Scenario) -> dict[str, float]:
-    """First chunk, per micro-batch: input ids (MEG-MEM 8sb) and, for GPT, the embedding dropout mask
-    (KOR22 §4.3: sbh/t with SP)."""
-    z = shard(sc)
-    terms = {"input_ids": TOKEN_ID_BYTES * z.T}
-    if sc.model.arch == "gpt":
-        terms["embedding_dropout_mask"] = DROPOUT_MASK_BYTES * z.T_sp * z.h
-    return terms
-
-
-def head_activation_terms(sc: Scenario) -> dict[str, float]:
-    """Last chunk, per micro-batch (KOR22 §4.3): final-norm input 2sbh/t, LM-head input 2sbh/t (both
-    /t only with SP), fp32 logits 4sbV/t kept by the cross-entropy (`training.loss: standard`; fused: the bf16
-    logits, turned into their gradient in place, 2sbV/t; cut: one fp32 log-sum-exp per token), labels and
-    loss mask."""
-    z = shard(sc)
-    v = -(-sc.model.vocab // z.t)
-    logits = {"standard": LOGIT_BYTES * z.T * v, "fused": z.ab * z.T * v, "cut": CCE_LSE_BYTES * z.T}[sc.training.loss]
-    return {"final_norm_input": z.ab * z.T_sp * z.h, "lm_head_input": z.ab * z.T_sp * z.h,
-            "logits": logits, "labels": TOKEN_ID_BYTES * z.T, "loss_mask": LOSS_MASK_BYTES * z.T}
 
 
 def _chunk_layers(sc: Scenario, pp_rank: int, chunk: int) -> list[int]:

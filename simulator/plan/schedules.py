@@ -20,7 +20,7 @@ stage index is our chunk index.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 KINDS = ("F", "B", "W")
 
@@ -34,6 +34,10 @@ class Action:
     """Pipeline chunk 0..pp*vpp-1 in pipeline order (chunk 0 holds the embedding, the last the loss)."""
     mb: int
     """Micro-batch 0..m-1."""
+    overlap: bool = field(default=False, compare=False)
+    """An F run together with the B that follows it, each micro-batch's communication under the other's
+    compute (DualPipe's overlapped forward-backward chunk, DeepSeek-V3 report §3.2.1 Fig. 4). Not part
+    of the action's identity: the oracle and the dependency checks see the plain F and B."""
 
 
 RankActions = Callable[[int, int, int, int], list[Action]]
@@ -240,8 +244,8 @@ class _Lane:
         self._next[(kind, chunk)] = mb + 1
         return mb
 
-    def f(self, chunk: int) -> None:
-        self.actions.append(Action("F", chunk, self._take("F", chunk)))
+    def f(self, chunk: int, overlap: bool = False) -> None:
+        self.actions.append(Action("F", chunk, self._take("F", chunk), overlap))
 
     def b(self, chunk: int, defer_w: bool = False) -> None:
         mb = self._take("B", chunk)
@@ -334,8 +338,8 @@ def _zbv_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
 def _dualpipev(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     """DualPipeV, the V-shaped "cut-in-half" DualPipe (DeepSeek-V3 report §3.2.1;
     deepseek-ai/DualPipe `dualpipev.py`, torch `ScheduleDualPipeV`), 8 steps per rank.
-    The overlapped forward+backward pairs of step 4/5 are emitted F first, then B and W (a rank is
-    serial here; the engine may overlap their communication). Needs m >= 2pp."""
+    The overlapped forward+backward pairs of step 4/5 are emitted F first (`Action.overlap`), then B
+    and W; the plan runs each such F and B as one pass (`plan/overlap.py`). Needs m >= 2pp."""
     down, up = rank, 2 * pp - 1 - rank
     lane = _Lane()
     for _ in range((pp - rank - 1) * 2):        # 1: F down
@@ -346,14 +350,15 @@ def _dualpipev(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     for _ in range(pp - rank - 1):              # 3: B up (split, but its W runs at once), F up
         lane.b(up)
         lane.f(up)
-    for _ in range(m - 2 * pp + rank + 1):      # 4: (F down & B up), (F up & B down)
-        lane.f(down)
+    for i in range(m - 2 * pp + rank + 1):      # 4: (F down & B up), (F up & B down)
+        # the last rank does not overlap its first pair "to further reduce bubble size" (`dualpipev.py`)
+        lane.f(down, overlap=not (i == 0 and rank == pp - 1))
         lane.b(up)
-        lane.f(up)
+        lane.f(up, overlap=True)
         lane.b(down)
     for _ in range(pp - rank - 1):              # 5: B up, (F up & B down)
         lane.b(up)
-        lane.f(up)
+        lane.f(up, overlap=True)
         lane.b(down)
     split = False                               # 6: B up, B down; W deferred from the middle on
     for i in range(rank + 1):

@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-PASS_COLORS = {"F": "#4c72b0", "B": "#55a868", "W": "#8fd19e", "BW": "#3b8a50", "optimizer": "#c44e52"}
+PASS_COLORS = {"F": "#4c72b0", "B": "#55a868", "W": "#8fd19e", "BW": "#3b8a50", "F&B": "#ccb974", "optimizer": "#c44e52"}
 STREAM_COLORS = {"tp": "#dd8452", "cp": "#937860", "ep": "#da8bc3", "dp": "#8172b3", "pp": "#64b5cd"}
 GIB = 2 ** 30
 MAX_STAGES_PLOTTED = 16
@@ -52,7 +52,7 @@ def plot_timeline(path: Path, sc, eng, traced, res) -> None:
         comp: dict = {}
         streams: dict = {d: [] for d in ("tp", "cp", "ep", "dp", "pp")}
         for start, end, st, tpl, explicit in rec.passes:
-            comp.setdefault(PASS_COLORS[st.kind], []).append((start, end))
+            comp.setdefault(PASS_COLORS["F&B" if st.pair is not None else st.kind], []).append((start, end))
             if tpl is not None:
                 for s in tpl.slices:
                     if s.stream in streams and s.dur > 0:

@@ -26,6 +26,7 @@ from ...cost.collectives import link_busy
 from ..links import LinkSharing
 from ..results import add_pass_stats, receive, slowed_beside_grads, wait_until
 from ..passes import OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
+from ..pair_order import pass_blocks
 from ...plan.layout import GroupShape
 from ...plan.opgraph import Comm
 from ...plan.lower import Plan, StageProgram, Step
@@ -66,12 +67,13 @@ class Engine:
             self._times[speed] = OpTimes(self.sc, self.cost, speed)
         return self._times[speed]
 
-    def template(self, chunk: int, kind: str, speed: float) -> PassTemplate:
-        key = (chunk, kind, speed)
-        t = self._templates.get(key)
+    def template(self, key: tuple, speed: float) -> PassTemplate:
+        """The pass `Step.key` names (an overlapped pair: ("FB", F chunk, backward chunk, its kind)) at `speed`."""
+        t = self._templates.get((key, speed))
         if t is None:
-            t = self._templates[key] = build_template(self.times(speed), chunk, kind, self.plan.blocks[(chunk, kind)],
-                                                      share=self.links is not None)
+            chunk, kind = (key[1], key[0]) if key[0] == "FB" else key
+            t = self._templates[(key, speed)] = build_template(self.times(speed), chunk, kind, pass_blocks(self.times(speed), self.plan.blocks, key),
+                                                               share=self.links is not None)
         return t
 
     def comm_dur(self, comm: Comm) -> float:
@@ -165,17 +167,22 @@ class Engine:
             gathers = self._param_gathers(rk, prog, t)
             for st in prog.steps:
                 ready = t
-                if st.recv_from >= 0:
-                    key = (rk.idx, st.recv_key, step_no)
+                msgs = []
+                for part in st.parts:  # an overlapped pair starts once both its inputs are in
+                    if part.recv_from < 0:
+                        continue
+                    key = (rk.idx, part.recv_key, step_no)
                     msg = self.mailbox.pop(key, None)
                     if msg is None:
                         ev = self.mailbox[key] = env.event()
-                        rk.waiting = f"receive {st.recv_key}"
+                        rk.waiting = f"receive {part.recv_key}"
                         msg = yield ev
                         rk.waiting = ""
+                    msgs.append(msg)
+                for msg in msgs:
                     ready = receive(rk, ready, msg, self.blocking_p2p)
                 speed = rk.speed
-                tpl = self.template(st.chunk, st.kind, speed)
+                tpl = self.template(st.key, speed)
                 sync = rk.groups.get("sync")
                 if sync and tpl.sync_dims:
                     seq = rk.seq["sync"]
@@ -221,10 +228,12 @@ class Engine:
                     yield env.timeout(end - env.now)
                 self._memory(rk, end, -st.free)
                 t = end
-                if st.send_to >= 0:
-                    c = self._send(rk, st, end, step_no)
+                for part in st.parts:
+                    if part.send_to < 0:
+                        continue
+                    c = self._send(rk, part, end, step_no)
                     if self.blocking_p2p:  # the sender is held until its message is delivered
-                        t = yield from self._await(rk, c, t, f"blocking send {st.kind}{(st.chunk, st.mb)}")
+                        t = yield from self._await(rk, c, t, f"blocking send {part.kind}{(part.chunk, part.mb)}")
                         if t > env.now:
                             yield env.timeout(t - env.now)
             t = yield from self._step_tail(rk, prog, t)
@@ -304,7 +313,7 @@ class Engine:
             return None  # nothing it was priced with changed
         merged = {k: v for k, v in (extra or {}).items() if k not in flows.keys}
         merged.update(flows.extra)
-        s = schedule_pass(self.times(speed), self.plan.blocks[(st.chunk, st.kind)], ready,
+        s = schedule_pass(self.times(speed), pass_blocks(self.times(speed), self.plan.blocks, st.key), ready,
                           record=rk.rec is not None and self.record_slices, extra=merged, gates=gates)
         if flows.last > s.end:  # a collective started later than the re-schedule has it (lag): it ends the pass
             s.exposed[flows.last_dim] += flows.last - s.end

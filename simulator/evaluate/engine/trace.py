@@ -102,10 +102,12 @@ def build_trace(sc, eng, traced, static: list[float], max_op_slices: int = MAX_O
             events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
         rec = rk.rec
         for start, end, st, tpl, explicit in rec.passes:
-            label = f"C{st.chunk} mb{st.mb} {st.kind}"
-            events.append(_x(label, "compute", pid, TID["compute"], start, end,
-                             {"chunk": st.chunk, "micro_batch": st.mb, "pass": st.kind}))
-            blocks = eng.plan.blocks[(st.chunk, st.kind)]
+            label = " & ".join(f"C{part.chunk} mb{part.mb} {part.kind}" for part in st.parts)
+            args = {"chunk": st.chunk, "micro_batch": st.mb, "pass": st.kind}
+            if st.pair is not None:  # DualPipe's overlapped forward and backward (plan/overlap.py)
+                args.update(pair_chunk=st.pair.chunk, pair_micro_batch=st.pair.mb, pair_pass=st.pair.kind)
+            events.append(_x(label, "compute", pid, TID["compute"], start, end, args))
+            blocks = eng.plan.blocks[st.key]
             if detail is None or st.mb in detail:
                 slices = explicit if tpl is None else tpl.slices
                 base = 0.0 if tpl is None else start

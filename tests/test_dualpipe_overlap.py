@@ -1,0 +1,87 @@
+"""DualPipe's overlapped chunk (plan/overlap.py): the forward of one micro-batch and the backward of
+another run as one pass, each one's expert all-to-alls in flight under the other's compute."""
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from simulator.cost.costs import build_cost_model
+from simulator.evaluate.analytic import Lister
+from simulator.evaluate.passes import OpTimes, build_template
+from simulator.plan.lower import build_plan
+from simulator.plan.schedules import pipeline_schedule
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+MIXTRAL = ROOT / "scenarios" / "mixtral_ep.yaml"
+DUALPIPEV = ["parallel.pp_schedule=dualpipev", "parallel.vpp=2"]
+
+
+def mixtral(*overrides):
+    return load_scenario(MIXTRAL, DUALPIPEV + list(overrides))
+
+
+def pairs(plan, stage):
+    return [st for st in plan.stages[stage].steps if st.pair is not None]
+
+
+def test_dualpipev_overlaps_the_forward_backward_pairs_of_its_steps_4_and_5():
+    """dualpipev.py: step 4 runs m - 2p + i + 1 rounds of two overlapped pairs (the last rank's first
+    pair not overlapped), step 5 p - i - 1 more pairs; steps 1-3 and 6-8 run alone."""
+    pp, m = 4, 16
+    for rank, actions in enumerate(pipeline_schedule("dualpipev", pp, 2, m)):
+        expected = 2 * (m - 2 * pp + rank + 1) + (pp - rank - 1) - (rank == pp - 1)
+        assert sum(a.overlap for a in actions) == expected
+        for a, nxt in zip(actions, actions[1:]):
+            if a.overlap:
+                assert a.kind == "F" and nxt.kind == "B"
+
+
+def test_a_pair_runs_the_forward_and_the_backward_each_once():
+    sc = mixtral()
+    plan = build_plan(sc)
+    st = pairs(plan, 0)[0]
+    (merged,) = plan.blocks[st.key]
+    assert st.pair.kind == "BW"  # DualPipe's overlapped backward is a full one (its W at once)
+    alone = Counter(n.op for k in ((st.chunk, "F"), (st.pair.chunk, "BW")) for b in plan.blocks[k] for n in b.nodes)
+    assert Counter(n.op for n in merged.nodes) == alone
+    assert all(d < i for i, n in enumerate(merged.nodes) for d in n.deps)
+
+
+def test_every_micro_batch_still_runs_f_b_and_w_once_per_chunk():
+    plan = build_plan(mixtral())
+    for prog in plan.stages:
+        done = Counter((k, p.chunk, p.mb) for st in prog.steps for p in st.parts for k in p.kind)
+        assert set(done.values()) == {1}
+        assert len(done) == 3 * len(prog.chunks) * plan.sc.micro_batches
+
+
+def test_the_pair_hides_each_passes_all_to_alls_under_the_others_compute():
+    """The pair against its forward and its full backward run one after the other."""
+    sc = mixtral()
+    plan = build_plan(sc)
+    times = OpTimes(sc, build_cost_model(sc))
+    st = pairs(plan, 0)[len(pairs(plan, 0)) // 2]
+    f = build_template(times, st.chunk, "F", plan.blocks[(st.chunk, "F")])
+    b = build_template(times, st.pair.chunk, "BW", plan.blocks[(st.pair.chunk, "BW")])
+    fb = build_template(times, st.chunk, "FB", plan.blocks[st.key])
+    assert fb.comm_s["ep"] == pytest.approx(f.comm_s["ep"] + b.comm_s["ep"])
+    assert fb.duration < f.duration + b.duration
+    assert fb.exposed_s.get("ep", 0.0) < f.exposed_s.get("ep", 0.0) + b.exposed_s.get("ep", 0.0)
+    # neither the compute stream nor the ep stream can do more than run flat out
+    assert fb.duration >= max(f.compute_s + b.compute_s, fb.comm_s["ep"]) * (1 - 1e-9)
+
+
+def test_the_deepseek_layout_exposes_less_expert_all_to_all():
+    """PP16 EP64 on 2,048 H800: with pairs the interior stages' exposed EP falls below the EP time by
+    about the compute the pairs put beside it (both evaluators agree on it: test_analytic)."""
+    sc = load_scenario(ROOT / "validation" / "scenarios" / "deepseek_v3.yaml")
+    ranks = Lister(sc, build_cost_model(sc), build_plan(sc)).run()
+    mid = ranks[sc.parallel.pp // 2]
+    assert mid.exposed["ep"] < 0.85 * mid.comm["ep"]
+
+
+def test_zero3_passes_stay_alone():
+    """ZeRO-3's per-block parameter gathers gate each block of a pass: such passes are not paired."""
+    plan = build_plan(mixtral("parallel.zero=3"))
+    assert not any(pairs(plan, s) for s in range(plan.sc.parallel.pp))
