@@ -49,6 +49,8 @@ time each one; the 70B at 0.01 MB (440 K buckets) took 2.7 GB and 100 s, at 1 MB
 MAX_EP_IMBALANCE = 1024.0
 """parallel.ep_imbalance: the busiest of ep ranks holds at most ep x the mean (validate_layout checks that
 too); EP groups of more than 1,024 ranks are not in use."""
+MAX_LAYERS_RECOMPUTED = 1 << 16
+"""training.recompute_layers: more than any model's layers per chunk (the count is capped by the chunk's own)."""
 MAX_OVERHEAD_S = 60.0
 """A per-collective software overhead (cluster.efficiency *_s) of a minute is already absurd."""
 
@@ -66,6 +68,10 @@ class Training:
     recompute: str = field(default="none", metadata={"choices": ("none", "selective", "full")})
     """Activation recomputation: none; selective (core attention recomputed in the backward, Korthikanti et al.);
     full (only each layer's input kept, the whole layer's forward re-run in the backward)."""
+    recompute_layers: Optional[int] = field(default=None, metadata={"min": 0, "max": MAX_LAYERS_RECOMPUTED})
+    """With recompute full: only the first N layers of each model chunk (pipeline stage, or virtual stage
+    with vpp > 1) are recomputed, the others store all their activations (Megatron's --recompute-method
+    block --recompute-num-layers N). Null: every layer. Only with recompute full."""
     attention: str = field(default="flash", metadata={"choices": ("flash", "eager")})
     """flash: the attention scores are never stored (FlashAttention); eager: softmax scores and dropout mask
     are stored per layer (s^2 terms in activation memory)."""
@@ -397,6 +403,9 @@ def validate_layout(sc: Scenario) -> Scenario:
     if t.global_batch % (p.dp * t.micro_batch):
         raise ScenarioError("training.global_batch", f"{t.global_batch} is not divisible by dp*micro_batch = {p.dp}*{t.micro_batch}",
                             "a multiple of dp*micro_batch")
+    if t.recompute_layers is not None and t.recompute != "full":
+        raise ScenarioError("training.recompute_layers", f"{t.recompute_layers} with recompute {t.recompute}",
+                            "recompute full (block recomputation of the first N layers of each chunk), or null")
     if t.autocast and t.precision != "bf16":
         raise ScenarioError("training.autocast", f"true with precision {t.precision}", "precision bf16 (autocast casts fp32 weights to bf16)")
     if t.autocast and t.grad_dtype == "bf16":

@@ -13,6 +13,7 @@ from dataclasses import replace
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
                       LayerPasses, OpList, Shard, elementwise, gemm, residual_add, shard, tp_collective)
 from ..scenario import Scenario
+from .layout import layer_recompute
 from .schedules import schedule_spec
 from .sharded_params import autocast_layer_params, layer_rank_params, param_bytes
 
@@ -227,7 +228,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     z = z or shard(sc)
     fwd = layer_forward(sc, layer, z)
     b = OpList()
-    rc = sc.training.recompute
+    rc = layer_recompute(sc, layer)
     if rc == "full":
         b.extend(layer_forward(sc, layer, z, tag="R"))
     w_ops: list[Compute] = []
