@@ -59,6 +59,8 @@ CORPUS_DIR = Path(__file__).resolve().parents[2] / "validation" / "references" /
 def skip_reason(run: dict) -> str:
     """Why a corpus row without a scenario is not scored."""
     lay = run["layout"]
+    if run.get("skip"):
+        return run["skip"]  # the row's own reason: what its recipe does that clustersim cannot say
     if lay["system"] not in SYSTEM_TOPOLOGY:
         return f"no topology for {lay['system']}"
     if lay["precision"] not in EXPRESSIBLE_PRECISIONS:
