@@ -76,3 +76,17 @@ def test_recompute_layers_without_full_recompute_is_an_error():
 def test_negative_recompute_layers_is_an_error():
     with pytest.raises(ScenarioError, match="recompute_layers"):
         llama8b("full", -1)
+
+
+def test_megatron_export_writes_block_recompute_of_n_layers():
+    from simulator.report.export import megatron_args
+    args = megatron_args(llama8b("full", 5))
+    i = args.index("--recompute-method")
+    assert args[i:i + 4] == ["--recompute-method", "block", "--recompute-num-layers", "5"]
+
+
+def test_the_sweep_tries_whole_model_recompute_modes_only():
+    """A sweep layout sets recompute none/selective/full for every layer: a base scenario's recompute_layers
+    would be an error beside none/selective, so each layout resets it."""
+    from simulator.sweep.space import layout_of
+    assert layout_of(llama8b("full", 5)).overrides()["training"]["recompute_layers"] is None
