@@ -28,7 +28,7 @@ CORPUS_SPLIT = {"NeMo 24.07": "fit", "NeMo 25.09 (Megatron-Bridge)": "fit",
                 "NeMo 25.11 (Megatron-Bridge)": "validation", "NeMo 26.02 (Megatron-Bridge)": "validation"}
 """Release -> split: the two older releases fit, the two newer validate (corpus README)."""
 
-SYSTEM_TOPOLOGY = {"DGX-H100": "dgx-h100", "DGX-GB200": "gb200-nvl72", "DGX-A100": "dgx-a100"}
+SYSTEM_TOPOLOGY = {"DGX-H100": "dgx-h100", "DGX-GB200": "gb200-nvl72", "DGX-B200": "dgx-b200", "DGX-A100": "dgx-a100"}
 """Systems of the performance tables that clustersim has a topology for (topologies/)."""
 
 EXPRESSIBLE_PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8"}
