@@ -215,3 +215,29 @@ def test_validate_published_prints_per_framework_feature_ratio_and_skipped_table
                     "| feature | a | b | split | differs |", "Corpus rows not scored", "no topology for DGX-GB300"):
         assert heading in out.stdout, heading
     assert "| megatron | fit |" in out.stdout and "| megatron | validation |" in out.stdout
+
+
+def test_framework_table_groups_by_framework_and_split_and_leaves_out_pre_fix_runs():
+    from simulator.validate.accuracy import Case, Outcome
+    from simulator.validate.corpus import framework_table
+
+    def pb(cid, split, meas, pred, group="main"):
+        c = Case(set="playbook", id=cid, label="1B", split=split, group=group, tokens_per_s_per_gpu=meas, framework="nanotron")
+        return Outcome(c, predicted={"tokens_per_s_per_gpu": pred})
+    outs = [pb("1", "fit", 100.0, 110.0), pb("2", "fit", 100.0, 80.0), pb("3", "fit", 100.0, 500.0, group="pre-pp-fix"),
+            _outcome("p:a", {"model": "x"}, 100.0, 150.0)]
+    rows = {(r["framework"], r["split"]): r for r in framework_table(outs)}
+    assert set(rows) == {("nanotron", "fit"), ("megatron", "validation")}
+    assert rows[("nanotron", "fit")]["n"] == 2 and rows[("nanotron", "fit")]["mape_pct"] == pytest.approx(15.0)
+    assert rows[("megatron", "validation")]["bias_pct"] == pytest.approx(50.0)
+
+
+def test_feature_table_reads_features_from_the_built_scenario():
+    from simulator.validate.corpus import case_features
+    from simulator.scenario import scenario_from_mapping
+    doc = yaml.safe_load((CORPUS / "megatron_bridge_25_11.yaml").read_text())
+    runs = {r["id"]: r for r in doc["runs"]}
+    f70 = case_features(scenario_from_mapping(runs["llama3-70b-dgx-h100-64gpu-fp8-cs"]["scenario"], base_dir=ROOT))
+    assert f70 == {"precision": "fp8", "cp": "cp = 1", "schedule": "interleaved", "tp_overlap": "on", "recompute": "none"}
+    f8 = case_features(scenario_from_mapping(runs["llama3-8b-dgx-h100-8gpu-fp8-cs"]["scenario"], base_dir=ROOT))
+    assert f8["recompute"] == "full (block)" and f8["tp_overlap"] == "tp = 1" and f8["schedule"] == "no pp"
