@@ -100,7 +100,7 @@ def case_features(sc) -> dict[str, str]:
     """The features a case is reported under, from its built scenario."""
     t, p = sc.training, sc.parallel
     return {"precision": t.precision, "cp": "cp > 1" if p.cp > 1 else "cp = 1",
-            "schedule": "interleaved" if p.vpp > 1 else ("1f1b" if p.pp > 1 else "no pp"),
+            "schedule": p.pp_schedule if p.pp > 1 else "no pp",
             "tp_overlap": "on" if (sc.overlap_tp and p.tp > 1) else ("off" if p.tp > 1 else "tp = 1"),
             "recompute": t.recompute if t.recompute_layers is None else "full (block)"}
 
