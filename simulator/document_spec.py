@@ -1,11 +1,14 @@
 """`training.documents`: the lengths of the documents packed into each sequence, as the scenario gives them
-(read strictly; `plan/documents.py` prices what packing does to attention)."""
+(read strictly; `plan/documents.py` prices what packing does to attention); and the range checks of
+`cluster.efficiency` (the other free-form mapping of a scenario)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Optional
 
 from .errors import ScenarioError
+from .inputs import existing_file, read_text, short
 
 
 DISTRIBUTIONS = ("fixed", "uniform", "lognormal", "histogram")
@@ -71,3 +74,31 @@ def read_histogram(text: str, where: str) -> list[list[float]]:
         if len(bins) > MAX_BINS:
             raise ScenarioError(where, f"more than {MAX_BINS:,} lines", f"at most {MAX_BINS:,} bins")
     return bins
+
+
+def resolve_documents(d: Documents, base_dir: Path | None) -> Documents:
+    """`d` with a histogram `file` read into `bins` (relative to the scenario's folder), checked."""
+    if d.file is not None:
+        f = existing_file(d.file, *([base_dir / d.file] if base_dir is not None else []), Path(d.file))
+        if f is None:
+            raise ScenarioError("training.documents.file", f"no such file {short(d.file)}", "a CSV of length,weight lines")
+        d = replace(d, bins=read_histogram(read_text(f, "training.documents.file"), "training.documents.file"), file=None)
+    check_documents(d)
+    return d
+
+
+def check_efficiency(efficiency: dict, keys: tuple, max_overhead_s: float) -> None:
+    """`cluster.efficiency`: known keys, each in its range (fractions, seconds, microseconds, an SM share)."""
+    for key, value in efficiency.items():
+        if key not in keys:
+            raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(keys))
+        if key.endswith("_s"):
+            ok, allowed = 0 <= value <= max_overhead_s, f"seconds in [0, {max_overhead_s:g}]"
+        elif key.endswith("_us"):
+            ok, allowed = 0 <= value <= max_overhead_s * 1e6, f"microseconds in [0, {max_overhead_s * 1e6:g}]"
+        elif key == "comm_sm_share":
+            ok, allowed = 0 <= value < 1, "a fraction in [0, 1)"
+        else:
+            ok, allowed = 0 < value <= 1, "a fraction in (0, 1]"
+        if not ok:
+            raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range", allowed)

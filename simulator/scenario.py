@@ -16,7 +16,7 @@ from .inputs import existing_file, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model
 from .diloco_spec import DiLoCo
 from .stragglers import SlowGpus, Straggler, check_stragglers
-from .document_spec import Documents, check_documents, read_histogram
+from .document_spec import Documents, check_efficiency, resolve_documents
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
@@ -53,6 +53,8 @@ MAX_EP_IMBALANCE = 1024.0
 too); EP groups of more than 1,024 ranks are not in use."""
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
 """The Megatron-Core `recompute_modules` the simulator prices (`training.recompute_modules`)."""
+MAX_LAYERS_RECOMPUTED = 1 << 16
+"""training.recompute_layers: more than any model's layers per chunk (the count is capped by the chunk's own)."""
 MAX_OVERHEAD_S = 60.0
 """A per-collective software overhead (cluster.efficiency *_s) of a minute is already absurd."""
 
@@ -79,6 +81,10 @@ class Training:
     activation_func_fp8_input_store: bool = False
     """The SwiGLU inputs (gate and up) are stored in FP8 for the backward (Megatron-Core's
     `activation_func_fp8_input_store`; DeepSeek-V3 report §3.3.4, "Inputs of the SwiGLU operator in MoE")."""
+    recompute_layers: Optional[int] = field(default=None, metadata={"min": 0, "max": MAX_LAYERS_RECOMPUTED})
+    """With recompute full: only the first N layers of each model chunk (pipeline stage, or virtual stage
+    with vpp > 1) are recomputed, the others store all their activations (Megatron's --recompute-method
+    block --recompute-num-layers N). Null: every layer. Only with recompute full."""
     attention: str = field(default="flash", metadata={"choices": ("flash", "eager")})
     """flash: the attention scores are never stored (FlashAttention); eager: softmax scores and dropout mask
     are stored per layer (s^2 terms in activation memory)."""
@@ -335,29 +341,9 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     training = from_mapping(Training, training_raw, "training")
     cluster = from_mapping(Cluster, top.cluster, "cluster")
     parallel = from_mapping(Parallel, top.parallel, "parallel")
-    for key, value in cluster.efficiency.items():
-        if key not in EFFICIENCY_KEYS:
-            raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(EFFICIENCY_KEYS))
-        if key.endswith("_s"):
-            ok, allowed = 0 <= value <= MAX_OVERHEAD_S, f"seconds in [0, {MAX_OVERHEAD_S:g}]"
-        elif key.endswith("_us"):
-            ok, allowed = 0 <= value <= MAX_OVERHEAD_S * 1e6, f"microseconds in [0, {MAX_OVERHEAD_S * 1e6:g}]"
-        elif key == "comm_sm_share":
-            ok, allowed = 0 <= value < 1, "a fraction in [0, 1)"
-        else:
-            ok, allowed = 0 < value <= 1, "a fraction in (0, 1]"
-        if not ok:
-            raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range", allowed)
+    check_efficiency(cluster.efficiency, EFFICIENCY_KEYS, MAX_OVERHEAD_S)
     if training.documents is not None:
-        d = training.documents
-        if d.file is not None:
-            f = existing_file(d.file, *([base_dir / d.file] if base_dir is not None else []), Path(d.file))
-            if f is None:
-                raise ScenarioError("training.documents.file", f"no such file {short(d.file)}", "a CSV of length,weight lines")
-            from .inputs import read_text  # noqa: PLC0415
-            d = replace(d, bins=read_histogram(read_text(f, "training.documents.file"), "training.documents.file"), file=None)
-            training = replace(training, documents=d)
-        check_documents(training.documents)
+        training = replace(training, documents=resolve_documents(training.documents, base_dir))
     if training.attention_mask == "document" and training.documents is None:
         raise ScenarioError("training.attention_mask", "document without training.documents", "training.documents, or causal")
     topology = load_topology(cluster.topology, base_dir)
@@ -425,6 +411,9 @@ def validate_layout(sc: Scenario) -> Scenario:
     if t.global_batch % (p.dp * t.micro_batch):
         raise ScenarioError("training.global_batch", f"{t.global_batch} is not divisible by dp*micro_batch = {p.dp}*{t.micro_batch}",
                             "a multiple of dp*micro_batch")
+    if t.recompute_layers is not None and t.recompute != "full":
+        raise ScenarioError("training.recompute_layers", f"{t.recompute_layers} with recompute {t.recompute}",
+                            "recompute full (block recomputation of the first N layers of each chunk), or null")
     if t.autocast and t.precision != "bf16":
         raise ScenarioError("training.autocast", f"true with precision {t.precision}", "precision bf16 (autocast casts fp32 weights to bf16)")
     if t.autocast and t.grad_dtype == "bf16":

@@ -79,7 +79,7 @@ def test_reference_corpus_files_parse_with_their_required_keys():
         assert set(doc) == {"source", "url", "release", "accessed", "runs"}, f.name
         assert doc["url"].startswith("https://") and doc["runs"], f.name
         for r in doc["runs"]:
-            assert {"id", "label", "where", "measured", "layout"} <= set(r) <= {"id", "label", "where", "measured", "layout", "scenario", "note"}, (f.name, r.get("id"))
+            assert {"id", "label", "where", "measured", "layout"} <= set(r) <= {"id", "label", "where", "measured", "layout", "scenario", "recipe", "skip", "note"}, (f.name, r.get("id"))
             assert f"{f.stem}:{r['id']}" not in ids
             ids.add(f"{f.stem}:{r['id']}")
             assert r["measured"]["tokens_per_s_per_gpu"] > 0 and r["measured"]["model_tflops_per_gpu"] > 0
@@ -88,11 +88,59 @@ def test_reference_corpus_files_parse_with_their_required_keys():
             assert lay["gpus"] % (lay["tp"] * lay["pp"] * lay["cp"]) == 0, (f.name, r["id"])
 
 
-def test_reference_corpus_stays_out_of_the_published_validation_set():
-    """The corpus is data for issue 38's fit/validation split; `validate --set published` reads only
-    validation/references/*.yaml, so nothing shipped changes until the lead wires it in."""
-    from simulator.validate.accuracy import reference_cases
-    assert not any(c.source.startswith(("NVIDIA NeMo", "NVIDIA Megatron-Bridge")) for c in reference_cases())
+def test_every_corpus_row_is_scored_or_listed_as_skipped_with_a_reason():
+    from simulator.validate.accuracy import corpus_cases
+    cases, skipped = corpus_cases()
+    rows = sum(len(yaml.safe_load(f.read_text())["runs"]) for f in CORPUS_FILES)
+    assert len(cases) + len(skipped) == rows
+    assert all(s["reason"] for s in skipped)
+    assert {c.set for c in cases} == {"published"}
+
+
+def test_the_published_set_holds_the_corpus_and_the_papers():
+    from simulator.validate.accuracy import load_cases
+    ids = {c.id for c in load_cases(("published",))}
+    assert any(i.startswith("corpus/") for i in ids) and "megatron_nar21:gpt-1t-3072-a100" in ids
+
+
+def test_corpus_split_is_by_release_older_fit_newer_validation():
+    """The split is fixed by release (never by result) and written down in the README as in the code."""
+    from simulator.validate.accuracy import corpus_cases
+    from simulator.validate.corpus import CORPUS_SPLIT
+    assert CORPUS_SPLIT == {"NeMo 24.07": "fit", "NeMo 25.09 (Megatron-Bridge)": "fit",
+                            "NeMo 25.11 (Megatron-Bridge)": "validation", "NeMo 26.02 (Megatron-Bridge)": "validation"}
+    readme = (CORPUS / "README.md").read_text()
+    for release, split in CORPUS_SPLIT.items():
+        assert f"| {release} | {split} |" in readme
+    for c in corpus_cases()[0]:
+        assert c.split == CORPUS_SPLIT[c.release]
+    assert {c.split for c in corpus_cases()[0]} == {"fit", "validation"}
+
+
+def test_scored_corpus_rows_carry_the_recipe_they_ran_with_its_commit():
+    from simulator.validate.accuracy import corpus_cases
+    for c in corpus_cases()[0]:
+        fw = c.mapping["framework"]
+        assert fw["name"] == "megatron" and fw["overlap_grad_reduce"] is True, c.id
+        assert "tp_comm_overlap" in fw, c.id
+    for f in CORPUS_FILES:
+        for r in yaml.safe_load(f.read_text())["runs"]:
+            if "scenario" in r:
+                assert "@" in r["recipe"] and (".py:" in r["recipe"] or ".yaml:" in r["recipe"]), r["id"]
+
+
+def test_the_8b_fp8_cs_recipe_recomputes_five_layers_per_chunk():
+    doc = yaml.safe_load((CORPUS / "megatron_bridge_25_11.yaml").read_text())
+    run = next(r for r in doc["runs"] if r["id"] == "llama3-8b-dgx-h100-8gpu-fp8-cs")
+    assert run["scenario"]["training"]["recompute"] == "full" and run["scenario"]["training"]["recompute_layers"] == 5
+
+
+def test_skip_reasons_name_what_is_missing():
+    from simulator.validate.corpus import skip_reason
+    row = {"label": "LLAMA3_8B", "layout": {"system": "DGX-B300", "precision": "FP8-CS"}}
+    assert skip_reason(row) == "no topology for DGX-B300"
+    assert "NVFP4" in skip_reason({"label": "LLAMA3_8B", "layout": {"system": "DGX-GB200", "precision": "NVFP4"}})
+    assert "Qwen" in skip_reason({"label": "Qwen3_30B_a3B", "layout": {"system": "DGX-H100", "precision": "FP8"}})
 
 
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.stem)
@@ -128,3 +176,69 @@ def test_kernel_ceiling_unknown_gpu_is_a_clear_error():
     out = subprocess.run([sys.executable, "validation/kernel_ceiling.py", "--gpu", "TPU v9"], capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 2 and "TPU v9" in out.stderr and "Traceback" not in out.stderr
+
+
+def _outcome(cid, mapping, measured, predicted, split="validation"):
+    from simulator.validate.accuracy import Case, Outcome
+    c = Case(set="published", id=cid, label="x", split=split, tokens_per_s_per_gpu=measured, mapping=mapping,
+             framework="megatron")
+    return Outcome(c, predicted={"tokens_per_s_per_gpu": predicted})
+
+
+def test_feature_pairs_compare_the_measured_and_predicted_ratio_of_one_feature():
+    from simulator.validate.corpus import feature_pairs
+    base = {"name": "a", "model": "llama3-8b", "training": {"precision": "bf16", "seq_len": 8192},
+            "parallel": {"tp": 1, "cp": 1}}
+    fp8 = {**base, "name": "b", "training": {"precision": "fp8", "seq_len": 8192}}
+    cp2 = {**base, "name": "c", "parallel": {"tp": 1, "cp": 2}, "training": {"precision": "fp8", "seq_len": 8192}}
+    outs = [_outcome("f:a", base, 100.0, 120.0), _outcome("f:b", fp8, 130.0, 180.0), _outcome("f:c", cp2, 90.0, 100.0)]
+    pairs = feature_pairs(outs)
+    assert [(p["kind"], p["a"], p["b"]) for p in pairs] == [("precision", "f:a", "f:b"), ("cp", "f:b", "f:c")]
+    p = pairs[0]
+    assert p["measured_ratio"] == pytest.approx(1.3) and p["predicted_ratio"] == pytest.approx(1.5)
+    assert p["ratio_error_pct"] == pytest.approx(100 * (1.5 / 1.3 - 1))
+
+
+def test_identical_runs_of_two_releases_pair_only_across_files():
+    from simulator.validate.corpus import feature_pairs
+    m = {"name": "x", "model": "llama3-8b", "training": {"precision": "fp8"}}
+    same_file = feature_pairs([_outcome("f:a", m, 100.0, 120.0), _outcome("f:b", m, 101.0, 120.0)])
+    across = feature_pairs([_outcome("r1:a", m, 100.0, 120.0), _outcome("r2:a", m, 97.0, 120.0)])
+    assert same_file == [] and [p["kind"] for p in across] == ["same recipe, another release"]
+    assert across[0]["predicted_ratio"] == 1.0 and across[0]["measured_ratio"] == pytest.approx(0.97)
+
+
+def test_validate_published_prints_per_framework_feature_ratio_and_skipped_tables():
+    out = subprocess.run([sys.executable, "-m", "simulator", "validate", "--set", "published", "--markdown"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for heading in ("| framework | split | runs | MAPE |", "| framework | feature | value | split |",
+                    "| feature | a | b | split | differs |", "Corpus rows not scored", "no topology for DGX-GB300"):
+        assert heading in out.stdout, heading
+    assert "| megatron | fit |" in out.stdout and "| megatron | validation |" in out.stdout
+
+
+def test_framework_table_groups_by_framework_and_split_and_leaves_out_pre_fix_runs():
+    from simulator.validate.accuracy import Case, Outcome
+    from simulator.validate.corpus import framework_table
+
+    def pb(cid, split, meas, pred, group="main"):
+        c = Case(set="playbook", id=cid, label="1B", split=split, group=group, tokens_per_s_per_gpu=meas, framework="nanotron")
+        return Outcome(c, predicted={"tokens_per_s_per_gpu": pred})
+    outs = [pb("1", "fit", 100.0, 110.0), pb("2", "fit", 100.0, 80.0), pb("3", "fit", 100.0, 500.0, group="pre-pp-fix"),
+            _outcome("p:a", {"model": "x"}, 100.0, 150.0)]
+    rows = {(r["framework"], r["split"]): r for r in framework_table(outs)}
+    assert set(rows) == {("nanotron", "fit"), ("megatron", "validation")}
+    assert rows[("nanotron", "fit")]["n"] == 2 and rows[("nanotron", "fit")]["mape_pct"] == pytest.approx(15.0)
+    assert rows[("megatron", "validation")]["bias_pct"] == pytest.approx(50.0)
+
+
+def test_feature_table_reads_features_from_the_built_scenario():
+    from simulator.validate.corpus import case_features
+    from simulator.scenario import scenario_from_mapping
+    doc = yaml.safe_load((CORPUS / "megatron_bridge_25_11.yaml").read_text())
+    runs = {r["id"]: r for r in doc["runs"]}
+    f70 = case_features(scenario_from_mapping(runs["llama3-70b-dgx-h100-64gpu-fp8-cs"]["scenario"], base_dir=ROOT))
+    assert f70 == {"precision": "fp8", "cp": "cp = 1", "schedule": "interleaved-1f1b", "tp_overlap": "on", "recompute": "none"}
+    f8 = case_features(scenario_from_mapping(runs["llama3-8b-dgx-h100-8gpu-fp8-cs"]["scenario"], base_dir=ROOT))
+    assert f8["recompute"] == "full (block)" and f8["tp_overlap"] == "tp = 1" and f8["schedule"] == "no pp"

@@ -8,6 +8,7 @@ there; Megatron-Core's `recompute_modules` for what selective recompute re-runs;
 from __future__ import annotations
 
 from ..scenario import Scenario
+from .layout import layer_recompute
 from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, Shard, shard
 
 TOKEN_ID_BYTES = 8
@@ -99,7 +100,7 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     per-row probability the weighted SwiGLU keeps (`PERMUTED_PROB_BYTES`; a GeLU expert keeps its
     outputs for the weighted combine instead), and shared experts as a dense FFN. Under precision fp8
     the inputs kept only for FP8 GEMMs are stored in FP8 (`FP8_GEMM_INPUTS`)."""
-    rc = recompute or sc.training.recompute
+    rc = recompute or layer_recompute(sc, layer)
     m, z = sc.model, shard(sc)
     ab, T, Tsp, h = z.ab, z.T, z.T_sp, z.h
     if rc == "full":

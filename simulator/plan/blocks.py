@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .layout import chunk_layers, last_chunk
+from .layout import chunk_layers, last_chunk, layer_recompute
 from .step_ops import embedding_backward, embedding_forward, head_backward, head_forward
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_tensors
 from .layer_ops import layer_passes
@@ -55,7 +55,7 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
     first, last = chunk == 0, chunk == last_chunk(sc)
 
     def lp(layer):
-        key = ("lp", sc.model.is_moe_layer(layer))
+        key = ("lp", sc.model.is_moe_layer(layer), layer_recompute(sc, layer))
         if key not in cache:
             cache[key] = layer_passes(sc, layer, z)
         return cache[key]

@@ -16,6 +16,7 @@ from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SW
                       LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add, shard,
                       tp_collective)
 from ..scenario import Scenario
+from .layout import layer_recompute
 from .schedules import schedule_spec
 from .ep_dispatch import ep_message_bytes
 from .sharded_params import autocast_layer_params, layer_rank_params, param_bytes
@@ -261,7 +262,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     z = z or shard(sc)
     fwd = layer_forward(sc, layer, z)
     b = OpList()
-    rc = sc.training.recompute
+    rc = layer_recompute(sc, layer)
     if rc == "full":
         b.extend(layer_forward(sc, layer, z, tag="R"))
     w_ops: list[Compute] = []

@@ -127,6 +127,24 @@ def chunk_layers(sc: Scenario) -> list[int]:
     return [sc.model.layers // n] * n
 
 
+def layer_recompute(sc: Scenario, layer: int) -> str:
+    """The recompute mode of one layer: `training.recompute`, except that with recompute full and
+    `training.recompute_layers` N only the first N layers of each model chunk are recomputed and the rest
+    store everything ("none"). Megatron's --recompute-method block --recompute-num-layers N checkpoints
+    layers l < N of each TransformerBlock, one per pipeline stage and virtual chunk (Megatron-LM
+    megatron/core/transformer/transformer_block.py `_checkpointed_forward`, recompute_method == 'block',
+    at d98e8a64ddf34856e74b24714e3bedb2f5a39553)."""
+    t = sc.training
+    if t.recompute != "full" or t.recompute_layers is None:
+        return t.recompute
+    start = 0
+    for n in chunk_layers(sc):
+        if layer < start + n:
+            return "full" if layer - start < t.recompute_layers else "none"
+        start += n
+    raise ValueError(f"layer {layer} is not in the model's {start} layers")
+
+
 def chunk_owner(sc: Scenario, chunk: int) -> tuple[int, int]:
     """(pp rank, local chunk index) of pipeline chunk `chunk` (0 = first, holds the embedding): the
     schedule's placement (`ScheduleSpec.place`: round-robin c % p, or V-shaped)."""

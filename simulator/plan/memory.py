@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .memory_fit import MemoryReport, fits, headroom_gib
-from .layout import chunk_owner, group_shape, last_chunk, rank_chunks
+from .layout import chunk_owner, group_shape, last_chunk, layer_recompute, rank_chunks
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
                              param_bytes, rank_params)
 from .opgraph import Shard, shard
@@ -223,7 +223,7 @@ def _layer_transients(sc: Scenario, layer: int, z: Shard) -> dict[str, float]:
     gathered K/V and the full dK/dV before the reduce-scatter; EP all-to-all send buffer; eager
     attention: the raw QK^T scores, plus the recomputed score tensors under selective recompute;
     full recompute: the layer's whole working set while it is re-run (less its stored input)."""
-    m, p, rc = sc.model, sc.parallel, sc.training.recompute
+    m, p, rc = sc.model, sc.parallel, layer_recompute(sc, layer)
     out = dict.fromkeys(LAYER_TRANSIENTS, 0.0)
     if p.sp and z.t > 1:
         out["sp_gather"] = z.ab * z.T * z.h

@@ -258,7 +258,9 @@ def megatron_args(sc: Scenario) -> list[str]:
         a.append("--tp-comm-overlap")
     if t.recompute != "none":
         a += ["--recompute-granularity", t.recompute]
-        if t.recompute == "full":
+        if t.recompute == "full" and t.recompute_layers is not None:
+            a += ["--recompute-method", "block", "--recompute-num-layers", str(t.recompute_layers)]
+        elif t.recompute == "full":
             a += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if t.precision in ("bf16", "fp8"):
         a.append("--bf16")

@@ -83,7 +83,9 @@ class Layout:
         """The scenario keys this layout sets."""
         return {"parallel": {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
                              "zero": self.zero, "sp": self.sp, "pp_schedule": self.pp_schedule, "vpp": self.vpp},
-                "training": {"micro_batch": self.micro_batch, "recompute": self.recompute}}
+                # the sweep's recompute modes are whole-model ones: a scenario's block recompute
+                # (training.recompute_layers) does not carry over to the layouts it tries
+                "training": {"micro_batch": self.micro_batch, "recompute": self.recompute, "recompute_layers": None}}
 
 
 def layout_of(sc: Scenario) -> Layout:

@@ -26,6 +26,7 @@ from typing import Optional
 import yaml
 
 from ..errors import ScenarioError
+from .corpus import corpus_runs, feature_pairs, feature_table, framework_table
 from .playbook import DEGRADED_P2P_LATENCY_US, NETWORK, PlaybookRun, build_scenario, network_state, read_runs, zero_twins
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,10 @@ class Case:
     mapping: Optional[dict] = None
     """Scenario mapping for published references."""
     source: str = ""
+    framework: str = ""
+    """The training framework the run used (`framework:` of its scenario; the playbook: nanotron)."""
+    release: str = ""
+    """Corpus runs: the release of the performance summary (it decides the split, `corpus.CORPUS_SPLIT`)."""
 
     @property
     def has_throughput(self) -> bool:
@@ -102,7 +107,7 @@ def playbook_cases(path=None) -> list[Case]:
         group = PRE_FIX_GROUP if (r.pp > 1 and not r.after_pp_fix) else MAIN_GROUP
         out.append(Case(set="playbook", id=f"{r.job_id}:{r.run_name}", label=r.label, split=r.split, group=group,
                         status=r.status, tokens_per_s_per_gpu=r.tokens_per_s_per_gpu, step_time_s=r.step_time_s,
-                        mem_gib=r.mem_allocated_gib, mem_reserved_gib=r.mem_reserved_gib, run=r,
+                        mem_gib=r.mem_allocated_gib, mem_reserved_gib=r.mem_reserved_gib, run=r, framework="nanotron",
                         source="Ultra-Scale Playbook benchmark CSV (nanotron, 8 x H100 nodes, AWS EFA)"))
     return out
 
@@ -118,8 +123,19 @@ def reference_cases(directory: Path = REFERENCE_DIR) -> list[Case]:
                             split=run.get("split", "validation"), status="Success",
                             tokens_per_s_per_gpu=m.get("tokens_per_s_per_gpu"), step_time_s=m.get("step_time_s"),
                             model_tflops_per_gpu=m.get("model_tflops_per_gpu"), mem_gib=m.get("mem_gib"),
-                            mapping=run["scenario"], source=f"{doc.get('source', file.stem)}; {run.get('where', '')}".strip("; ")))
+                            framework=_framework_name(run["scenario"]), mapping=run["scenario"], source=f"{doc.get('source', file.stem)}; {run.get('where', '')}".strip("; ")))
     return out
+
+
+def corpus_cases() -> tuple[list[Case], list[dict]]:
+    """The NeMo / Megatron-Bridge corpus (validate/corpus.py): its scored Cases and its skipped rows."""
+    runs, skipped = corpus_runs()
+    return [Case(**r) for r in runs], skipped
+
+
+def _framework_name(mapping: dict) -> str:
+    fw = mapping.get("framework", "megatron")  # clustersim's default framework
+    return fw if isinstance(fw, str) else fw.get("name", "megatron")
 
 
 def load_cases(sets=SETS, split: str = "all", csv=None) -> list[Case]:
@@ -127,7 +143,7 @@ def load_cases(sets=SETS, split: str = "all", csv=None) -> list[Case]:
     if "playbook" in sets:
         cases += playbook_cases(csv)
     if "published" in sets:
-        cases += reference_cases()
+        cases += reference_cases() + corpus_cases()[0]
     return [c for c in cases if split == "all" or c.split == split]
 
 
@@ -423,6 +439,10 @@ def validate(sets=SETS, split: str = "all", sample: int | None = None, estimator
         "noise_floor": noise_floor(playbook) if playbook else None,
         "busbw": busbw_check(playbook) if playbook else [],
         "slow_sends": slow_sends(outcomes),
+        "frameworks": framework_table(outcomes),
+        "features": feature_table(outcomes, case_scenario) if "published" in sets else [],
+        "feature_pairs": feature_pairs(outcomes) if "published" in sets else [],
+        "corpus_skipped": corpus_cases()[1] if "published" in sets else [],
         "outcomes": outcomes,
         "wall_s": time.perf_counter() - t0,
     }

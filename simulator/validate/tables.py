@@ -53,6 +53,7 @@ def markdown_table(result: dict) -> str:
                       f"send (with `--network measured` a send on a job whose probe shows a degraded node is priced at "
                       f"{DEGRADED_P2P_LATENCY_US / 1e3:.0f} ms, so there these are jobs whose probes show none): "
                       + "; ".join(parts) + "."]
+    lines += published_tables(result)
     mem_lines = [f"| {r['set']} | {r['split']} | {r['group']} | {r['memory']['n']} | {_f(r['memory']['mape_pct'], 1, '%')} "
                  f"| {_f(r['memory']['bias_pct'], 1, '%')} | {r['memory_peak']['n']} | {_f(r['memory_peak']['mape_pct'], 1, '%')} "
                  f"| {_f(r['memory_peak']['bias_pct'], 1, '%')} |" for r in result["summary"] if r["memory"]["n"] or r["memory_peak"]["n"]]
@@ -62,6 +63,42 @@ def markdown_table(result: dict) -> str:
                   "| set | split | group | states n | states MAPE | bias | peak n | peak vs reserved MAPE | bias |",
                   "|---|---|---|---|---|---|---|---|---|"] + mem_lines
     return "\n".join(lines)
+
+
+def published_tables(result: dict) -> list[str]:
+    """Per framework and split, per feature, the feature ratios on otherwise-identical pairs, and the corpus rows
+    not scored (validate/corpus.py). Nothing when the result has no published cases."""
+    lines = []
+    fws = [r for r in result.get("frameworks", []) if r["n"]]
+    if fws and result.get("features"):
+        lines += ["", "Per framework (playbook = nanotron, main group; published = papers + NeMo/Megatron-Bridge corpus), "
+                      "throughput error:", "", "| framework | split | runs | MAPE | median APE | bias |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['framework']} | {r['split']} | {r['n']} | {_f(r['mape_pct'], 1, '%')} | {_f(r['median_ape_pct'], 1, '%')} "
+                  f"| {_f(r['bias_pct'], 1, '%')} |" for r in fws]
+    if result.get("features"):
+        lines += ["", "Per feature (published cases), throughput error by split:", "",
+                  "| framework | feature | value | split | runs | MAPE | median APE | bias |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['framework']} | {r['feature']} | {r['value']} | {r['split']} | {r['n']} | {_f(r['mape_pct'], 1, '%')} "
+                  f"| {_f(r['median_ape_pct'], 1, '%')} | {_f(r['bias_pct'], 1, '%')} |" for r in result["features"]]
+    pairs = result.get("feature_pairs")
+    if pairs:
+        lines += ["", "Feature ratios: published runs that differ only in one feature (b / a, tokens/s/GPU or TFLOP/s/GPU), "
+                      "measured against clustersim's ratio for the same pair:", "",
+                  "| feature | a | b | split | differs | measured b/a | predicted b/a | ratio error |", "|---|---|---|---|---|---|---|---|"]
+        for r in pairs:
+            diff = "; ".join(f"{k.split('.')[-1]} {a} -> {b}" for k, (a, b) in r["differs"].items()) or "release only"
+            lines.append(f"| {r['kind']} | `{r['a']}` | `{r['b']}` | {r['split']} | {diff} | {r['measured_ratio']:.3f} "
+                         f"| {r['predicted_ratio']:.3f} | {r['ratio_error_pct']:+.1f}% |")
+    elif result.get("features"):
+        lines += ["", "Feature ratios: no two published runs differ in one feature only."]
+    skipped = result.get("corpus_skipped")
+    if skipped:
+        why = defaultdict(list)
+        for r in skipped:
+            why[r["reason"]].append(r["id"])
+        lines += ["", f"Corpus rows not scored ({len(skipped)}):", ""]
+        lines += [f"- {reason}: {len(ids)} ({', '.join(sorted(ids))})" for reason, ids in sorted(why.items())]
+    return lines
 
 
 def format_text(result: dict, verbose: bool = False) -> str:
