@@ -22,7 +22,7 @@ from .schema import from_mapping
 from .topology import Topology, load_topology
 from .run_spec import RunSpec, parse_run
 
-EFFICIENCY_KEYS = ("gemm", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
+EFFICIENCY_KEYS = ("gemm", "gemm_fp8", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
                    "tp_host_s", "tp_host_per_rank_s", "dp_comm_overhead_s", "dp_ring_step_latency_us",
                    "comm_sm_share")
 """`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and

@@ -134,3 +134,13 @@ def test_the_report_names_the_framework_it_priced():
     assert r["framework"]["name"] == "megatron" and r["framework"]["attention_kernel"]
     given = {o["name"] for o in r["framework"]["options"] if o["given"]}
     assert given == {"distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather"}
+
+
+def test_megatrons_fitted_fp8_gemm_efficiency_prices_fp8_gemms_only():
+    """`gemm_fp8` (fitted on the corpus fit split) replaces the FP8 curve's peak; BF16 GEMMs keep theirs."""
+    from simulator.cost.costs import build_cost_model
+    mega = build_cost_model(scenario_from_mapping(mapping("megatron")))
+    titan = build_cost_model(scenario_from_mapping(mapping("torchtitan", zero=3)))
+    assert mega.gemm_curve("fp8")[0] == load_framework("megatron").efficiency["gemm_fp8"].value == 0.55
+    assert titan.gemm_curve("fp8")[0] > 0.6, "torchtitan keeps the published FP8 curve"
+    assert mega.gemm_curve("bf16") == titan.gemm_curve("bf16")

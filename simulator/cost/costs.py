@@ -99,6 +99,8 @@ class CostModel:
             return self.efficiency["gemm"], GEMM_HALF_EFFICIENCY_S
         k = self.kernels()
         curve = k.gemm.get(dtype) if k is not None else None
+        if dtype == "fp8" and "gemm_fp8" in self.efficiency:  # a stack's FP8 GEMMs at its own fraction, the curve's knee
+            return self.efficiency["gemm_fp8"], curve.half_efficiency_s if curve is not None else GEMM_HALF_EFFICIENCY_S
         if curve is not None:
             return curve.peak_efficiency, curve.half_efficiency_s
         return GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S
