@@ -8,7 +8,7 @@ import pytest
 
 from simulator.evaluate.engine import run_engine
 from simulator.evaluate.engine.trace import rank_memory_events
-from simulator.plan.memory import memory_report
+from simulator.plan.memory import chunk_activation_bytes, memory_report
 from simulator.plan.memory_timeline import levels_by_category, memory_levels, peak_bytes
 from test_engine import CommCost, scenario
 
@@ -67,16 +67,17 @@ def _activation_levels(sc, rk):
 def test_one_stage_with_accumulation_ramps_through_each_forward_and_falls_through_each_backward():
     sc = scenario(pp=1, m=4)
     rk = _two_steps(sc).ranks[0]
+    events = rank_memory_events(sc, rk)
     times, act = _activation_levels(sc, rk)
-    units = sc.model.layers + 2  # embedding, layers, head
+    whole = chunk_activation_bytes(sc, 0, 0)
     for start, end, st, *_ in rk.rec.passes:
-        inside = [a for t, a in zip(times, act) if start < t <= end]
-        assert len(inside) == units
-        steps = [b - a for a, b in zip(inside, inside[1:])]
-        if st.kind == "F":
-            assert all(d > 0 for d in steps)
-        else:
-            assert all(d < 0 for d in steps) and inside[-1] == pytest.approx(0.0, abs=1e-6)
+        inside = [a for t, a in zip(times, act) if start <= t < end]
+        steps = [b - a for a, b in zip(inside, inside[1:]) if b != a]
+        assert len(steps) > 4 * sc.model.layers  # tensor by tensor, several per layer
+        assert all(d > 0 for d in steps) if st.kind == "F" else all(d < 0 for d in steps)
+        mine = sum(e.delta for e in events if e.category == "activations" and e.what.endswith(f" mb{st.mb}")
+                   and start <= e.time <= end)
+        assert mine == pytest.approx(whole if st.kind == "F" else -whole)
 
 
 def test_adam_states_appear_at_the_first_step_only():
@@ -116,6 +117,5 @@ def test_pytorch_cpu_timeline_matches_the_simulated_one_without_recompute():
     assert abs(case["peak_error"]) <= mod.PEAK_BAR
     assert case["curve_mean"] <= mod.CURVE_BAR
     # PyTorch's forward stores as it goes and its backward releases as it goes, as the simulation draws
-    # (the midpoint fractions move with the CPU's pace within a pass: 0.58-0.62 measured, 0.47 simulated)
-    for k in ("ramp_mid", "release_mid"):
-        assert 0.2 < case[f"{k}_measured"] < 0.8 and 0.2 < case[f"{k}_simulated"] < 0.8
+    # (measured on this machine: ramp 0.52-0.56 against 0.49 simulated, release 0.45-0.46 against 0.51)
+    assert mod.verdict(case) == []

@@ -6,11 +6,13 @@ time from the passes an evaluator ran (start, end, kind, chunk), so the trace's 
 
 - weights (and the fp32 master copies, created with the optimizer) and the buffers allocated outside
   the caching allocator (CUDA context, NCCL) are held from the start;
-- a forward stores its activations unit by unit: the embedding's terms, then each layer's
-  (`layer_activation_terms`), then the head's, each at the end of its share of the pass; a backward (B or
-  BW) releases them in reverse order, each at the end of its share (PyTorch frees a node's saved tensors
-  when its backward has run). The units share the pass's time equally (the pass is one interval to
-  the evaluator);
+- a forward stores its activations tensor by tensor: the embedding's terms, then each layer's
+  (`layer_activation_terms`, in the order the layer uses them), then the head's, the terms of a unit
+  spread evenly over the unit's share of the pass, each at the start of its slice (a saved tensor is
+  the input of the op that saves it: it exists when that op starts, e.g. a layer's input, made by the
+  layer before, or under full recompute the checkpoint's input); a backward (B or BW) releases them in reverse order
+  (PyTorch frees a node's saved tensors when its backward has run). The pass is one interval to the evaluator; the units share it in proportion
+  to their GEMMs' parameters (`_slot_ends`);
 - the temporaries of `buffer_bytes` are held through each pass at their largest, as the memory model
   charges them on top of all activations in flight: a forward holds the rank's worst layer temporaries,
   a backward `_transient_total` (the layer ones or, on the chunk with the loss, the logits' gradient when
@@ -69,10 +71,16 @@ class MemoryEvent:
 
 @dataclass(frozen=True, slots=True)
 class _Unit:
-    """A piece of a chunk's pass: its stored activations and the gradient bytes of its parameters."""
+    """A piece of a chunk's pass: its stored tensors in forward order (name, bytes), the gradient bytes of
+    its parameters and its share of the pass's time (its GEMMs' parameters: the embedding is a lookup, 0)."""
     name: str
-    activations: float
+    terms: tuple[tuple[str, float], ...]
     grads: float
+    gemm_params: float
+
+
+def _terms(d: dict[str, float]) -> tuple[tuple[str, float], ...]:
+    return tuple((k, float(v)) for k, v in d.items() if v)
 
 
 def _units(sc: Scenario, pp_rank: int, chunk: int, grads_per_param: float) -> list[_Unit]:
@@ -81,14 +89,14 @@ def _units(sc: Scenario, pp_rank: int, chunk: int, grads_per_param: float) -> li
     rp = rank_params(sc, pp_rank)
     out = []
     if chunk == 0:
-        out.append(_Unit("embedding", float(sum(embedding_activation_terms(sc).values())),
-                         grads_per_param * embedding_rank_params(sc)))
+        out.append(_Unit("embedding", _terms(embedding_activation_terms(sc)),
+                         grads_per_param * embedding_rank_params(sc), 0.0))
     for i in layers:
-        out.append(_Unit(f"L{i}", float(sum(layer_activation_terms(sc, i).values())),
-                         grads_per_param * sum(layer_rank_params(sc, i))))
+        n = sum(layer_rank_params(sc, i))
+        out.append(_Unit(f"L{i}", _terms(layer_activation_terms(sc, i)), grads_per_param * n, n))
     if chunk == last_chunk(sc):
-        out.append(_Unit("head", float(sum(head_activation_terms(sc).values())),
-                         grads_per_param * sum(head_rank_tensors(sc, rp.embedding))))
+        n = sum(head_rank_tensors(sc, rp.embedding))
+        out.append(_Unit("head", _terms(head_activation_terms(sc)), grads_per_param * n, n))
     return out
 
 
@@ -101,8 +109,20 @@ def _adam_share(sc: Scenario) -> float:
     return ADAM_STATE_BYTES / (ADAM_STATE_BYTES + master)
 
 
-def _slot_end(p: PassTime, k: int, n: int) -> float:
-    return p.start + (p.end - p.start) * (k + 1) / n
+def _slot_ends(p: PassTime, units: list[_Unit]) -> list[float]:
+    """When each unit's share of the pass ends, in the order given: the pass's time split in proportion to
+    the units' GEMM parameters (2 x params x tokens FLOPs each way; attention's s^2 part is not counted),
+    equally when none has any."""
+    w = [u.gemm_params for u in units]
+    total = sum(w)
+    if total <= 0:
+        w, total = [1.0] * len(units), float(len(units))
+    out, acc = [], 0.0
+    for x in w:
+        acc += x
+        out.append(p.start + (p.end - p.start) * acc / total)
+    out[-1] = p.end
+    return out
 
 
 def memory_events(sc: Scenario, pp_rank: int, passes: list[PassTime], optimizer: list[tuple[float, float]],
@@ -143,15 +163,21 @@ def memory_events(sc: Scenario, pp_rank: int, passes: list[PassTime], optimizer:
             if p.kind == "F":
                 ev += [MemoryEvent(p.start, layer_tmp, "buffers", "layer temporaries"),
                        MemoryEvent(p.end, -layer_tmp, "buffers", "layer temporaries")]
-                ev += [MemoryEvent(_slot_end(p, k, len(us)), u.activations, "activations", f"activations {u.name} {mb}")
-                       for k, u in enumerate(us)]
+                ends_ = _slot_ends(p, us)
+                for a0, a1, u in zip([p.start] + ends_[:-1], ends_, us):
+                    n = len(u.terms)
+                    ev += [MemoryEvent(a0 + (a1 - a0) * k / n, v, "activations", f"{u.name} {name} {mb}")
+                           for k, (name, v) in enumerate(u.terms)]
             elif p.kind in ("B", "BW"):
                 tmp = bwd_tmp[p.chunk]
                 ev += [MemoryEvent(p.start, tmp, "buffers", "backward temporaries"),
                        MemoryEvent(p.end, -tmp, "buffers", "backward temporaries")]
-                for k, u in enumerate(reversed(us)):
-                    t = _slot_end(p, k, len(us))
-                    ev.append(MemoryEvent(t, -u.activations, "activations", f"activations {u.name} {mb}"))
+                back = us[::-1]
+                ends_ = _slot_ends(p, back)
+                for a0, t, u in zip([p.start] + ends_[:-1], ends_, back):
+                    n = len(u.terms)
+                    ev += [MemoryEvent(a0 + (t - a0) * (k + 1) / n, -v, "activations", f"{u.name} {name} {mb}")
+                           for k, (name, v) in enumerate(reversed(u.terms))]
                     if lazy_grads and (p.chunk, u.name) not in graded:
                         graded.add((p.chunk, u.name))
                         grads_made += u.grads
