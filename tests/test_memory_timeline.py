@@ -119,3 +119,13 @@ def test_pytorch_cpu_timeline_matches_the_simulated_one_without_recompute():
     # PyTorch's forward stores as it goes and its backward releases as it goes, as the simulation draws
     # (measured on this machine: ramp 0.52-0.56 against 0.49 simulated, release 0.45-0.46 against 0.51)
     assert mod.verdict(case) == []
+
+
+def test_layer_detail_has_the_same_peak_with_fewer_events_and_the_trace_switches_to_it():
+    from simulator.evaluate.engine.trace import memory_counter
+    sc = scenario(pp=2, m=4)
+    rk = _two_steps(sc).ranks[0]
+    fine, coarse = rank_memory_events(sc, rk), rank_memory_events(sc, rk, detail="layer")
+    assert len(coarse) < len(fine) / 3
+    assert peak_bytes(coarse) == pytest.approx(peak_bytes(fine), rel=1e-12)
+    assert len(memory_counter(sc, rk, max_events=10)) < len(memory_counter(sc, rk))

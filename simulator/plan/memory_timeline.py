@@ -80,7 +80,7 @@ class _Unit:
 
 
 def _terms(d: dict[str, float]) -> tuple[tuple[str, float], ...]:
-    return tuple((k, float(v)) for k, v in d.items() if v)
+    return tuple((k, float(v)) for k, v in d.items() if v) or (("activations", 0.0),)
 
 
 def _units(sc: Scenario, pp_rank: int, chunk: int, grads_per_param: float) -> list[_Unit]:
@@ -125,11 +125,19 @@ def _slot_ends(p: PassTime, units: list[_Unit]) -> list[float]:
     return out
 
 
+DETAILS = ("tensor", "layer")
+"""`memory_events` granularity: every saved tensor, or one event per layer (embedding, head) and pass
+(the trace takes it when the tensors would make its counters too many)."""
+
+
 def memory_events(sc: Scenario, pp_rank: int, passes: list[PassTime], optimizer: list[tuple[float, float]],
-                  *, first_step: bool = True) -> list[MemoryEvent]:
+                  *, first_step: bool = True, detail: str = "tensor") -> list[MemoryEvent]:
     """Allocations and frees of one rank of stage `pp_rank` (module docstring), sorted by time with frees
     first at one instant. `passes`: the rank's passes over the steps run; `optimizer`: each step's
-    optimizer interval, in order (a pass belongs to the step whose optimizer interval follows it)."""
+    optimizer interval, in order (a pass belongs to the step whose optimizer interval follows it);
+    `detail`: one of `DETAILS` (the levels at layer boundaries and the peak are the same)."""
+    if detail not in DETAILS:
+        raise ValueError(f"detail {detail!r}: allowed {' | '.join(DETAILS)}")
     groups = zero_groups(sc)
     st = static_bytes(sc, pp_rank, groups=groups)
     kinds = buffer_bytes(sc, pp_rank, groups=groups)
@@ -148,6 +156,9 @@ def memory_events(sc: Scenario, pp_rank: int, passes: list[PassTime], optimizer:
     bwd_tmp = {c: (_transient_total(kinds) if c == last_chunk(sc) else layer_tmp) for c, _ in rank_chunks(sc, pp_rank)}
     per_param = st["grads"] / rp.total if rp.total else 0.0
     units = {c: _units(sc, pp_rank, c, per_param) for c, _ in rank_chunks(sc, pp_rank)}
+    if detail == "layer":
+        units = {c: [_Unit(u.name, (("activations", sum(v for _, v in u.terms)),), u.grads, u.gemm_params) for u in us]
+                 for c, us in units.items()}
     ends = [b for _, b in optimizer] or [float("inf")]
     steps: list[list[PassTime]] = [[] for _ in ends]
     for p in sorted(passes, key=lambda p: p.start):
@@ -226,3 +237,11 @@ def levels_by_category(events: list[MemoryEvent]) -> tuple[list[float], dict[str
         for i in range(1, len(col)):
             col[i] += col[i - 1]
     return times, series
+
+
+def event_count(sc: Scenario, pp_rank: int, passes: int, detail: str = "tensor") -> int:
+    """About how many activation events `memory_events` makes for `passes` passes (F and B) of the rank:
+    the trace picks its `detail` by it."""
+    per_chunk = [_units(sc, pp_rank, c, 0.0) for c, _ in rank_chunks(sc, pp_rank)]
+    n = max((len(us) if detail == "layer" else sum(len(u.terms) for u in us) for us in per_chunk), default=0)
+    return n * passes

@@ -99,8 +99,8 @@ def memory_series(sc, rk) -> tuple[list[float], dict[str, list[float]]]:
     first backward and go at zero_grad, activations rise through each forward and fall through each
     backward)."""
     from ...plan.memory_timeline import levels_by_category  # noqa: PLC0415
-    from .trace import rank_memory_events  # noqa: PLC0415
-    times, comps = levels_by_category(rank_memory_events(sc, rk))
+    from .trace import counter_detail, rank_memory_events  # noqa: PLC0415
+    times, comps = levels_by_category(rank_memory_events(sc, rk, detail=counter_detail(sc, rk)))
     if rk.end > times[-1]:
         times.append(rk.end)
         for col in comps.values():

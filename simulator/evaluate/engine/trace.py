@@ -25,20 +25,33 @@ MAX_OP_SLICES = 250_000
 """About 40 MB of JSON: Perfetto's in-browser engine handles it (it has failed near 1 GB, perfetto#99)."""
 
 
-def rank_memory_events(sc, rk, *, first_step: bool = True) -> list:
+MAX_MEMORY_COUNTERS = 20_000
+"""Memory counter events per traced rank before the counter goes from one event per saved tensor to one
+per layer (a 70B layout on 512 GPUs would otherwise add ~200k events, 20 MB, to its trace)."""
+
+
+def rank_memory_events(sc, rk, *, first_step: bool = True, detail: str = "tensor") -> list:
     """The rank's allocations and frees op by op (`plan/memory_timeline.py`) from the passes and optimizer
     steps the engine recorded for it."""
     from ...plan.memory_timeline import PassTime, memory_events  # noqa: PLC0415
     passes = [PassTime(start, end, st.kind, st.chunk, st.mb) for start, end, st, *_ in rk.rec.passes]
-    return memory_events(sc, rk.stage, passes, list(rk.rec.optimizer), first_step=first_step)
+    return memory_events(sc, rk.stage, passes, list(rk.rec.optimizer), first_step=first_step, detail=detail)
 
 
-def memory_counter(sc, rk) -> list[tuple[float, float]]:
+def memory_counter(sc, rk, max_events: int = MAX_MEMORY_COUNTERS) -> list[tuple[float, float]]:
     """(time, bytes held) for a rank's memory counter: a steady-state step (Adam's states already there)
-    with activations stored layer by layer through each forward and released layer by layer through each
-    backward (`plan/memory_timeline.py`); its largest value is the memory model's stage peak."""
+    with activations stored tensor by tensor (layer by layer past `max_events`) through each forward and
+    released through each backward (`plan/memory_timeline.py`); its largest value is the memory model's
+    stage peak."""
     from ...plan.memory_timeline import memory_levels  # noqa: PLC0415
-    return [(t, held) for t, held, _ in memory_levels(rank_memory_events(sc, rk, first_step=False))]
+    detail = counter_detail(sc, rk, max_events)
+    return [(t, held) for t, held, _ in memory_levels(rank_memory_events(sc, rk, first_step=False, detail=detail))]
+
+
+def counter_detail(sc, rk, max_events: int = MAX_MEMORY_COUNTERS) -> str:
+    """"tensor" while the rank's passes make at most `max_events` activation events that way, else "layer"."""
+    from ...plan.memory_timeline import event_count  # noqa: PLC0415
+    return "tensor" if event_count(sc, rk.stage, len(rk.rec.passes)) <= max_events else "layer"
 
 
 def _ns(t: float) -> int:
