@@ -1,6 +1,6 @@
 """The simulated memory timeline op by op against PyTorch's, recorded for real on this CPU (issue 43 item 4).
 
-    python validation/memory_timeline.py [--modes none,selective,full] [--steps 2] [--json FILE]
+    python validation/memory_timeline.py [--modes none,selective,full] [--steps 2] [--json FILE] [--plot FILE]
 
 Per recompute mode: `scenarios/replay/memory-1proc.yaml` (the replay's tiny Llama: 4 layers, h 256, s 256,
 vocab 1024, eager attention, fp32, AdamW, one process, 2 micro-batches accumulated, unfused `.grad`) is
@@ -181,11 +181,31 @@ def run_case(mode: str, steps: int = 2) -> dict:
     return case
 
 
+def plot(cases: list[dict], path: str) -> None:
+    """Both timelines per case on the phase-normalised axis (whole levels; thin: what is stored)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(len(cases), 1, figsize=(12, 2.6 * len(cases)), sharex=True, squeeze=False)
+    for ax, c in zip(axes[:, 0], cases):
+        for key, label, style in (("measured_curve_mib", "PyTorch (CPU)", "C0-"), ("simulated_curve_mib", "simulated", "C3-"),
+                                  ("measured_stored_mib", "PyTorch stored", "C0:"), ("simulated_stored_mib", "simulated stored", "C3:")):
+            xs = [k + j / SAMPLES for k, row in enumerate(c[key]) for j in range(len(row))]
+            ax.plot(xs, [v for row in c[key] for v in row], style, lw=1.2 if style.endswith("-") else 0.8, label=label)
+        ax.set_ylabel(f"{c['recompute']}\nMiB", fontsize=8)
+    axes[0, 0].legend(fontsize=7, ncol=4, loc="lower right")
+    axes[-1, 0].set_xlabel("phase (F mb0, B mb0, F mb1, B mb1, optimizer) x 2 steps, each normalised to 1")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", default="none,selective,full")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--json", help="write the cases (with both sampled curves) to this file")
+    ap.add_argument("--plot", help="draw both timelines per case to this image")
     a = ap.parse_args(argv)
     cases, failed = [], 0
     print(f"{'recompute':<10} {'measured':>10} {'simulated':>10} {'error':>7}   {'ramp m/s':>13}   "
@@ -202,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {cases[0]['torch']}, CPU, one process; time normalised per phase ({SAMPLES} samples each)")
     if a.json:
         Path(a.json).write_text(json.dumps(cases, indent=1))
+    if a.plot:
+        plot(cases, a.plot)
     return 1 if failed else 0
 
 
