@@ -93,28 +93,18 @@ def plot_timeline(path: Path, sc, eng, traced, res) -> None:
     plt.close(fig)
 
 
-def memory_series(sc, rk, stage_mem) -> tuple[list[float], dict[str, list[float]]]:
-    """Times and stacked components (bytes) of one rank over a two-step run."""
-    from .trace import memory_counter  # noqa: PLC0415  (the trace's counter: forwards ramp up, backwards down)
-    rec = rk.rec
-    first_bwd = min((start for start, _, st, _, _ in rec.passes if st.kind != "F"), default=0.0)
-    opt_end = rec.optimizer[0][1] if rec.optimizer else float("inf")
-    mem = memory_counter(rec.passes, 0.0)
-    times = sorted({0.0, first_bwd, opt_end if opt_end != float("inf") else 0.0, rk.end} | {t for t, _ in mem})
-    act_at = []
-    j, cur = 0, 0.0
-    for t in times:
-        while j < len(mem) and mem[j][0] <= t:
-            cur = mem[j][1]
-            j += 1
-        act_at.append(cur)
-    comps = {
-        "parameters": [stage_mem.weights] * len(times),
-        "buffers": [stage_mem.buffers] * len(times),
-        "gradients": [stage_mem.grads if t >= first_bwd else 0.0 for t in times],
-        "optimizer state": [stage_mem.optimizer if t >= opt_end else 0.0 for t in times],
-        "activations": act_at,
-    }
+def memory_series(sc, rk) -> tuple[list[float], dict[str, list[float]]]:
+    """Times and stacked components (bytes) of one rank over a two-step run, op by op
+    (`plan/memory_timeline.py`: Adam's states appear at the first step, unfused gradients during the
+    first backward and go at zero_grad, activations rise through each forward and fall through each
+    backward)."""
+    from ...plan.memory_timeline import levels_by_category  # noqa: PLC0415
+    from .trace import counter_detail, rank_memory_events  # noqa: PLC0415
+    times, comps = levels_by_category(rank_memory_events(sc, rk, detail=counter_detail(sc, rk)))
+    if rk.end > times[-1]:
+        times.append(rk.end)
+        for col in comps.values():
+            col.append(col[-1])
     return times, comps
 
 
@@ -132,7 +122,7 @@ def plot_memory(path: Path, sc, eng) -> None:
     fig, axes = plt.subplots(len(traced), 1, figsize=(12, 2.1 * len(traced) + 1), sharex=True, squeeze=False)
     colors = ["#4c72b0", "#999999", "#dd8452", "#c44e52", "#55a868"]
     for ax, rk in zip(axes[:, 0], traced):
-        times, comps = memory_series(sc, rk, rep.per_stage[rk.stage])
+        times, comps = memory_series(sc, rk)
         ys = [[v / GIB for v in series] for series in comps.values()]
         ax.stackplot(times, *ys, labels=list(comps), colors=colors, step="post")
         ax.axhline(rep.capacity_gib, color="k", lw=0.8, ls="--")

@@ -5,8 +5,8 @@ Layout (docs/ecosystem.md §2.1): one process per traced rank (`pid` = global ra
 Each pass is an `X` slice on the compute thread ("C3 mb5 F") with its ops nested inside it
 ("L3 mb5 F qkv"); communication ops sit on their stream's thread with `cat` = the dimension. PP
 transfers are a send slice on the sender and a receive slice on the receiver joined by a flow (`s` ->
-`f`, `bp: "e"`). `C` counter events track memory per rank (static + buffers + activations held),
-rising through each forward and falling through each backward (`memory_counter`).
+`f`, `bp: "e"`). `C` counter events track memory per rank op by op (`memory_counter`: activations
+stored layer by layer through each forward and released through each backward, plan/memory_timeline.py).
 Timestamps are microseconds (floats with ns resolution, as kineto writes them); every stream is serial,
 so slices on one (pid, tid) nest strictly. Size is capped: only representative ranks are traced, and
 when the op-level slices would exceed `max_op_slices` only the first and last micro-batches keep their
@@ -21,37 +21,37 @@ from pathlib import Path
 THREADS = ("compute", "tp", "cp", "ep", "dp", "pp send", "pp recv")
 TID = {name: i + 1 for i, name in enumerate(THREADS)}
 GIB = 2 ** 30
-MEMORY_RAMP_STEPS = 4
-"""Counter steps per pass that allocates or frees activations: enough for Perfetto to show memory rising
-through each forward and falling through each backward, few enough to keep the trace small."""
 MAX_OP_SLICES = 250_000
 """About 40 MB of JSON: Perfetto's in-browser engine handles it (it has failed near 1 GB, perfetto#99)."""
 
 
-def memory_counter(passes, static: float, ramp_steps: int = MEMORY_RAMP_STEPS) -> list[tuple[float, float]]:
-    """(time, bytes held) for a rank's memory counter: `static` plus activations. A forward's activations
-    are stored layer by layer over the forward and a backward releases them over the backward, so each
-    pass's allocation or release is drawn as `ramp_steps` equal steps across the pass, the last at its
-    end; the counter then reaches the engine's peak at the end of the forward that the engine charges
-    at its start (nothing is freed during a forward), and dips during every backward. At one timestamp
-    frees come before allocations and each timestamp gets one event (its final level), so no drop is
-    hidden under a rise at the same instant."""
-    deltas = []
-    for start, end, st, *_ in passes:
-        for amount in (st.alloc, -st.free):
-            if amount:
-                n = ramp_steps if end > start else 1
-                deltas += [(start + (end - start) * i / n, amount / n) for i in range(1, n + 1)]
-    deltas.sort(key=lambda d: (_ns(d[0]), d[1] > 0))
-    out = [(0.0, static)]
-    held = static
-    for t, d in deltas:
-        held += d
-        if _ns(t) == _ns(out[-1][0]):
-            out[-1] = (out[-1][0], held)
-        else:
-            out.append((t, held))
-    return out
+MAX_MEMORY_COUNTERS = 20_000
+"""Memory counter events per traced rank before the counter goes from one event per saved tensor to one
+per layer (a 70B layout on 512 GPUs would otherwise add ~200k events, 20 MB, to its trace)."""
+
+
+def rank_memory_events(sc, rk, *, first_step: bool = True, detail: str = "tensor") -> list:
+    """The rank's allocations and frees op by op (`plan/memory_timeline.py`) from the passes and optimizer
+    steps the engine recorded for it."""
+    from ...plan.memory_timeline import PassTime, memory_events  # noqa: PLC0415
+    passes = [PassTime(start, end, st.kind, st.chunk, st.mb) for start, end, st, *_ in rk.rec.passes]
+    return memory_events(sc, rk.stage, passes, list(rk.rec.optimizer), first_step=first_step, detail=detail)
+
+
+def memory_counter(sc, rk, max_events: int = MAX_MEMORY_COUNTERS) -> list[tuple[float, float]]:
+    """(time, bytes held) for a rank's memory counter: a steady-state step (Adam's states already there)
+    with activations stored tensor by tensor (layer by layer past `max_events`) through each forward and
+    released through each backward (`plan/memory_timeline.py`); its largest value is the memory model's
+    stage peak."""
+    from ...plan.memory_timeline import memory_levels  # noqa: PLC0415
+    detail = counter_detail(sc, rk, max_events)
+    return [(t, held) for t, held, _ in memory_levels(rank_memory_events(sc, rk, first_step=False, detail=detail))]
+
+
+def counter_detail(sc, rk, max_events: int = MAX_MEMORY_COUNTERS) -> str:
+    """"tensor" while the rank's passes make at most `max_events` activation events that way, else "layer"."""
+    from ...plan.memory_timeline import event_count  # noqa: PLC0415
+    return "tensor" if event_count(sc, rk.stage, len(rk.rec.passes)) <= max_events else "layer"
 
 
 def _ns(t: float) -> int:
@@ -144,7 +144,7 @@ def build_trace(sc, eng, traced, static: list[float], max_op_slices: int = MAX_O
             if eng.ranks[src].rec is not None:
                 events.append({"name": "pp", "cat": "pp", "ph": "f", "bp": "e", "id": fid, "pid": pid,
                                "tid": TID["pp recv"], "ts": _ns(a) / 1000})
-        for t, held in memory_counter(rec.passes, static[rk.stage]):
+        for t, held in memory_counter(sc, rk):
             events.append({"name": "memory", "ph": "C", "pid": pid, "ts": _ns(t) / 1000, "args": {"GiB": held / GIB}})
     return {"traceEvents": events, "displayTimeUnit": "ms", "schemaVersion": 1, "traceName": sc.name,
             "otherData": {"generator": "clustersim engine", "scenario": sc.name,
