@@ -129,3 +129,27 @@ def test_layer_detail_has_the_same_peak_with_fewer_events_and_the_trace_switches
     assert len(coarse) < len(fine) / 3
     assert peak_bytes(coarse) == pytest.approx(peak_bytes(fine), rel=1e-12)
     assert len(memory_counter(sc, rk, max_events=10)) < len(memory_counter(sc, rk))
+
+
+def test_replay_records_the_cpu_memory_timeline_of_a_one_process_scenario_only(tmp_path):
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-m", "calibrate", "replay", "scenarios/replay/dp2.yaml", "--memory-timeline",
+                          str(tmp_path / "t.json")], capture_output=True, text=True, cwd=root, timeout=120)
+    assert out.returncode == 2 and "one process" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.slow
+def test_replay_writes_the_recorded_memory_timeline(tmp_path):
+    import json
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-m", "calibrate", "replay", "scenarios/replay/memory-1proc.yaml",
+                          "--memory-timeline", str(tmp_path / "t.json")], capture_output=True, text=True, cwd=root,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rec = json.loads((tmp_path / "t.json").read_text())
+    assert rec["levels"] and rec["passes"] and max(b for _, b in rec["levels"]) > 0

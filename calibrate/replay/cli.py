@@ -74,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--lr", type=float, default=d.lr)
     ap.add_argument("--no-reference", action="store_true", help="skip the single-process loss check")
+    ap.add_argument("--memory-timeline", default=None, metavar="FILE",
+                    help="instead of the replay: record PyTorch's CPU memory timeline of the scenario's one-process "
+                         "run (all degrees 1) into FILE as JSON; validation/memory_timeline.py compares it with the simulation")
     return ap
 
 
@@ -98,11 +101,33 @@ def main(argv: list[str]) -> int:
     except ScenarioError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
+    if args.memory_timeline:
+        return _memory_timeline(plan.scenario, args)
     try:
         return _run(plan, options, args, clock)
     except KeyboardInterrupt:
         print("error: replay interrupted; every rank was stopped", file=sys.stderr)
         return 130
+
+
+def _memory_timeline(sc, args) -> int:
+    """`--memory-timeline FILE`: PyTorch's memory as the step runs (calibrate/replay/memory_timeline.py)."""
+    from simulator.outputs import Outputs, check_output, strict_json  # noqa: PLC0415
+    from .memory_timeline import record_memory_timeline  # noqa: PLC0415
+    try:
+        check_output(args.memory_timeline, "--memory-timeline", (".json",))
+        rec = record_memory_timeline(sc, steps=args.steps, seed=args.seed, threads=args.threads or 1)
+    except (ValueError, ScenarioError) as e:
+        print(f"error: --memory-timeline: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    with Outputs() as out:
+        with open(out.temp(args.memory_timeline), "w") as f:
+            f.write(strict_json(rec, indent=1))
+        out.commit()
+    peak = max(b for _, b in rec["levels"]) if rec["levels"] else 0
+    print(f"memory timeline: {len(rec['levels'])} levels over {len(rec['passes'])} passes, peak {peak / 2**20:.2f} MiB "
+          f"-> {args.memory_timeline}")
+    return 0
 
 
 def _run(plan, options, args, clock) -> int:
