@@ -108,6 +108,10 @@ class Training:
     """The cross-entropy over the vocabulary (`plan/step_ops.py`): standard keeps fp32 logits (Megatron's, nanotron's);
     fused computes the gradient in place of the bf16 logits in one kernel (TE's / Megatron's cross_entropy_fusion);
     cut never writes the logits (Cut Cross-Entropy, Wijmans et al. 2024), recomputing them in the backward."""
+    loss_chunk_tokens: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_SEQ_LEN})
+    """With loss fused: the LM head and its loss run over chunks of this many tokens, each chunk's gradients
+    computed at once (Liger-Kernel's fused linear cross-entropy): only one chunk's logits exist at a time and
+    the head input's gradient is kept instead of the logits. Null: one chunk (all tokens)."""
 
     autocast: bool = False
     """bf16 through `torch.autocast` around the whole step instead of bf16 module weights (PyTorch AMP):
@@ -344,6 +348,8 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     check_efficiency(cluster.efficiency, EFFICIENCY_KEYS, MAX_OVERHEAD_S)
     if training.documents is not None:
         training = replace(training, documents=resolve_documents(training.documents, base_dir))
+    if training.loss_chunk_tokens is not None and training.loss != "fused":
+        raise ScenarioError("training.loss_chunk_tokens", f"with loss {training.loss}", "loss: fused (chunks of a fused loss)")
     if training.attention_mask == "document" and training.documents is None:
         raise ScenarioError("training.attention_mask", "document without training.documents", "training.documents, or causal")
     topology = load_topology(cluster.topology, base_dir)

@@ -124,3 +124,16 @@ def test_cut_cross_entropy_recomputes_the_logits_in_the_backward():
     std, _ = _last_stage("standard")
     cut, _ = _last_stage("cut")
     assert cut["hfu"] > std["hfu"] * (cut["mfu"] / std["mfu"]) * 1.001, "the recomputed LM head counts in HFU only"
+
+
+def test_a_chunked_fused_loss_holds_one_chunk_of_logits_and_the_head_inputs_gradient():
+    sc_whole = load_scenario(ROOT / "scenarios" / "1b_1gpu.yaml", ["training.loss=fused"])
+    sc_chunk = load_scenario(ROOT / "scenarios" / "1b_1gpu.yaml", ["training.loss=fused", "training.loss_chunk_tokens=4096"])
+    whole = simulate(sc_whole, estimator="analytic")["memory"]["per_stage"][-1]
+    chunk = simulate(sc_chunk, estimator="analytic")["memory"]["per_stage"][-1]
+    tokens, vocab, hidden = 4 * 4096, sc_whole.model.vocab, sc_whole.model.hidden
+    saved = 2 * tokens * vocab - 2 * tokens * hidden - 2 * 4096 * vocab
+    assert (whole["allocated_peak_gib"] - chunk["allocated_peak_gib"]) * 2**30 == pytest.approx(saved, rel=0.01)
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(ROOT / "scenarios" / "1b_1gpu.yaml", ["training.loss_chunk_tokens=4096"])
+    assert e.value.path == "training.loss_chunk_tokens"

@@ -178,5 +178,7 @@ def head_activation_terms(sc: Scenario) -> dict[str, float]:
     z = shard(sc)
     v = -(-sc.model.vocab // z.t)
     logits = {"standard": LOGIT_BYTES * z.T * v, "fused": z.ab * z.T * v, "cut": CCE_LSE_BYTES * z.T}[sc.training.loss]
+    if sc.training.loss_chunk_tokens is not None:  # chunked fused loss: the head input's gradient, not the logits
+        logits = z.ab * z.T * z.h
     return {"final_norm_input": z.ab * z.T_sp * z.h, "lm_head_input": z.ab * z.T_sp * z.h,
             "logits": logits, "labels": TOKEN_ID_BYTES * z.T, "loss_mask": LOSS_MASK_BYTES * z.T}

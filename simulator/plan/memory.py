@@ -257,6 +257,8 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     if last_chunk(sc) in {c for c, _ in rank_chunks(sc, pp_rank)}:
         # the standard loss's fp32 gradient of the logits; the fused one writes it in place, cut never makes it
         out["logits_grad"] = LOGIT_BYTES * z.T * -(-sc.model.vocab // z.t) if tr.loss == "standard" else 0.0
+        if tr.loss_chunk_tokens is not None:  # one chunk's bf16 logits at a time, in the forward
+            out["logits_grad"] = z.ab * min(tr.loss_chunk_tokens, z.T) * -(-sc.model.vocab // z.t)
         out["head_sp_gather"] = z.ab * z.T * z.h if (p.sp and z.t > 1) else 0.0
     rp = rank_params(sc, pp_rank)
     dense_group, expert_group = groups or zero_groups(sc)
