@@ -21,7 +21,7 @@ both prices the FLOPs and lets a calibration profile price the short sequences' 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
