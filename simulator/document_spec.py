@@ -1,6 +1,5 @@
 """`training.documents`: the lengths of the documents packed into each sequence, as the scenario gives them
-(read strictly; `plan/documents.py` prices what packing does to attention); and the range checks of
-`cluster.efficiency` (the other free-form mapping of a scenario)."""
+(read strictly; `plan/documents.py` prices what packing does to attention)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -86,19 +85,3 @@ def resolve_documents(d: Documents, base_dir: Path | None) -> Documents:
     check_documents(d)
     return d
 
-
-def check_efficiency(efficiency: dict, keys: tuple, max_overhead_s: float) -> None:
-    """`cluster.efficiency`: known keys, each in its range (fractions, seconds, microseconds, an SM share)."""
-    for key, value in efficiency.items():
-        if key not in keys:
-            raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(keys))
-        if key.endswith("_s"):
-            ok, allowed = 0 <= value <= max_overhead_s, f"seconds in [0, {max_overhead_s:g}]"
-        elif key.endswith("_us"):
-            ok, allowed = 0 <= value <= max_overhead_s * 1e6, f"microseconds in [0, {max_overhead_s * 1e6:g}]"
-        elif key == "comm_sm_share":
-            ok, allowed = 0 <= value < 1, "a fraction in [0, 1)"
-        else:
-            ok, allowed = 0 < value <= 1, "a fraction in (0, 1]"
-        if not ok:
-            raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range", allowed)

@@ -73,9 +73,10 @@ def with_outer_sync(sc: Scenario, report: dict) -> dict:
 def straggler_summary(sc: Scenario, iteration: float, estimator: str, cost) -> dict:
     """The report's `stragglers` block: how many GPUs are slow, which stage each slow GPU paces, and the step
     the same job takes with no slow GPU (its twin, priced by the same estimator)."""
-    speed, who = stage_speeds(sc)
+    ranks = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
+    speed, who = stage_speeds(sc, ranks)
     pacing = [{"stage": s, "rank": r, "slowdown": x} for s, (x, r) in enumerate(zip(speed, who)) if r >= 0]
-    slow = len(rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node))
+    slow = len(ranks)
     base = iteration
     if slow:
         twin = replace(sc, cluster=replace(sc.cluster, stragglers=[], slow_gpus=None))

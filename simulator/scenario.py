@@ -16,20 +16,12 @@ from .inputs import existing_file, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model
 from .diloco_spec import DiLoCo
 from .stragglers import SlowGpus, Straggler, check_stragglers
-from .document_spec import Documents, check_efficiency, resolve_documents
+from .document_spec import Documents, resolve_documents
+from .efficiency_spec import check_efficiency
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
 from .run_spec import RunSpec, parse_run
-
-EFFICIENCY_KEYS = ("gemm", "gemm_fp8", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
-                   "tp_host_s", "tp_host_per_rank_s", "dp_comm_overhead_s", "dp_ring_step_latency_us",
-                   "comm_sm_share")
-"""`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
-FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py). dp_comm_overhead_s: seconds
-added to every DP collective; dp_ring_step_latency_us: the per-step floor of DP rings across nodes
-(reduce-scatter, all-gather) in place of the topology's `fabric.ring_step_latency_us`; comm_sm_share:
-the share of a GPU's compute rate that an in-flight collective takes (`sm_share.py`)."""
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 
@@ -55,8 +47,6 @@ RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
 """The Megatron-Core `recompute_modules` the simulator prices (`training.recompute_modules`)."""
 MAX_LAYERS_RECOMPUTED = 1 << 16
 """training.recompute_layers: more than any model's layers per chunk (the count is capped by the chunk's own)."""
-MAX_OVERHEAD_S = 60.0
-"""A per-collective software overhead (cluster.efficiency *_s) of a minute is already absurd."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,7 +335,7 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     training = from_mapping(Training, training_raw, "training")
     cluster = from_mapping(Cluster, top.cluster, "cluster")
     parallel = from_mapping(Parallel, top.parallel, "parallel")
-    check_efficiency(cluster.efficiency, EFFICIENCY_KEYS, MAX_OVERHEAD_S)
+    check_efficiency(cluster.efficiency)
     if training.documents is not None:
         training = replace(training, documents=resolve_documents(training.documents, base_dir))
     if training.loss_chunk_tokens is not None and training.loss != "fused":

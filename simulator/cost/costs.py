@@ -63,7 +63,7 @@ class CostModel:
     profile: object | None = None
     """A calibration profile (calibrate/profile schema) consulted first when given."""
     efficiency: dict = field(default_factory=dict)
-    """`cluster.efficiency` overrides (EFFICIENCY_KEYS)."""
+    """`cluster.efficiency` overrides (`efficiency_spec.EFFICIENCY_KEYS`)."""
     framework: dict = field(default_factory=dict)
     """How the step runs on the host, for the profile's `framework` table (Profile.framework_overhead):
     mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""

@@ -10,9 +10,9 @@ the outer synchronisation over the WAN, amortised over the H inner steps between
   GPU's shard is its stage's parameters over tp, split among the site's dp ranks, at the compression's bytes.
 - Per inner step: inner + outer / H without overlap; with overlap, only what the outer all-reduce takes beyond
   the H inner steps it runs beside: max(0, outer - H x inner) / H. The WAN's share of the step falls as 1/H.
-- The outer optimizer (Nesterov momentum on the fp32 outer parameters) is an elementwise pass over the shard,
-  priced like the inner optimizer; its states (fp32 anchor + momentum, 8 B per parameter of the shard) are held
-  where DiLoCo's implementations keep them, in host memory (reported, not added to the GPU's peak).
+- The outer optimizer (Nesterov momentum on the fp32 outer parameters, once every H steps) is not priced: one
+  elementwise pass over the shard per H inner steps. Its states (fp32 anchor + momentum, 8 B per parameter of the
+  shard) are held where DiLoCo's implementations keep them, in host memory (reported, not added to the GPU's peak).
 """
 from __future__ import annotations
 

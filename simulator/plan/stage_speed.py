@@ -15,9 +15,11 @@ from ..stragglers import rank_speeds
 from .layout import rank_grid
 
 
-def stage_speeds(sc) -> tuple[tuple[float, ...], tuple[int, ...]]:
-    """Per pipeline stage: the compute multiplier of its slowest GPU and that GPU's global rank (-1: none)."""
-    speeds = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
+def stage_speeds(sc, speeds: dict[int, float] | None = None) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """Per pipeline stage: the compute multiplier of its slowest GPU and that GPU's global rank (-1: none).
+    `speeds`: the scenario's `rank_speeds` where the caller has them already."""
+    if speeds is None:
+        speeds = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
     pp = sc.parallel.pp
     best, who = [1.0] * pp, [-1] * pp
     if speeds:

@@ -1,0 +1,35 @@
+"""`cluster.efficiency`: a software stack's measured efficiencies over the spec roofline and the published kernels,
+as a scenario or a framework file gives them (`frameworks/*.yaml` efficiency entries land here too), checked key
+by key; `cost/costs.py` reads them."""
+from __future__ import annotations
+
+from .errors import ScenarioError
+
+EFFICIENCY_KEYS = ("gemm", "gemm_fp8", "attention_fwd", "attention_bwd", "hbm", "tp_comm_overhead_s", "tp_internode_overhead_s",
+                   "tp_host_s", "tp_host_per_rank_s", "dp_comm_overhead_s", "dp_ring_step_latency_us",
+                   "comm_sm_share")
+"""`cluster.efficiency` overrides: a software stack's measured efficiencies (e.g. nanotron's GEMMs and
+FlashAttention-2 fitted on the playbook's fit split, simulator/playbook.py). dp_comm_overhead_s: seconds
+added to every DP collective; dp_ring_step_latency_us: the per-step floor of DP rings across nodes
+(reduce-scatter, all-gather) in place of the topology's `fabric.ring_step_latency_us`; comm_sm_share:
+the share of a GPU's compute rate that an in-flight collective takes (`sm_share.py`)."""
+
+MAX_OVERHEAD_S = 60.0
+"""A per-collective software overhead (cluster.efficiency *_s) of a minute is already absurd."""
+
+
+def check_efficiency(efficiency: dict) -> None:
+    """`cluster.efficiency`: known EFFICIENCY_KEYS, each in its range (fractions, seconds, microseconds, an SM share)."""
+    for key, value in efficiency.items():
+        if key not in EFFICIENCY_KEYS:
+            raise ScenarioError(f"cluster.efficiency.{key}", "unknown key", ", ".join(EFFICIENCY_KEYS))
+        if key.endswith("_s"):
+            ok, allowed = 0 <= value <= MAX_OVERHEAD_S, f"seconds in [0, {MAX_OVERHEAD_S:g}]"
+        elif key.endswith("_us"):
+            ok, allowed = 0 <= value <= MAX_OVERHEAD_S * 1e6, f"microseconds in [0, {MAX_OVERHEAD_S * 1e6:g}]"
+        elif key == "comm_sm_share":
+            ok, allowed = 0 <= value < 1, "a fraction in [0, 1)"
+        else:
+            ok, allowed = 0 < value <= 1, "a fraction in (0, 1]"
+        if not ok:
+            raise ScenarioError(f"cluster.efficiency.{key}", f"{value} is out of range", allowed)
