@@ -67,7 +67,9 @@ class Case:
     """Scenario mapping for published references."""
     source: str = ""
     framework: str = ""
-    """The training framework the run used (`framework:` of its scenario; the playbook: nanotron)."""
+    """The training framework the run used: the reference's `stack` where the run used a stack clustersim has
+    no file for (Llama 3's own, priced with its scenario's framework: "meta (priced as megatron)"), else
+    `framework:` of its scenario; the playbook: nanotron. The per-framework tables group by it."""
     release: str = ""
     """Corpus runs: the release of the performance summary (it decides the split, `corpus.CORPUS_SPLIT`)."""
 
@@ -123,7 +125,7 @@ def reference_cases(directory: Path = REFERENCE_DIR) -> list[Case]:
                             split=run.get("split", "validation"), status="Success",
                             tokens_per_s_per_gpu=m.get("tokens_per_s_per_gpu"), step_time_s=m.get("step_time_s"),
                             model_tflops_per_gpu=m.get("model_tflops_per_gpu"), mem_gib=m.get("mem_gib"),
-                            framework=_framework_name(run["scenario"]), mapping=run["scenario"], source=f"{doc.get('source', file.stem)}; {run.get('where', '')}".strip("; ")))
+                            framework=_stack_label(run), mapping=run["scenario"], source=f"{doc.get('source', file.stem)}; {run.get('where', '')}".strip("; ")))
     return out
 
 
@@ -131,6 +133,13 @@ def corpus_cases() -> tuple[list[Case], list[dict]]:
     """The NeMo / Megatron-Bridge corpus (validate/corpus.py): its scored Cases and its skipped rows."""
     runs, skipped = corpus_runs()
     return [Case(**r) for r in runs], skipped
+
+
+def _stack_label(run: dict) -> str:
+    """A reference run's framework for the tables: its `stack` (the software it ran on, where clustersim has no
+    framework file for it) with the framework it is priced as, else its scenario's framework."""
+    fw = _framework_name(run["scenario"])
+    return f"{run['stack']} (priced as {fw})" if run.get("stack") else fw
 
 
 def _framework_name(mapping: dict) -> str:
