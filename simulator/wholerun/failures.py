@@ -45,8 +45,8 @@ DEFAULT_FAILURES_PER_NODE_DAY = KOKOLIS_RSC1_FAILURES_PER_NODE_DAY
 """Default: RSC-1, the larger cluster and the rate Kokolis et al. project large jobs with. The rule for a
 default drawn from several studies (validation/references/reliability/README.md: the median per-GPU-hour rate
 of the studies that count unexpected job interruptions on A100-or-newer clusters of >= 1,000 GPUs, one value
-per study and cluster) needs three such studies; the transcribed table has one (RSC-1 and RSC-2 of
-Kokolis et al.), so the default is unchanged (tests/test_whole_run_reliability_table.py)."""
+per study and cluster) needs three such studies; the transcribed table has two (Kokolis et al.'s RSC-1 and
+RSC-2, and Meta's FT-HSDP paper), so the default is unchanged (tests/test_whole_run_reliability_table.py)."""
 DEFAULT_FAILURES_PER_GPU_HOUR = DEFAULT_FAILURES_PER_NODE_DAY / (KOKOLIS_GPUS_PER_NODE * 24.0)
 """6.50e-3 / (8 GPUs x 24 h) = 3.39e-5 interruptions per GPU-hour: the per-node rate spread over the
 node's GPUs, so that a job's rate scales with its GPU count whatever the node size."""
