@@ -43,7 +43,8 @@ def _row(row_id: str) -> dict:
 def _qualifies(row: dict) -> bool:
     """The rule applied to one row's fields (README.md, "How the rule is applied")."""
     return (row["counts"] in ELIGIBLE_COUNTS and row["cluster"]["gpu_model"] in A100_OR_NEWER
-            and row["cluster"]["gpus"] >= 1000 and row["evidence"] == "published" and row["per_gpu_hour"] is not None)
+            and (row["cluster"]["gpus"] or 0) >= 1000 and row["evidence"] == "published"
+            and row["per_gpu_hour"] is not None)
 
 
 def test_every_row_has_the_required_fields_with_allowed_values():
@@ -55,6 +56,7 @@ def test_every_row_has_the_required_fields_with_allowed_values():
         assert r["evidence"] in EVIDENCE, r["id"]
         assert r["read"] in READ, r["id"]
         assert {"name", "gpu_model", "gpus", "gpus_per_node"} <= set(r["cluster"]), r["id"]
+        assert r["cluster"]["gpus"] is None or r["cluster"]["gpus"] > 0, r["id"]  # null: not stated
 
 
 def test_row_ids_are_unique():
