@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.wholerun.failures import (DEFAULT_FAILURES_PER_GPU_HOUR, KOKOLIS_GPUS_PER_NODE,
-                                         KOKOLIS_RSC1_FAILURES_PER_NODE_DAY, KOKOLIS_RSC2_FAILURES_PER_NODE_DAY,
-                                         failures_per_gpu_hour)
+from simulator.wholerun.failures import (
+    DEFAULT_FAILURES_PER_GPU_HOUR,
+    KOKOLIS_GPUS_PER_NODE,
+    KOKOLIS_RSC1_FAILURES_PER_NODE_DAY,
+    KOKOLIS_RSC2_FAILURES_PER_NODE_DAY,
+    failures_per_gpu_hour,
+)
 
 TABLE = Path(__file__).resolve().parent.parent / "validation" / "references" / "reliability" / "cluster_failure_rates.yaml"
 
