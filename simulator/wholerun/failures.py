@@ -18,6 +18,8 @@ Sources:
              Future Generation Computer Systems 22(3), 303-312.
   Kokolis et al. 2024: "Revisiting Reliability in Large-Scale Machine Learning Research Clusters",
              arXiv 2410.21680 (HPCA 2025), Meta's RSC-1 (16k A100) and RSC-2 (8k A100) research clusters.
+  Other published rates, each with its unit, cluster, what it counts and its per-GPU-hour conversion:
+             validation/references/reliability/cluster_failure_rates.yaml (read 2026-11-25).
 """
 from __future__ import annotations
 
@@ -31,15 +33,20 @@ KOKOLIS_RSC1_FAILURES_PER_NODE_DAY = 6.50e-3
 1,000 node-days (Kokolis et al. 2024, failure-model section). It gives their projected MTTF of 1.8 h at
 16,384 GPUs (2,048 nodes x 6.50e-3 per day = 13.3 per day). Their measured MTTF of 1,024-GPU jobs, 7.9 h,
 is shorter than this rate gives for 128 nodes (28.8 h), so it counts something else (not resolved here).
-Read through summaries of the paper (two public reading notes agree on every figure); the table and page
-were not re-read here."""
+Read through summaries of the paper (two public reading notes agree on every figure); the 6.50 is also in a
+sentence of the paper quoted verbatim by a third-party text extraction. The table and page were not re-read
+here (validation/references/reliability/cluster_failure_rates.yaml, row kokolis-rsc1)."""
 KOKOLIS_RSC2_FAILURES_PER_NODE_DAY = 2.34e-3
 """RSC-2 (about 1,000 nodes of 8 A100, 8k GPUs): r_f = 2.34 per 1,000 node-days (Kokolis et al. 2024)."""
 KOKOLIS_GPUS_PER_NODE = 8
 """Both RSC clusters have 8 GPUs per node (16k GPUs on RSC-1, 8k on RSC-2)."""
 
 DEFAULT_FAILURES_PER_NODE_DAY = KOKOLIS_RSC1_FAILURES_PER_NODE_DAY
-"""Default: RSC-1, the larger cluster and the rate Kokolis et al. project large jobs with."""
+"""Default: RSC-1, the larger cluster and the rate Kokolis et al. project large jobs with. The rule for a
+default drawn from several studies (validation/references/reliability/README.md: the median per-GPU-hour rate
+of the studies that count unexpected job interruptions on A100-or-newer clusters of >= 1,000 GPUs, one value
+per study and cluster) needs three such studies; the transcribed table has two (Kokolis et al.'s RSC-1 and
+RSC-2, and Meta's FT-HSDP paper), so the default is unchanged (tests/test_whole_run_reliability_table.py)."""
 DEFAULT_FAILURES_PER_GPU_HOUR = DEFAULT_FAILURES_PER_NODE_DAY / (KOKOLIS_GPUS_PER_NODE * 24.0)
 """6.50e-3 / (8 GPUs x 24 h) = 3.39e-5 interruptions per GPU-hour: the per-node rate spread over the
 node's GPUs, so that a job's rate scales with its GPU count whatever the node size."""
