@@ -51,7 +51,7 @@ def render_frameworks() -> str:
         if fw.options:
             lines += ["| option | default | sets | what | source |", "|---|---|---|---|---|"]
             for opt_name, o in fw.options.items():
-                lines.append(f"| `{opt_name}` | {_value(o.default)} | `{o.sets}` | {_cell(o.doc)} | {_cell(o.source)} |")
+                lines.append(f"| `{opt_name}` | {_value(o.default)} | {f'`{o.sets}`' if o.sets else '(read by the plan)'} | {_cell(o.doc)} | {_cell(o.source)} |")
             lines.append("")
         fixed = [(k, e.value, e.source) for k, e in fw.defaults.items()]
         fixed += [(f"cluster.efficiency.{k}", e.value, e.source) for k, e in fw.efficiency.items()]

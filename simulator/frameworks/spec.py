@@ -67,8 +67,9 @@ class Option:
     doc: str
     default: Any = None
     """The framework's own default (null: the option leaves the key to the scenario unless given)."""
-    sets: str
-    """Dotted scenario key (`parallel.overlap_dp`)."""
+    sets: Optional[str] = None
+    """Dotted scenario key (`parallel.overlap_dp`); null: no scenario key says it, the plan reads the option
+    itself (`FrameworkChoice.option`: torchtitan's `compile`)."""
     values: Optional[dict] = None
     """Option value -> key value; null: the option's value is the key's."""
     choices: Optional[list[Any]] = None
@@ -112,7 +113,7 @@ def _check(fw: Framework, where: str) -> Framework:
     """Cross-field checks of a framework file (a malformed shipped file is a bug the tests catch)."""
     if fw.pp_split.value not in PP_SPLITS:
         raise ScenarioError(f"{where}.pp_split", f"{fw.pp_split.value!r}", " | ".join(PP_SPLITS))
-    for key in [*fw.defaults, *(o.sets for o in fw.options.values())]:
+    for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets is not None)]:
         if key.split(".")[0] not in SETTABLE_SECTIONS or key.count(".") < 1:
             raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}")
     for n, z in fw.zero.items():

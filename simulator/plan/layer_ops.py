@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from . import fusion
 from .tp_overlap import chunk_tp_overlap
 from .documents import scenario_packing
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
@@ -332,10 +333,11 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     acc = grad_accum_op(sc, sum(layer_rank_params(sc, layer)))
     if acc is not None:
         w.compute(acc)
+    passes = fusion.apply(sc, LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes)))
     if sc.overlap_tp and sp:  # each TP collective rides its GEMM in t chunks (tp_overlap.py)
-        return LayerPasses(layer, chunk_tp_overlap(fwd.nodes, z.t), chunk_tp_overlap(b.nodes, z.t),
-                           chunk_tp_overlap(w.nodes, z.t))
-    return LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes))
+        return LayerPasses(layer, chunk_tp_overlap(passes.F, z.t), chunk_tp_overlap(passes.B, z.t),
+                           chunk_tp_overlap(passes.W, z.t))
+    return passes
 
 
 def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
