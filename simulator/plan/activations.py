@@ -8,6 +8,7 @@ there; Megatron-Core's `recompute_modules` for what selective recompute re-runs;
 from __future__ import annotations
 
 from ..scenario import Scenario
+from . import op_sac
 from .layout import layer_recompute
 from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, Shard, shard
 
@@ -105,6 +106,9 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     ab, T, Tsp, h = z.ab, z.T, z.T_sp, z.h
     if rc == "full":
         return {"layer_input": ab * Tsp * h}
+    if rc == "selective" and op_sac.applies(sc):  # torchtitan's op-level SAC: the saved ops' outputs
+        from .layer_ops import layer_forward  # noqa: PLC0415 (layer_ops -> ep_dispatch -> this module)
+        return op_sac.op_sac(sc, z, tuple(layer_forward(sc, layer, z, tag="R").nodes)).saved
     mods = recompute_modules(sc, rc)
     k_width = z.q if m.mla else z.kv
     o_width = z.heads * m.mla.v_head_dim if m.mla else z.q

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import fusion
+from . import fusion, op_sac
 from .tp_overlap import chunk_tp_overlap
 from .documents import scenario_packing
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
@@ -264,8 +264,11 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     fwd = layer_forward(sc, layer, z)
     b = OpList()
     rc = layer_recompute(sc, layer)
+    op_level = rc == "selective" and op_sac.applies(sc)
     if rc == "full":
         b.extend(layer_forward(sc, layer, z, tag="R"))
+    elif op_level:  # torchtitan's SAC: the block's forward replays, saved ops served from their cache
+        b.extend(op_sac.recompute_list(sc, z, tuple(fwd.nodes)))
     w_ops: list[Compute] = []
     wgrad_ag: list[Comm] = []
     sp = sc.parallel.sp and z.t > 1
@@ -300,7 +303,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             if attention_done:
                 continue  # the CP ring's forward steps share one backward (emitted once, all steps)
             attention_done = True
-            if rc == "selective" and sc.training.attention == "eager":
+            if rc == "selective" and sc.training.attention == "eager" and not op_level:
                 sub = OpList("R")
                 _attention_forward(sc, z, sub)
                 b.extend(sub)
