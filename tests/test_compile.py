@@ -152,3 +152,12 @@ def test_op_sac_stores_less_than_no_recompute_and_more_than_full():
 def test_megatron_selective_is_still_core_attention():
     terms = layer_activation_terms(tiny(framework="megatron"), 0)
     assert "flash_lse" not in terms and "q" in terms
+
+
+def test_async_tp_without_compile_is_refused_as_torchtitan_refuses_it():
+    raw = lambda fw: {"name": "t", "framework": fw, "model": "llama3-8b",  # noqa: E731
+                      "training": {"seq_len": 1024, "global_batch": 4}, "cluster": {"topology": "dgx-h100", "nodes": 1},
+                      "parallel": {"dp": 4, "tp": 2}}
+    with pytest.raises(ScenarioError, match="framework.async_tp.*needs compile true"):
+        scenario_from_mapping(raw({"name": "torchtitan", "async_tp": True}))
+    assert scenario_from_mapping(raw({"name": "torchtitan", "async_tp": True, "compile": True})).overlap_tp

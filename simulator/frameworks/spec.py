@@ -75,6 +75,9 @@ class Option:
     """Option value -> key value; null: the option's value is the key's."""
     choices: Optional[list[Any]] = None
     """Allowed option values; null: true | false (or a number with `scale`)."""
+    requires: Optional[str] = None
+    """Another option of the framework that must be true when this one is true (torchtitan's async TP is an
+    Inductor pass: it needs `compile`); null: none."""
     scale: Optional[float] = None
     """The option takes a positive number and sets the key to number x scale (DeepSpeed's bucket sizes in
     elements -> clustersim's MB)."""
@@ -122,6 +125,9 @@ def _check(fw: Framework, where: str) -> Framework:
     for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets is not None)]:
         if key.split(".")[0] not in SETTABLE_SECTIONS or key.count(".") < 1:
             raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}")
+    for n, o in fw.options.items():
+        if o.requires is not None and o.requires not in fw.options:
+            raise ScenarioError(f"{where}.options.{n}.requires", f"{o.requires!r} is not an option", ", ".join(fw.options))
     for n, z in fw.zero.items():
         if n not in ("0", "1", "2", "3"):
             raise ScenarioError(f"{where}.zero.{n}", "not a ZeRO stage", "0 | 1 | 2 | 3")
