@@ -161,3 +161,12 @@ def test_async_tp_without_compile_is_refused_as_torchtitan_refuses_it():
     with pytest.raises(ScenarioError, match="framework.async_tp.*needs compile true"):
         scenario_from_mapping(raw({"name": "torchtitan", "async_tp": True}))
     assert scenario_from_mapping(raw({"name": "torchtitan", "async_tp": True, "compile": True})).overlap_tp
+
+
+def test_op_sac_replay_holds_what_the_layer_would_store_beside_what_it_saved():
+    """While a block's backward replays it, the tensors it did not save are live again, one layer at a time."""
+    from simulator.plan.memory import _layer_transients
+    from simulator.plan.opgraph import shard
+    sc = tiny()
+    none, sac = (sum(layer_activation_terms(sc, 0, r).values()) for r in ("none", "selective"))
+    assert _layer_transients(sc, 0, shard(sc))["recompute_layer"] == pytest.approx(none - sac)
