@@ -99,7 +99,9 @@ def test_fp8_adds_a_quantization_before_every_fp8_gemm_and_one_for_its_gradient(
     gemms = [op.name for op in fwd if op.kind == "gemm"]
     casts = [op.name for op in fwd if op.name.startswith("fp8_cast_")]
     assert casts == ["fp8_cast_" + g for g in gemms]
-    bwd = [n.op.name for n in lp.B + lp.W if isinstance(n.op, Compute) and n.op.name.startswith("fp8_cast_")]
+    # the op-level SAC replay (tag R: torchtitan's selective recompute) re-runs the forward's casts; not counted here
+    bwd = [n.op.name for n in lp.B + lp.W
+           if isinstance(n.op, Compute) and n.op.name.startswith("fp8_cast_") and n.tag != "R"]
     assert sorted(bwd) == sorted(c + "_bwd" for c in casts)
     bf16 = layer_passes(load_scenario("scenarios/8b_8gpu.yaml", ["training.precision=bf16"]), 0)
     assert not any(isinstance(n.op, Compute) and n.op.name.startswith("fp8_cast_") for n in bf16.F + bf16.B)
@@ -109,10 +111,11 @@ def test_torchao_dynamic_scaling_moves_more_bytes_per_cast_than_te_delayed_and_r
     """torchtitan's float8 (torchao, dynamic tensorwise): read 2 x 2 B, write 1, a transposed copy later (2) = 7 B per
     element, the weight every micro-batch; TE's delayed scaling (Megatron's default): read 2, write fp8 + transpose
     = 4 B, the weight once per step."""
-    from simulator.plan.layer_ops import layer_passes
-    def qkv_cast(framework):
+    from simulator.plan.layer_ops import layer_forward
+    from simulator.plan.opgraph import shard
+    def qkv_cast(framework):  # the recipe's cast, before plan/fusion.py says how torchtitan's kernels run it
         sc = load_scenario("scenarios/8b_8gpu.yaml", ["training.precision=fp8", f"framework={framework}"])
-        return sc, next(n.op for n in layer_passes(sc, 0).F if n.op.name == "fp8_cast_qkv")
+        return sc, next(n.op for n in layer_forward(sc, 0, shard(sc)).nodes if n.op.name == "fp8_cast_qkv")
     (sc, cur), (_, dly) = qkv_cast("torchtitan"), qkv_cast("megatron")
     act, weight, _, per_elt = cur.shape
     assert per_elt == 7 and dly.shape[3] == 4

@@ -51,7 +51,8 @@ def render_frameworks() -> str:
         if fw.options:
             lines += ["| option | default | sets | what | source |", "|---|---|---|---|---|"]
             for opt_name, o in fw.options.items():
-                lines.append(f"| `{opt_name}` | {_value(o.default)} | `{o.sets}` | {_cell(o.doc)} | {_cell(o.source)} |")
+                sets = f"`{o.sets}`" if o.sets else "(read by the plan)"
+                lines.append(f"| `{opt_name}` | {_value(o.default)} | {sets} | {_cell(o.doc)} | {_cell(o.source)} |")
             lines.append("")
         fixed = [(k, e.value, e.source) for k, e in fw.defaults.items()]
         fixed += [(f"cluster.efficiency.{k}", e.value, e.source) for k, e in fw.efficiency.items()]
@@ -59,6 +60,8 @@ def render_frameworks() -> str:
             fixed.append(("parallel.sp", "tp > 1" if fw.sp_with_tp.value else "false", fw.sp_with_tp.source))
         fixed += [("attention kernel", fw.attention_kernel.value, fw.attention_kernel.source),
                   ("pipeline split", fw.pp_split.value, fw.pp_split.source)]
+        if fw.selective_recompute is not None:
+            fixed.append(("training.recompute: selective means", fw.selective_recompute.value, fw.selective_recompute.source))
         lines += ["| fixes | to | source |", "|---|---|---|"]
         lines += [f"| `{k}` | {_cell(_value(v))} | {_cell(src)} |" for k, v, src in fixed]
         lines.append("")

@@ -179,7 +179,7 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
     for opt_name, opt in fw.options.items():
         value = given.get(opt_name, opt.default)
         resolved[opt_name] = value
-        if value is None:
+        if value is None or opt.sets is None:
             continue
         target = opt.values.get(value, opt.values.get(str(value).lower())) if opt.values else value
         if opt.scale is not None:
@@ -190,6 +190,10 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
                                     f"scenario sets it to {short(_get(raw, opt.sets))}", "one of the two, or agreeing values")
             continue
         _put(raw, opt.sets, target)
+    for opt_name, opt in fw.options.items():
+        if opt.requires is not None and resolved[opt_name] is True and resolved[opt.requires] is not True:
+            raise ScenarioError(f"framework.{opt_name}", f"true under {name} needs {opt.requires} true ({opt.source})",
+                                f"{opt.requires}: true beside it, or {opt_name}: false")
     for key, entry in fw.defaults.items():
         if _get(raw, key) is KeyError:
             _put(raw, key, copy.deepcopy(entry.value))
@@ -197,7 +201,7 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
         if _get(raw, f"cluster.efficiency.{key}") is KeyError:
             _put(raw, f"cluster.efficiency.{key}", entry.value)
     zero = _get(raw, "parallel.zero", 0)
-    fixed = user | {fw.options[o].sets for o in given}
+    fixed = user | {fw.options[o].sets for o in given if fw.options[o].sets is not None}
     choice = FrameworkChoice(name=name, options=tuple(resolved.items()), given=tuple(given),
                              scenario_keys=frozenset(fixed), asked_zero=zero if isinstance(zero, int) and not isinstance(zero, bool) else 0)
     return raw, choice

@@ -37,6 +37,7 @@ POLICY_NAMES = ("ddp", "zero1", "zero2", "zero3")
 SETTABLE_SECTIONS = ("training", "parallel", "cluster")
 """Top-level scenario sections a framework default or option may set."""
 PP_SPLITS = ("even", "cost-balanced", "remainder-first")
+SELECTIVE_RECOMPUTES = ("core_attn", "op")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,12 +68,16 @@ class Option:
     doc: str
     default: Any = None
     """The framework's own default (null: the option leaves the key to the scenario unless given)."""
-    sets: str
-    """Dotted scenario key (`parallel.overlap_dp`)."""
+    sets: Optional[str] = None
+    """Dotted scenario key (`parallel.overlap_dp`); null: no scenario key says it, the plan reads the option
+    itself (`FrameworkChoice.option`: torchtitan's `compile`)."""
     values: Optional[dict] = None
     """Option value -> key value; null: the option's value is the key's."""
     choices: Optional[list[Any]] = None
     """Allowed option values; null: true | false (or a number with `scale`)."""
+    requires: Optional[str] = None
+    """Another option of the framework that must be true when this one is true (torchtitan's async TP is an
+    Inductor pass: it needs `compile`); null: none."""
     scale: Optional[float] = None
     """The option takes a positive number and sets the key to number x scale (DeepSpeed's bucket sizes in
     elements -> clustersim's MB)."""
@@ -98,6 +103,9 @@ class Framework:
     attention_kernel: Sourced
     pp_split: Sourced
     efficiency: dict[str, Sourced] = field(default_factory=dict)
+    selective_recompute: Optional[Sourced] = None
+    """What `training.recompute: selective` means: `core_attn` (Megatron's selective recompute, its
+    `recompute_modules`; null means this too), or `op` (torchtitan's op-level SAC, `plan/op_sac.py`)."""
     sp_with_tp: Optional[Sourced] = None
     """true: sequence parallelism comes with TP (`parallel.sp` follows tp > 1 unless the scenario sets it)."""
     notes: list[str] = field(default_factory=list)
@@ -112,9 +120,14 @@ def _check(fw: Framework, where: str) -> Framework:
     """Cross-field checks of a framework file (a malformed shipped file is a bug the tests catch)."""
     if fw.pp_split.value not in PP_SPLITS:
         raise ScenarioError(f"{where}.pp_split", f"{fw.pp_split.value!r}", " | ".join(PP_SPLITS))
-    for key in [*fw.defaults, *(o.sets for o in fw.options.values())]:
+    if fw.selective_recompute is not None and fw.selective_recompute.value not in SELECTIVE_RECOMPUTES:
+        raise ScenarioError(f"{where}.selective_recompute", f"{fw.selective_recompute.value!r}", " | ".join(SELECTIVE_RECOMPUTES))
+    for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets is not None)]:
         if key.split(".")[0] not in SETTABLE_SECTIONS or key.count(".") < 1:
             raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}")
+    for n, o in fw.options.items():
+        if o.requires is not None and o.requires not in fw.options:
+            raise ScenarioError(f"{where}.options.{n}.requires", f"{o.requires!r} is not an option", ", ".join(fw.options))
     for n, z in fw.zero.items():
         if n not in ("0", "1", "2", "3"):
             raise ScenarioError(f"{where}.zero.{n}", "not a ZeRO stage", "0 | 1 | 2 | 3")

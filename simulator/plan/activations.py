@@ -8,8 +8,10 @@ there; Megatron-Core's `recompute_modules` for what selective recompute re-runs;
 from __future__ import annotations
 
 from ..scenario import Scenario
+from . import op_sac
+from .layer_ops import layer_forward
 from .layout import layer_recompute
-from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, Shard, shard
+from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, FP8_STORE_BYTES, Shard, shard
 
 TOKEN_ID_BYTES = 8
 """int64 token ids (input ids on the first stage, MEG-MEM `8*s*b*p`; labels on the last)."""
@@ -27,9 +29,6 @@ PERMUTED_PROB_BYTES = 4
 """The fp32 routing probability of each dispatched row, kept by the experts' weighted SwiGLU: Megatron-Core's
 TEGroupedMLP multiplies the probabilities into the activation (`weighted_bias_swiglu_impl(...,
 permuted_probs)`, moe/experts.py) and unpermutes without them, so the expert outputs are not kept."""
-FP8_STORE_BYTES = 1 + 4 / 128
-"""An activation kept in FP8 (E4M3) with one fp32 scale per 1x128 tile (DeepSeek-V3 report §3.3.2,
-fine-grained quantization; Transformer Engine's blockwise recipe uses the same activation tiles)."""
 FP8_INPUT_STORE_BYTES = 1
 """`training.activation_func_fp8_input_store`: the SwiGLU input cast to float8_e4m3fn for the backward
 (Megatron-Core fused_bias_swiglu `fp8_input_store`: `input.to(torch.float8_e4m3fn)`, no scale)."""
@@ -105,6 +104,8 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     ab, T, Tsp, h = z.ab, z.T, z.T_sp, z.h
     if rc == "full":
         return {"layer_input": ab * Tsp * h}
+    if rc == "selective" and op_sac.applies(sc):  # torchtitan's op-level SAC: the saved ops' outputs
+        return op_sac.op_sac(sc, z, tuple(layer_forward(sc, layer, z, tag="R").nodes)).saved
     mods = recompute_modules(sc, rc)
     k_width = z.q if m.mla else z.kv
     o_width = z.heads * m.mla.v_head_dim if m.mla else z.q

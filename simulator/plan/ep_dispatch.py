@@ -21,9 +21,8 @@ the expected number of distinct nodes among top_k experts placed uniformly, N (1
 from __future__ import annotations
 
 from ..scenario import Scenario
-from .activations import FP8_STORE_BYTES
 from .layout import group_shape
-from .opgraph import Shard
+from .opgraph import FP8_STORE_BYTES, Shard
 
 
 def nodes_per_token(sc: Scenario) -> float:

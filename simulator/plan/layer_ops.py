@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from . import fusion, op_sac
 from .tp_overlap import chunk_tp_overlap
 from .documents import scenario_packing
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
@@ -263,8 +264,11 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     fwd = layer_forward(sc, layer, z)
     b = OpList()
     rc = layer_recompute(sc, layer)
+    op_level = rc == "selective" and op_sac.applies(sc)
     if rc == "full":
         b.extend(layer_forward(sc, layer, z, tag="R"))
+    elif op_level:  # torchtitan's SAC: the block's forward replays, saved ops served from their cache
+        b.extend(op_sac.recompute_list(sc, z, tuple(fwd.nodes)))
     w_ops: list[Compute] = []
     wgrad_ag: list[Comm] = []
     sp = sc.parallel.sp and z.t > 1
@@ -299,7 +303,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             if attention_done:
                 continue  # the CP ring's forward steps share one backward (emitted once, all steps)
             attention_done = True
-            if rc == "selective" and sc.training.attention == "eager":
+            if rc == "selective" and sc.training.attention == "eager" and not op_level:
                 sub = OpList("R")
                 _attention_forward(sc, z, sub)
                 b.extend(sub)
@@ -332,10 +336,11 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     acc = grad_accum_op(sc, sum(layer_rank_params(sc, layer)))
     if acc is not None:
         w.compute(acc)
+    passes = fusion.apply(sc, LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes)))
     if sc.overlap_tp and sp:  # each TP collective rides its GEMM in t chunks (tp_overlap.py)
-        return LayerPasses(layer, chunk_tp_overlap(fwd.nodes, z.t), chunk_tp_overlap(b.nodes, z.t),
-                           chunk_tp_overlap(w.nodes, z.t))
-    return LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes))
+        return LayerPasses(layer, chunk_tp_overlap(passes.F, z.t), chunk_tp_overlap(passes.B, z.t),
+                           chunk_tp_overlap(passes.W, z.t))
+    return passes
 
 
 def grad_accum_op(sc: Scenario, params: float) -> Compute | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import op_sac
 from .memory_fit import MemoryReport, fits, headroom_gib
 from .layout import chunk_owner, group_shape, last_chunk, layer_recompute, rank_chunks
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
@@ -235,11 +236,14 @@ def _layer_transients(sc: Scenario, layer: int, z: Shard) -> dict[str, float]:
     if sc.training.attention == "eager":
         scores = z.b * z.heads * z.s * _s_kv(sc, z)
         out["attention_scores"] = z.ab * scores
-        if rc == "selective":
+        if rc == "selective" and not op_sac.applies(sc):
             kept = layer_activation_terms(sc, layer, "none")
             out["attention_scores"] += sum(kept.get(k, 0.0) for k in SCORE_TERMS)
     if rc == "full":
         out["recompute_layer"] = sum(layer_activation_terms(sc, layer, "none").values()) - z.ab * z.T_sp * z.h
+    elif rc == "selective" and op_sac.applies(sc):  # the replay's tensors beside the saved ones, one layer at a time
+        out["recompute_layer"] = max(0.0, sum(layer_activation_terms(sc, layer, "none").values())
+                                     - sum(layer_activation_terms(sc, layer).values()))
     return out
 
 

@@ -15,6 +15,9 @@ from ..scenario import Scenario
 
 ACT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activations stay bf16 under fp8 training (DSV3 §3.3)
 GEMM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
+FP8_STORE_BYTES = 1 + 4 / 128
+"""An activation kept in FP8 (E4M3) with one fp32 scale per 1x128 tile (DeepSeek-V3 report §3.3.2,
+fine-grained quantization; Transformer Engine's blockwise recipe uses the same activation tiles)."""
 
 
 @dataclass(frozen=True, slots=True)

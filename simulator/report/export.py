@@ -24,6 +24,7 @@ import shlex
 import yaml
 
 from ..errors import ScenarioError
+from ..plan import fusion, op_sac
 from ..plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec
 from ..scenario import Scenario
 
@@ -103,7 +104,7 @@ def approximations(sc: Scenario, framework: str) -> list[str]:
         if p.zero in (1, 2) and p.dp * p.cp > 1:
             out.append(f"torchtitan has no ZeRO-{p.zero}: FSDP with fsdp_reshard_after_forward \"never\" keeps the "
                        "parameters gathered from forward to backward (ZeRO-2-like memory) and is the closest")
-        if t.recompute == "selective":
+        if t.recompute == "selective" and not op_sac.applies(sc):
             out.append("torchtitan's selective activation checkpointing is per-op (it saves matmul outputs and "
                        "recomputes every other one), not the attention-only recomputation that was simulated")
         if t.grad_bytes == 2:
@@ -189,6 +190,8 @@ def torchtitan_args(sc: Scenario) -> list[str]:
     a += ["--parallelism.context-parallel-degree", str(p.cp), "--parallelism.expert-parallel-degree", str(p.ep)]
     if p.overlap_tp and p.tp > 1:  # async TP is a compile pass in 0.3
         a += ["--compile.enable", "--compile.enable-async-tensor-parallel"]
+    elif fusion.compiled(sc):
+        a += ["--compile.enable"]
     a.append(f"activation-checkpoint:{t.recompute}")  # tyro subcommand: the last argument
     return a
 
@@ -224,7 +227,7 @@ def to_torchtitan_toml(sc: Scenario, label: str = "", notes: tuple[str, ...] = (
               "[activation_checkpoint]", f'mode = "{t.recompute}"']
     if t.recompute == "selective":
         lines.append('selective_ac_option = "op"')
-    if p.overlap_tp and p.tp > 1:
+    if (p.overlap_tp and p.tp > 1) or fusion.compiled(sc):
         lines += ["", "[compile]", "enable = true", 'components = ["model", "loss"]']
     return "\n".join(lines) + "\n"
 
