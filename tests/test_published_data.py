@@ -140,7 +140,8 @@ def test_skip_reasons_name_what_is_missing():
     row = {"label": "LLAMA3_8B", "layout": {"system": "DGX-B300", "precision": "FP8-CS"}}
     assert skip_reason(row) == "no topology for DGX-B300"
     assert "NVFP4" in skip_reason({"label": "LLAMA3_8B", "layout": {"system": "DGX-GB200", "precision": "NVFP4"}})
-    assert "Qwen" in skip_reason({"label": "Qwen3_30B_a3B", "layout": {"system": "DGX-H100", "precision": "FP8"}})
+    assert "GPT OSS" in skip_reason({"label": "GPT OSS 120B", "layout": {"system": "DGX-H100", "precision": "BF16"}})
+    assert "no scenario" in skip_reason({"label": "Qwen3_30B_a3B", "layout": {"system": "DGX-H100", "precision": "FP8"}})
 
 
 @pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.stem)
@@ -242,3 +243,50 @@ def test_feature_table_reads_features_from_the_built_scenario():
     assert f70 == {"precision": "fp8", "cp": "cp = 1", "schedule": "interleaved-1f1b", "tp_overlap": "on", "recompute": "none"}
     f8 = case_features(scenario_from_mapping(runs["llama3-8b-dgx-h100-8gpu-fp8-cs"]["scenario"], base_dir=ROOT))
     assert f8["recompute"] == "full (block)" and f8["tp_overlap"] == "tp = 1" and f8["schedule"] == "no pp"
+
+
+@pytest.mark.parametrize("preset, total_b, active_b", [("qwen3-30b-a3b", 30.5, 3.3), ("qwen3-235b-a22b", 235.0, 22.0)])
+def test_qwen3_moe_presets_have_the_published_parameter_counts(preset, total_b, active_b):
+    """Qwen's model cards: 30.5B total / 3.3B activated, 235B / 22B; 128 experts, top-8, no shared expert."""
+    from simulator.model import load_model
+    from simulator.params import active_params, total_params
+    m = load_model(preset)
+    assert (m.moe.experts, m.moe.top_k, m.moe.shared_experts, m.head_dim, m.kv_heads, m.vocab) == (128, 8, 0, 128, 4, 151936)
+    assert not m.tie_embeddings
+    assert total_params(m) / 1e9 == pytest.approx(total_b, rel=0.01)
+    assert active_params(m) / 1e9 == pytest.approx(active_b, rel=0.02)
+
+
+@pytest.mark.parametrize("preset", ["qwen3-30b-a3b", "qwen3-235b-a22b"])
+def test_qwen3_presets_say_what_they_leave_out(preset):
+    cfg = json.loads((ROOT / "simulator" / "presets" / f"{preset}.json").read_text())
+    assert "QK-norm" in cfg["_provenance"] and "not priced" in cfg["_provenance"]
+    assert "huggingface.co/Qwen/" in cfg["_provenance"]
+
+
+def test_every_expressible_moe_row_is_scored_or_skipped_with_what_its_recipe_does():
+    """The Qwen3 and DeepSeek-V3 rows on DGX-H100 / DGX-GB200 at an expressible precision: each has a scenario or a
+    `skip` naming the recipe's switch clustersim cannot say, with the recipe's commit."""
+    from simulator.validate.accuracy import corpus_cases
+    from simulator.validate.corpus import EXPRESSIBLE_PRECISIONS
+    cases, skipped = corpus_cases()
+    scored = {c.id.removeprefix("corpus/") for c in cases}
+    reasons = {s["id"]: s["reason"] for s in skipped}
+    rows = [f"{f.stem}:{r['id']}" for f in CORPUS_FILES for r in yaml.safe_load(f.read_text())["runs"]
+            if r["label"].startswith(("Qwen3", "DeepSeekV3")) and r["layout"]["system"] in ("DGX-H100", "DGX-GB200")
+            and r["layout"]["precision"] in EXPRESSIBLE_PRECISIONS]
+    assert len(rows) == 9
+    for rid in rows:
+        reason = reasons.get(rid, "")
+        assert rid in scored or ("Megatron-Bridge@" in reason and (".py:" in reason or ".yaml:" in reason)), rid
+    assert "megatron_bridge_25_09:qwen3-30b-a3b-dgx-h100-16gpu-fp8" in scored
+
+
+def test_the_qwen3_30b_row_runs_the_recipes_expert_layout():
+    from simulator.scenario import scenario_from_mapping
+    doc = yaml.safe_load((CORPUS / "megatron_bridge_25_09.yaml").read_text())
+    run = next(r for r in doc["runs"] if r["id"] == "qwen3-30b-a3b-dgx-h100-16gpu-fp8")
+    sc = scenario_from_mapping(run["scenario"], base_dir=ROOT)
+    p = sc.parallel
+    assert (p.ep, p.vpp, p.ep_dispatcher, p.ep_imbalance, sc.training.recompute) == (8, 12, "alltoall", 1.0, "none")
+    assert sc.model.name == "qwen3-30b-a3b"

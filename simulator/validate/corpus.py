@@ -34,7 +34,8 @@ SYSTEM_TOPOLOGY = {"DGX-H100": "dgx-h100", "DGX-GB200": "gb200-nvl72", "DGX-B200
 EXPRESSIBLE_PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8"}
 """Table precisions clustersim prices (FP8 delayed and current scaling both as `fp8`)."""
 
-PRESET_LABELS = {"LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B", "LLAMA3-8B", "LLAMA3-70B", "GPT3-175B", "DeepSeekV3"}
+PRESET_LABELS = {"LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B", "LLAMA3-8B", "LLAMA3-70B", "GPT3-175B", "DeepSeekV3",
+                 "Qwen3_30B_a3B", "Qwen3_235B_a22B"}
 """Corpus labels of models clustersim has a preset for (simulator/presets/)."""
 
 FEATURES = ("precision", "cp", "schedule", "tp_overlap", "recompute")
