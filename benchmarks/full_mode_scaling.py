@@ -1,0 +1,94 @@
+"""How `--full` (every rank simulated) scales with the GPU count (issue 42, item 4: an every-rank mode whose
+cost is linear in its events; Llama-3-405B on 16,384 GPUs with --full <= 60 s on the 2-core machine).
+
+Llama-3-405B (scenarios/405b_16k.yaml: TP8 PP16, 1F1B, m = 16 micro-batches, ZeRO-1, link sharing on) with
+the data-parallel degree shrunk and the global batch shrunk with it, so every rank does the same work at
+every size: only the number of ranks grows. Each row is one run from scratch (lowering and templates
+included), one process, in this order. Events are SimPy's; events/s should not fall as ranks grow.
+
+    python benchmarks/full_mode_scaling.py [--gpus 1024,2048,...] [--profile N] [--no-contention]
+
+`--profile N` runs the N-GPU case under cProfile and prints the top functions by own time. The machine's
+load average is printed with the table: numbers taken while others run are noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from simulator.cost.costs import build_cost_model  # noqa: E402
+from simulator.evaluate.engine import simulate_engine  # noqa: E402
+from simulator.scenario import load_scenario  # noqa: E402
+
+SCENARIO = ROOT / "scenarios" / "405b_16k.yaml"
+GPUS_PER_DP = 8 * 16
+"""TP8 x PP16: GPUs per data-parallel replica."""
+MICRO_BATCHES = 16
+BAR_S = 60.0
+
+
+def scenario(gpus: int):
+    dp = gpus // GPUS_PER_DP
+    return load_scenario(SCENARIO, [f"parallel.dp={dp}", f"cluster.nodes={gpus // 8}",
+                                    f"training.global_batch={dp * MICRO_BATCHES}"])
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run(gpus: int, contention: bool):
+    sc = scenario(gpus)
+    cost = build_cost_model(sc)
+    c0, t0 = time.process_time(), time.perf_counter()
+    res = simulate_engine(sc, cost, full=True, contention=contention)
+    return time.perf_counter() - t0, time.process_time() - c0, res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", default="1024,2048,4096,8192,16384", help="comma-separated GPU counts (multiples of 128)")
+    ap.add_argument("--profile", type=int, default=0, help="profile this GPU count instead (top 30 by own time)")
+    ap.add_argument("--no-contention", action="store_true", help="engine without link sharing between transfers")
+    args = ap.parse_args(argv)
+    if args.profile:
+        sc = scenario(args.profile)
+        cost = build_cost_model(sc)
+        prof = cProfile.Profile()
+        prof.enable()
+        simulate_engine(sc, cost, full=True, contention=not args.no_contention)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+        return 0
+    load0 = os.getloadavg()
+    rows = []
+    for gpus in (int(g) for g in args.gpus.split(",")):
+        wall, cpu, res = run(gpus, not args.no_contention)
+        rows.append((gpus, wall, cpu, res.events, res.iteration_time_s, peak_rss_mib()))
+        print(f"  {gpus:>6} GPUs: {wall:.2f} s wall", file=sys.stderr, flush=True)
+    load1 = os.getloadavg()
+    print(f"load average (1/5/15 min) before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}   "
+          f"after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}   cores: {os.cpu_count()}   "
+          f"link sharing: {'off' if args.no_contention else 'on'}")
+    head = f"{'GPUs':>6} {'wall s':>8} {'CPU s':>8} {'events':>11} {'events/CPU-s':>13} {'peak RSS MiB':>13} {'step s':>9}"
+    print(head)
+    print("-" * len(head))
+    ok = True
+    for gpus, wall, cpu, events, step, rss in rows:
+        print(f"{gpus:>6} {wall:>8.2f} {cpu:>8.2f} {events:>11,} {events / cpu:>13,.0f} {rss:>13,.0f} {step:>9.4f}")
+        if gpus == 16384:
+            ok = wall <= BAR_S
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
