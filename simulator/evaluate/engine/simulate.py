@@ -100,12 +100,10 @@ def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[l
     for r in range(sc.gpus):
         sync.setdefault(uf.find(r), []).append(r)
     reps = {pp_rank_of_stage_rank(sc, s) for s in range(sc.parallel.pp)}
-    pace = {root: max(float(speed.get(x, 1.0)) for x in members) for root, members in sync.items()}
     ranks = []
     for r in range(sc.gpus):
-        root = uf.find(r)
-        members = tuple(sync[root])
-        rk = RankState(r, r, int(stage_of[r]), pace[root])
+        members = tuple(sync[uf.find(r)])
+        rk = RankState(r, r, int(stage_of[r]), max(float(speed.get(x, 1.0)) for x in members))
         pg = pp_groups[r]
         rk.groups = {"dp_cp": dp_cp[r], "edp": edp[r], "dp_rep": dp_rep[r], "embd": (pg[emb_stage], pg[head_stage])}
         if len(members) > 1:
