@@ -28,6 +28,16 @@ link share it and take twice as long.
 Events: one SimPy timeout per distinct start or end time of a transfer (the next one due), plus
 stale ones when a new transfer moves the next end earlier; transfers whose ends are still in the
 future are only predictions, final when the clock reaches them.
+
+One re-share per instant. Starts and ends at the same instant arrive one by one (each rank's process
+adds its transfer when it resumes), but the speeds they set last no time until the clock moves on.
+So the links they touch are only marked, and their connected sets are re-shared once, when the
+instant is over (a zero-delay timeout: after the processes SimPy has already queued for this instant)
+or before anything later is processed; each connected set gets its own progressive filling. The
+speeds are those of re-sharing after every start and end, since only the last set of the instant
+counts. In every-rank mode the ranks of a data-parallel group send their pipeline messages at the
+same instant onto the links of one collective they share: re-sharing after each send cost the size of
+the group per send, and the engine's cost grew as ranks x dp (benchmarks/full_mode_scaling.py).
 """
 from __future__ import annotations
 
@@ -125,6 +135,9 @@ class LinkSharing:
         """Times of the SimPy timeouts in flight (heap)."""
         self._seq = 0
         self._busy = False
+        self._dirty: dict = {}
+        """Links whose flows changed at `_dirty_t` and are not re-shared yet (one re-share per instant)."""
+        self._dirty_t = 0.0
         self.flows = 0
         self.slowed = 0
         """Flows that ran slower than alone at some point."""
@@ -167,7 +180,8 @@ class LinkSharing:
         return t
 
     def _arm(self) -> None:
-        t = self._next_time()
+        # links waiting for their re-share: the instant's timeout (predicted ends are stale until then)
+        t = self._dirty_t if self._dirty else self._next_time()
         if t is None or (self._alarms and self._alarms[0] <= t):
             return
         heapq.heappush(self._alarms, t)
@@ -177,15 +191,21 @@ class LinkSharing:
     def _alarm(self, t: float) -> None:
         self._alarms.remove(t)
         heapq.heapify(self._alarms)
-        self._advance(max(t, self.env.now))
+        self._advance(max(t, self.env.now), settle=True)
 
-    def _advance(self, until: float) -> None:
-        """Process every start and end due by `until`, in time order, then arm the next timeout."""
+    def _advance(self, until: float, settle: bool = False) -> None:
+        """Process every start and end due by `until`, in time order, then arm the next timeout. The
+        instant's marked links are re-shared before a later time is processed, and at the end when
+        `settle` (the instant is over: called from a timeout)."""
         self._busy = True
         try:
             while True:
                 t = self._next_time()
-                if t is None or t > until + TIME_EPS:
+                due = t is not None and t <= until + TIME_EPS
+                if self._dirty and (due and t > self._dirty_t + TIME_EPS or not due and settle):
+                    self._settle()
+                    continue
+                if not due:
                     break
                 self._step(t)
         finally:
@@ -226,26 +246,42 @@ class LinkSharing:
             for l in f.demand:
                 on_link.setdefault(l, {})[f.fid] = f
                 seeds[l] = None
-        if seeds:
-            self._reshare(t, seeds)
+        if seeds:  # re-shared once the instant is over (module docstring)
+            if not self._dirty:
+                self._dirty_t = t
+            self._dirty.update(seeds)
         for f in sorted(ended, key=lambda g: g.fid):
             f.done(f)
 
-    def _reshare(self, t: float, seeds: dict) -> None:
-        """Recompute the speeds of the active flows connected (through shared links) to `seeds`."""
-        comp: dict = {}
-        links = list(seeds)
-        seen = set(links)
-        while links:
-            l = links.pop()
-            for fid, f in self._on_link.get(l, {}).items():
-                if fid not in comp:
-                    comp[fid] = f
-                    for l2 in f.demand:
-                        if l2 not in seen:
-                            seen.add(l2)
-                            links.append(l2)
-        flows = [comp[k] for k in sorted(comp)]
+    def _settle(self) -> None:
+        """Re-share the connected sets of active flows that touch the instant's marked links, each set
+        on its own (its speeds depend on its flows alone), in the order of their lowest flow id."""
+        seeds, t = self._dirty, self._dirty_t
+        self._dirty = {}
+        on_link = self._on_link
+        seen: set = set()
+        comps = []
+        for seed in seeds:
+            if seed in seen or seed not in on_link:
+                continue
+            seen.add(seed)
+            comp: dict = {}
+            links = [seed]
+            while links:
+                l = links.pop()
+                for fid, f in on_link[l].items():
+                    if fid not in comp:
+                        comp[fid] = f
+                        for l2 in f.demand:
+                            if l2 not in seen:
+                                seen.add(l2)
+                                links.append(l2)
+            comps.append([comp[k] for k in sorted(comp)])
+        for flows in sorted(comps, key=lambda c: c[0].fid):
+            self._reshare(t, flows)
+
+    def _reshare(self, t: float, flows: list) -> None:
+        """Recompute the speeds of `flows`, one connected set of active flows (by flow id)."""
         speeds = [1.0] if len(flows) == 1 and _alone(flows[0], self._on_link) else max_min_speeds(flows)
         for f, x in zip(flows, speeds):
             if x == f.x:

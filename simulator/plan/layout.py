@@ -49,15 +49,20 @@ def rank_grid(sc: Scenario) -> tuple[np.ndarray, list[str]]:
 
 def coords(sc: Scenario, rank: int) -> dict[str, int]:
     grid, dims = rank_grid(sc)
-    idx = np.argwhere(grid == rank)[0]
-    return dict(zip(dims, (int(i) for i in idx)))
+    return _coords(grid, dims, rank)
+
+
+def _coords(grid: np.ndarray, dims: list[str], rank: int) -> dict[str, int]:
+    # the grid is arange(world) reshaped: a rank's coordinates are its flat index unravelled (O(1), where
+    # searching the grid cost O(world) per call and every-rank mode asks once per group)
+    return dict(zip(dims, (int(i) for i in np.unravel_index(rank, grid.shape))))
 
 
 def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
     """Ranks of `dim`'s group that contains `rank`. dim in tp, cp, dp, pp, ep, edp, dp_cp (the dense gradient
     and sharding group: the dp x cp plane, or its shard run under HSDP), dp_rep (HSDP's replicas of it)."""
     grid, dims = rank_grid(sc)
-    c = coords(sc, rank)
+    c = _coords(grid, dims, rank)
     if dim in ("tp", "cp", "dp", "pp"):
         sl = tuple(slice(None) if d == dim else c[d] for d in dims)
         return [int(x) for x in grid[sl].ravel()]
