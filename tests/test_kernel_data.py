@@ -23,7 +23,7 @@ def test_every_point_names_its_source_and_url():
             assert p["source"] and p["url"].startswith("http"), (gpu, p)
 
 
-@pytest.mark.parametrize("topology", ["dgx-h100", "dgx-a100", "hgx-h200", "gb200-nvl72"])
+@pytest.mark.parametrize("topology", ["dgx-h100", "dgx-a100", "hgx-h200", "gb200-nvl72", "dgx-b200"])
 def test_no_default_gemm_beats_a_maximum_achievable_matmul_point(topology):
     cm = CostModel(load_topology(topology))
     for p in gpu_points(cm.topology.gpu.name)["gemm"]:
@@ -39,6 +39,30 @@ def test_fp8_gemms_on_h100_are_priced_from_the_measured_shapes_within_a_quarter(
     for p in fit:
         op = _gemm(p["m"], p["n"], p["k"], "fp8")
         assert 0.75 < cm.spec_compute_time(op) / (op.flops / (p["tflops"] * 1e12)) < 1.25, p
+
+
+@pytest.mark.parametrize("topology", ["dgx-h100", "dgx-b200"])
+def test_bf16_gemms_are_priced_from_the_measured_shapes_within_a_quarter(topology):
+    """The fitted BF16 curve (OpenXLA's per-shape table plus cuBLAS points) follows every measured shape."""
+    cm = CostModel(load_topology(topology))
+    fit = [p for p in gpu_points(cm.topology.gpu.name)["gemm"] if used_in_fit(p) and p["dtype"] == "bf16"]
+    assert len(fit) >= 27
+    for p in fit:
+        op = _gemm(p["m"], p["n"], p["k"], "bf16")
+        assert 0.75 < cm.spec_compute_time(op) / (op.flops / (p["tflops"] * 1e12)) < 1.25, p
+
+
+def test_the_h100_bf16_curve_is_fitted_and_stays_under_the_maximum_achievable_matmul():
+    """Measured shapes fit eta_max and the knee; at each MAMF ceiling's own shape the priced GEMM (curve plus launch
+    gap) is no faster than that ceiling."""
+    cm = CostModel(load_topology("dgx-h100"))
+    curve = cm.kernels().gemm["bf16"]
+    assert curve.knee_fitted and curve.points >= 27
+    ceilings = [p for p in gpu_points(H100)["gemm"] if p.get("max_achievable") and p["dtype"] == "bf16"]
+    assert ceilings
+    for p in ceilings:
+        op = _gemm(p["m"], p["n"], p["k"], "bf16")
+        assert cm.spec_compute_time(op) >= op.flops / (p["tflops"] * 1e12) * (1 - 1e-9), p
 
 
 @pytest.mark.parametrize("family,tflops", [("flash2", 319.0), ("flash3", 579.0), ("cudnn", 518.0)])

@@ -87,7 +87,9 @@ class CostModel:
         if "kernels" not in self._kernels:  # looked up once per model: compute_time asks for every op
             gpu = self.topology.gpu
             hbm = gpu.hbm_bandwidth_gbs * 1e9 * HBM_EFFICIENCY
-            peaks = tuple(sorted((d, self.peak_flops(d)) for d in gpu.peak_tflops))
+            # Published points were measured at rated power: efficiencies are fractions of the datasheet peak,
+            # which a power limit then scales like the peak itself (gpu.power_limit_w).
+            peaks = tuple(sorted((d, self.topology.nominal_peak_flops(d)) for d in gpu.peak_tflops))
             self._kernels["kernels"] = gpu_kernels(gpu.name, peaks, hbm, GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S,
                                                    KERNEL_OVERHEAD_S)
         return self._kernels["kernels"]
