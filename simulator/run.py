@@ -14,6 +14,7 @@ from .cost.costs import build_cost_model
 from .evaluate.diloco import inner_scenario, outer_sync
 from .plan.documents import attention_summary
 from .plan.stage_speed import stage_speeds
+from .plan.paces import degraded_link_effects
 from .stragglers import rank_speeds
 from .plan.flops import mfu_peak_flops, scenario_model_flops
 from .plan.memory import memory_report
@@ -88,6 +89,23 @@ def straggler_summary(sc: Scenario, iteration: float, estimator: str, cost) -> d
     return {"slow_gpus": slow, "pacing": pacing, "homogeneous_step_s": base, "cost_s": iteration - base}
 
 
+def _twin_step(twin: Scenario, estimator: str, cost) -> float:
+    """The step of `twin` (the scenario without what a report block prices) by the same estimator."""
+    if estimator == "engine":
+        from .evaluate.engine import simulate_engine  # noqa: PLC0415
+        return simulate_engine(twin, cost).iteration_time_s
+    return estimate(twin, cost).iteration_time_s
+
+
+def degraded_links_summary(sc: Scenario, iteration: float, estimator: str, cost) -> dict | None:
+    """The report's `degraded_links` block: per degraded link, the groups that cross it (plan/paces.py) and the
+    stages they pace, and the step the same job takes with every link healthy (same estimator). None: no entry."""
+    if not sc.cluster.degraded_links:
+        return None
+    base = _twin_step(replace(sc, cluster=replace(sc.cluster, degraded_links=[])), estimator, cost)
+    return {"links": degraded_link_effects(sc), "healthy_step_s": base, "cost_s": iteration - base}
+
+
 def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, trace_path=None, plot_path=None,
              memory_plot_path=None) -> dict:
     """Simulate one optimizer step of `sc` and return the `run --json` report (docs/report.md)."""
@@ -155,6 +173,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "estimator": estimator,
         "framework": sc.framework.to_json(sc.parallel.pp),
         "stragglers": straggler_summary(sc, iteration, estimator, cost),
+        "degraded_links": degraded_links_summary(sc, iteration, estimator, cost),
         "diloco": None,
         "attention": attention_summary(sc),
         "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage, "kernels": cost.kernel_source()},

@@ -79,6 +79,12 @@ def format_report(r: dict) -> str:
         out.append(f"  stragglers: {st['slow_gpus']} slow GPU(s); rank {worst['rank']} ({worst['slowdown']:.2f}x) sets the pace of "
                    f"stage {worst['stage']}; {len(st['pacing'])} of {lay['pp']} stage(s) paced by a slow GPU; "
                    f"+{_fmt_s(st['cost_s'])} per step over the homogeneous {_fmt_s(st['homogeneous_step_s'])}")
+    dl = r.get("degraded_links")
+    if dl:
+        worst = min(dl["links"], key=lambda x: x["bandwidth"])
+        out.append(f"  degraded links: {len(dl['links'])}; node {worst['node']} {worst['link']} at {worst['bandwidth']:.0%} "
+                   f"paces {', '.join(worst['groups']) or 'no group'} of stage(s) {', '.join(map(str, worst['stages'])) or '-'}; "
+                   f"+{_fmt_s(dl['cost_s'])} per step over the healthy {_fmt_s(dl['healthy_step_s'])}")
     att = r.get("attention")
     if att and att["mask"] == "document":
         cp = (f"; busiest CP rank {att['cp_busiest_vs_causal']:.2f}x the causal mask's share ({att['cp_balance']})"

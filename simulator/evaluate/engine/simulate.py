@@ -25,7 +25,7 @@ from ...plan.layout import chunk_owner, group_ranks, group_shape, last_chunk, pa
 from ...plan.memory import buffer_bytes, buffers_total, chunk_activation_bytes, static_bytes, zero_groups
 from ...scenario import Scenario
 from ...plan.lower import build_plan
-from ...plan.stage_speed import stage_speeds
+from ...plan.paces import heterogeneous, pair_variants, rank_paces, stage_paces
 from ...stragglers import rank_speeds
 from ..results import EngineResult, summarize
 from .sim import Engine
@@ -44,8 +44,8 @@ def _static(sc: Scenario) -> list[float]:
 
 def _representative(sc: Scenario, emb_stage: int, head_stage: int) -> tuple[list[RankState], dict]:
     pp = sc.parallel.pp
-    speed, _ = stage_speeds(sc)  # each stage at its slowest GPU's pace (plan/stage_speed.py)
-    ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, speed[s]) for s in range(pp)]
+    paces = stage_paces(sc)  # each stage at its slowest member's pace (plan/paces.py)
+    ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, paces[s]) for s in range(pp)]
     shapes = {}
     for rk in ranks:
         rk.groups = {"dp_cp": (rk.idx,), "edp": (rk.idx,), "dp_rep": (rk.idx,), "embd": (emb_stage, head_stage)}
@@ -100,10 +100,16 @@ def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[l
     for r in range(sc.gpus):
         sync.setdefault(uf.find(r), []).append(r)
     reps = {pp_rank_of_stage_rank(sc, s) for s in range(sc.parallel.pp)}
+    peers = [tuple(sync[uf.find(r)]) for r in range(sc.gpus)]
+    in_pass = {d: _groups_of(sc, d) for d in ("tp", "cp", "ep", "dp")} if heterogeneous(sc) else {}
+    if in_pass:
+        in_pass["embd"] = [(pp_groups[r][emb_stage], pp_groups[r][head_stage]) for r in range(sc.gpus)]
+    paces = rank_paces(sc, [max(float(speed.get(x, 1.0)) for x in peers[r]) for r in range(sc.gpus)],
+                       {"dp_cp": dp_cp, "edp": edp, "dp_rep": dp_rep, **in_pass}, peers)
     ranks = []
     for r in range(sc.gpus):
-        members = tuple(sync[uf.find(r)])
-        rk = RankState(r, r, int(stage_of[r]), max(float(speed.get(x, 1.0)) for x in members))
+        members = peers[r]
+        rk = RankState(r, r, int(stage_of[r]), paces[r])
         pg = pp_groups[r]
         rk.groups = {"dp_cp": dp_cp[r], "edp": edp[r], "dp_rep": dp_rep[r], "embd": (pg[emb_stage], pg[head_stage])}
         if len(members) > 1:
@@ -112,6 +118,18 @@ def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[l
         rk.rec = Recorder() if r in reps else None
         ranks.append(rk)
     return ranks, _LazyPairs(sc)
+
+
+class _PairLinks(dict):
+    """(idx_a, idx_b) -> the links of a PP pair (`plan/paces.pair_variants`: of stages, or of global ranks)."""
+
+    def __init__(self, sc: Scenario, stages: bool):
+        super().__init__()
+        self.sc, self.stages = sc, stages
+
+    def __missing__(self, key):
+        v = self[key] = pair_variants(self.sc, key[0], key[1], self.stages)
+        return v
 
 
 class _LazyPairs(dict):
@@ -148,7 +166,9 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
         ranks, pairs = _representative(sc, emb_stage, head_stage)
     shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"), "dp_rep": group_shape(sc, "dp_rep"),
               "embd": pair_shape(sc, pp_rank_of_stage_rank(sc, emb_stage), pp_rank_of_stage_rank(sc, head_stage))}
-    eng = Engine(plan, cost, ranks, pairs, shapes, steps=steps, record_slices=record_slices, contention=contention)
+    links = _PairLinks(sc, not full) if heterogeneous(sc) else None
+    eng = Engine(plan, cost, ranks, pairs, shapes, steps=steps, record_slices=record_slices, contention=contention,
+                 pp_links=links)
     eng.run()
     return eng, _static(sc)
 
