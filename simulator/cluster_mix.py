@@ -120,6 +120,8 @@ def check_cluster_mix(sc):
     pipeline stage in one pool. Stages over several pools would put pools on different DP replicas, whose batch
     shares are not balanced yet: refused."""
     check_degraded_links(sc.cluster.degraded_links, sc.cluster.nodes)
+    if sc.parallel.pp_balance == "speed" and sc.parallel.vpp != 1:
+        raise ScenarioError("parallel.pp_balance", f"speed with vpp {sc.parallel.vpp}", "vpp 1 (one chunk per stage), or even")
     if not sc.cluster.pools:
         return sc
     if sc.parallel.diloco is not None:

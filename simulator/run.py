@@ -6,18 +6,23 @@ lists the same plan without events (`evaluate/analytic.py`). Either way the repo
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import time
 
 from .evaluate.analytic import estimate
 from .cost.costs import build_cost_model
+from .cost.pp_balance import balanced, stage_layer_times
+from .plan.layout import chunk_layers
+from .plan.memory_fit import fits, stage_capacities
+from .plan.paces import stage_pools
 from .evaluate.diloco import inner_scenario, outer_sync
 from .plan.documents import attention_summary
 from .plan.stage_speed import stage_speeds
 from .plan.paces import degraded_link_effects
 from .stragglers import rank_speeds
 from .plan.flops import mfu_peak_flops, scenario_model_flops
-from .plan.memory import memory_report
+from .plan.memory import GIB, memory_report
 from .errors import ScenarioError
 from .params import active_params, total_params
 from .plan.lower import build_plan, step_compute_ops
@@ -106,6 +111,23 @@ def degraded_links_summary(sc: Scenario, iteration: float, estimator: str, cost)
     return {"links": degraded_link_effects(sc), "healthy_step_s": base, "cost_s": iteration - base}
 
 
+def pools_summary(sc: Scenario, cost, mem) -> dict | None:
+    """The report's `pools` block: each pool's GPU, nodes and stages and its memory verdict against its own GPU's
+    capacity; the pipeline split and each stage's decoder-layer time at its pace (cost/pp_balance.py)."""
+    if not sc.cluster.pools:
+        return None
+    owner, caps = stage_pools(sc), stage_capacities(sc)
+    out = []
+    for i, (p, topo) in enumerate(zip(sc.cluster.pools, sc.pool_topologies)):
+        stages = [s for s, x in enumerate(owner) if x == i]
+        peak = max((mem.per_stage[s].peak / GIB for s in stages), default=0.0)
+        cap, room = caps[stages[0]] if stages else (float(topo.gpu.memory_gib), 0.0)
+        out.append({"gpu": Path(p.gpu).stem, "gpu_model": topo.gpu.name, "nodes": p.nodes, "stages": stages,
+                    "capacity_gib": cap, "peak_gib": peak, "fits": fits(peak, cap, room)})
+    return {"pools": out, "pp_balance": sc.parallel.pp_balance, "pp_layers": chunk_layers(sc),
+            "layer_s": list(stage_layer_times(sc, cost))}
+
+
 def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, trace_path=None, plot_path=None,
              memory_plot_path=None) -> dict:
     """Simulate one optimizer step of `sc` and return the `run --json` report (docs/report.md)."""
@@ -115,6 +137,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
                           memory_plot_path=memory_plot_path)
         return with_outer_sync(sc, report)
     t0 = time.perf_counter()
+    sc = balanced(sc)  # parallel.pp_balance: speed sets the layers per stage (cost/pp_balance.py)
     if estimator == "engine" and engine_work(sc, full) > MAX_ENGINE_WORK:
         raise ScenarioError("--estimator engine", f"{engine_work(sc, full):,} rank-layer passes to simulate (ranks x "
                             f"micro-batches x layers per rank{', every rank with --full' if full else ''})",
@@ -174,6 +197,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "framework": sc.framework.to_json(sc.parallel.pp),
         "stragglers": straggler_summary(sc, iteration, estimator, cost),
         "degraded_links": degraded_links_summary(sc, iteration, estimator, cost),
+        "pools": pools_summary(sc, cost, mem),
         "diloco": None,
         "attention": attention_summary(sc),
         "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage, "kernels": cost.kernel_source()},

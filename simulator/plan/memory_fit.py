@@ -25,6 +25,19 @@ def headroom_gib(sc: "Scenario") -> float:
     return DEFAULT_HEADROOM_FRACTION * float(sc.topology.gpu.memory_gib)
 
 
+def stage_capacities(sc: "Scenario") -> list[tuple[float, float]]:
+    """Per pipeline stage: (its GPU's memory, the headroom it must keep), GiB. With `cluster.pools` each stage's
+    pool's GPU (`plan/paces.stage_pools`), else the topology's for every stage."""
+    from .paces import stage_pools  # noqa: PLC0415 (paces reads the rank grid; this module sits below it)
+    pools = stage_pools(sc)
+    out = []
+    for p in pools:
+        cap = float((sc.pool_topologies[p] if sc.pool_topologies else sc.topology).gpu.memory_gib)
+        room = sc.cluster.memory_headroom_gib
+        out.append((cap, float(room) if room is not None else DEFAULT_HEADROOM_FRACTION * cap))
+    return out
+
+
 def fits(peak_gib: float, capacity_gib: float, headroom: float) -> bool:
     """The one definition of "fits" (docs/metrics.md): the worst stage's peak leaves `headroom` GiB free."""
     return peak_gib <= capacity_gib - headroom

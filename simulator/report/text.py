@@ -85,6 +85,11 @@ def format_report(r: dict) -> str:
         out.append(f"  degraded links: {len(dl['links'])}; node {worst['node']} {worst['link']} at {worst['bandwidth']:.0%} "
                    f"paces {', '.join(worst['groups']) or 'no group'} of stage(s) {', '.join(map(str, worst['stages'])) or '-'}; "
                    f"+{_fmt_s(dl['cost_s'])} per step over the healthy {_fmt_s(dl['healthy_step_s'])}")
+    pl = r.get("pools")
+    if pl:
+        parts = [f"{p['gpu']} x{p['nodes']} node(s) stages {','.join(map(str, p['stages']))} "
+                 f"{p['peak_gib']:.1f}/{p['capacity_gib']:.0f} GiB {'fits' if p['fits'] else 'DOES NOT FIT'}" for p in pl["pools"]]
+        out.append(f"  pools: {'; '.join(parts)}; layers per stage {pl['pp_layers']} ({pl['pp_balance']} balance)")
     att = r.get("attention")
     if att and att["mask"] == "document":
         cp = (f"; busiest CP rank {att['cp_busiest_vs_causal']:.2f}x the causal mask's share ({att['cp_balance']})"

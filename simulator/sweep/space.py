@@ -3,6 +3,7 @@ model-state bound that drops those that cannot fit. `sweep.py` searches it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 from typing import Any, Iterable
 
 
@@ -18,7 +19,7 @@ from ..plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, schedule_spec
 SWEEP_KEYS = {
     "parallel.dp": "dp", "parallel.tp": "tp", "parallel.pp": "pp", "parallel.cp": "cp", "parallel.ep": "ep",
     "parallel.zero": "zero", "parallel.sp": "sp", "parallel.pp_schedule": "pp_schedule", "parallel.vpp": "vpp",
-    "training.micro_batch": "micro_batch", "training.recompute": "recompute",
+    "training.micro_batch": "micro_batch", "training.recompute": "recompute", "parallel.pp_balance": "pp_balance",
 }
 """Keys `--fix` restricts (dotted scenario path -> Layout field); the short name is accepted too."""
 RECOMPUTE_ORDER = ("none", "selective", "full")
@@ -64,6 +65,9 @@ class Layout:
     pp_schedule: str
     vpp: int
     recompute: str
+    pp_balance: str = "even"
+    """even | speed (`cost/pp_balance.py`): searched by default where the cluster is not uniform (pools, stragglers,
+    degraded links)."""
 
     def label(self) -> str:
         parts = [f"TP{self.tp}" + ("+SP" if self.sp and self.tp > 1 else ""), f"PP{self.pp}", f"DP{self.dp}"]
@@ -77,12 +81,15 @@ class Layout:
             parts.append(self.pp_schedule + (f"/v{self.vpp}" if self.vpp > 1 else ""))
         if self.recompute != "none":
             parts.append(f"rc-{self.recompute}")
+        if self.pp_balance != "even":
+            parts.append(f"{self.pp_balance}-balanced")
         return " ".join(parts)
 
     def overrides(self) -> dict:
         """The scenario keys this layout sets."""
         return {"parallel": {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep,
-                             "zero": self.zero, "sp": self.sp, "pp_schedule": self.pp_schedule, "vpp": self.vpp},
+                             "zero": self.zero, "sp": self.sp, "pp_schedule": self.pp_schedule, "vpp": self.vpp,
+                             "pp_balance": self.pp_balance},
                 # the sweep's recompute modes are whole-model ones: a scenario's block recompute
                 # (training.recompute_layers) does not carry over to the layouts it tries
                 "training": {"micro_batch": self.micro_batch, "recompute": self.recompute, "recompute_layers": None}}
@@ -91,7 +98,7 @@ class Layout:
 def layout_of(sc: Scenario) -> Layout:
     p, t = sc.parallel, sc.training
     return Layout(tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, dp=sc.dp, micro_batch=t.micro_batch, sp=p.sp,
-                  zero=p.zero, pp_schedule=p.pp_schedule, vpp=p.vpp, recompute=t.recompute)
+                  zero=p.zero, pp_schedule=p.pp_schedule, vpp=p.vpp, recompute=t.recompute, pp_balance=p.pp_balance)
 
 
 def _check_value(key: str, value: Any) -> Any:
@@ -105,6 +112,9 @@ def _check_value(key: str, value: Any) -> Any:
     elif name == "recompute":
         if value not in RECOMPUTE_ORDER:
             raise ScenarioError("--fix", f"{key}={short(value)} is not a recompute mode", " | ".join(RECOMPUTE_ORDER))
+    elif name == "pp_balance":
+        if value not in ("even", "speed"):
+            raise ScenarioError("--fix", f"{key}={short(value)} is not a pipeline balance", "even | speed")
     elif name == "zero":
         if value not in (0, 1, 2, 3) or isinstance(value, bool):
             raise ScenarioError("--fix", f"{key}={short(value)} is not a ZeRO stage", "0 | 1 | 2 | 3")
@@ -186,6 +196,8 @@ def enumerate_layouts(sc: Scenario, fixed: dict | None = None) -> list[Layout]:
     def extra(name, default):  # fixed values outside the default set are allowed too (validity decides)
         return sorted(set(fixed[name])) if name in fixed else default
 
+    c = sc.cluster
+    balances = ["even", "speed"] if (c.pools or c.stragglers or c.slow_gpus or c.degraded_links) else ["even"]
     out = []
     tp_default = [t for t in _divisors(gpus) if t <= MAX_DEFAULT_TP_NODES * sc.gpus_per_node]
     mb_max = max(1, MAX_DEFAULT_MICRO_BATCH_TOKENS // seq)
@@ -220,10 +232,10 @@ def enumerate_layouts(sc: Scenario, fixed: dict | None = None) -> list[Layout]:
                             if dp * cp == 1 and "zero" in fixed and not zeros:
                                 zeros = [min(fixed["zero"])]  # any stage is plain data parallelism of 1
                             for s, v in _schedules(sc, pp, m_micro, fixed):
-                                for z in zeros:
-                                    for rc in allowed("recompute", RECOMPUTE_ORDER):
-                                        out.append(Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, micro_batch=mb, sp=sp,
-                                                          zero=z, pp_schedule=s, vpp=v, recompute=rc))
+                                for z, rc, bal in product(zeros, allowed("recompute", RECOMPUTE_ORDER),
+                                                          extra("pp_balance", balances if pp > 1 and v == 1 else ["even"])):
+                                    out.append(Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, micro_batch=mb, sp=sp, zero=z,
+                                                      pp_schedule=s, vpp=v, recompute=rc, pp_balance=bal))
     return sorted(out)
 
 

@@ -1,0 +1,73 @@
+"""`parallel.pp_balance: speed`: pipeline layers per stage in proportion to each stage's speed (mixed pools,
+stragglers, degraded links), which sets `parallel.pp_layers`.
+
+Each stage's pace (`plan/paces.py`) prices one decoder layer's forward, backward and weight gradient for one
+micro-batch: its compute on the stage's pool's GPU times the straggler multiplier, its TP / CP / EP collectives on
+the stage's links, summed (a serial proxy of the layer's time, enough to rank relative throughput). The split
+minimises the slowest stage's n_s x t_s over integers n_s >= 1 summing to the layers: layers are dealt one at a
+time to the stage whose time after taking it, (n_s + 1) x t_s, is least (the greedy min-max allocation, optimal for
+per-stage costs linear in n_s; ties to the earlier stage, so equal speeds give the even split). The embedding and
+the LM head are not counted (Megatron's even split does not count them either).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import ScenarioError
+from ..plan.layer_ops import layer_passes
+from ..plan.layout import group_shape
+from ..plan.opgraph import Compute
+from ..plan.paces import LinkVariant, stage_paces
+from .paced import PacedCosts
+
+
+def stage_layer_times(sc, cost) -> tuple[float, ...]:
+    """Per pipeline stage: seconds of one decoder layer (the model's last) forward + backward for one micro-batch
+    at the stage's pace (module docstring)."""
+    costs = PacedCosts(sc, cost)
+    lp = layer_passes(sc, sc.model.layers - 1)
+    nodes = lp.F + lp.B + lp.W
+    shapes: dict = {}
+    out = []
+    for pace in stage_paces(sc):
+        model = costs.model(LinkVariant(pace.pool))
+        t = 0.0
+        for node in nodes:
+            op = node.op
+            if isinstance(op, Compute):
+                t += model.compute_time(op) * pace.speed
+            else:
+                key = op.group or op.dim
+                if key not in shapes:
+                    shapes[key] = group_shape(sc, key)
+                t += costs.slowest(op, shapes[key], pace.variants(key))[0]
+        out.append(t)
+    return tuple(out)
+
+
+def speed_split(layers: int, times) -> list[int]:
+    """Integer layers per stage minimising max_s n_s x times[s], every n_s >= 1 (module docstring)."""
+    pp = len(times)
+    if layers < pp:
+        raise ValueError(f"{layers} layers over {pp} stages")
+    n = [1] * pp
+    for _ in range(layers - pp):
+        s = min(range(pp), key=lambda i: ((n[i] + 1) * times[i], i))
+        n[s] += 1
+    return n
+
+
+def balanced(sc, cost=None):
+    """`sc` with `parallel.pp_layers` set by speed when `pp_balance` is speed (else `sc` itself)."""
+    p = sc.parallel
+    if p.pp_balance != "speed" or p.pp == 1:
+        return sc
+    if p.vpp != 1:
+        raise ScenarioError("parallel.pp_balance", f"speed with vpp {p.vpp}", "vpp 1 (one chunk per stage), or pp_balance: even")
+    if sc.model.layers < p.pp:
+        raise ScenarioError("parallel.pp_balance", f"speed with {sc.model.layers} layers over pp {p.pp}", "at least one layer per stage")
+    if cost is None:
+        from .costs import build_cost_model  # noqa: PLC0415
+        cost = build_cost_model(sc)
+    split = speed_split(sc.model.layers, stage_layer_times(sc, cost))
+    return dataclasses.replace(sc, parallel=dataclasses.replace(p, pp_layers=split))

@@ -1,0 +1,107 @@
+"""Mixed GPU pools (`cluster.pools`): each pool's GPU and node, placed in node order; pipeline stages inside pools;
+`parallel.pp_balance: speed` splits the layers by each stage's speed; each pool's memory against its own GPU."""
+import pytest
+
+from simulator.cost.costs import build_cost_model
+from simulator.cost.pp_balance import balanced, speed_split, stage_layer_times
+from simulator.errors import ScenarioError
+from simulator.evaluate.analytic import estimate
+from simulator.evaluate.engine import simulate_engine
+from simulator.plan.paces import stage_pools
+from simulator.run import simulate
+from simulator.scenario import scenario_from_mapping
+
+H100_A100 = [{"gpu": "dgx-h100", "nodes": 1}, {"gpu": "dgx-a100", "nodes": 1}]
+
+
+def _small(pools=H100_A100, cluster=None, **parallel):
+    raw = {"model": {"arch": "llama", "layers": 8, "hidden": 1024, "ffn_hidden": 2048, "heads": 8, "vocab": 4000},
+           "training": {"seq_len": 1024, "global_batch": 16, "micro_batch": 1},
+           "cluster": {"topology": "dgx-h100", "nodes": 2, "gpus_per_node": 4, "pools": pools, **(cluster or {})},
+           "parallel": {"tp": 2, "pp": 2, "sp": True, **parallel}}
+    return scenario_from_mapping(raw)
+
+
+def _three(sc):
+    cost = build_cost_model(sc)
+    return (estimate(sc, cost).iteration_time_s, simulate_engine(sc, cost).iteration_time_s,
+            simulate_engine(sc, cost, full=True).iteration_time_s)
+
+
+def test_one_pool_of_the_scenario_topology_gives_the_numbers_of_no_pools():
+    assert _three(_small([{"gpu": "dgx-h100", "nodes": 2}])) == _three(_small([]))
+
+
+def test_a_stage_on_a100s_runs_slower_than_on_h100s_and_the_job_runs_at_the_a100_stage_pace():
+    mixed, h100, a100 = (_three(_small(p))[0] for p in (H100_A100, [], [{"gpu": "dgx-a100", "nodes": 2}]))
+    assert h100 < mixed <= a100
+
+
+@pytest.mark.parametrize("parallel, cluster", [
+    ({}, {}),
+    ({"pp_balance": "speed"}, {}),
+    ({"pp_balance": "speed"}, {"stragglers": [{"rank": 1, "slowdown": 1.3}]}),
+    ({}, {"degraded_links": [{"node": 1, "link": "nvlink", "bandwidth": 0.5}]}),
+    ({"tp": 1, "pp": 4}, {}),
+])
+def test_analytic_representative_and_every_rank_agree_on_pools(parallel, cluster):
+    sc = balanced(_small(cluster=cluster, **parallel))
+    a, rep, full = _three(sc)
+    assert rep == pytest.approx(a, rel=1e-6)
+    assert full == pytest.approx(a, rel=1e-6)
+
+
+def test_ranks_are_placed_pool_by_pool_in_node_order():
+    assert stage_pools(_small(tp=1, pp=4)) == (0, 0, 1, 1)
+    assert stage_pools(_small(list(reversed(H100_A100)), tp=1, pp=4)) == (0, 0, 1, 1)
+
+
+def test_speed_balancing_gives_the_faster_stage_more_layers_and_beats_the_even_split():
+    even = _small()
+    fast = balanced(_small(pp_balance="speed"))
+    t = stage_layer_times(even, build_cost_model(even))
+    assert t[1] > t[0]
+    assert fast.parallel.pp_layers[0] > fast.parallel.pp_layers[1]
+    assert sum(fast.parallel.pp_layers) == 8
+    assert _three(fast)[0] < _three(even)[0]
+
+
+@pytest.mark.parametrize("layers, times, split", [
+    (8, (1.0, 1.0), [4, 4]),
+    (9, (1.0, 1.0), [5, 4]),
+    (32, (2.19, 5.01), [22, 10]),
+    (4, (1.0, 100.0), [3, 1]),
+])
+def test_speed_split_minimises_the_slowest_stage_with_at_least_one_layer_each(layers, times, split):
+    assert speed_split(layers, times) == split
+
+
+def test_even_balance_on_equal_stages_is_the_even_split():
+    sc = balanced(_small([], pp_balance="speed"))
+    assert sc.parallel.pp_layers == [4, 4]
+
+
+def test_each_pool_gets_its_memory_verdict_against_its_own_gpu():
+    r = simulate(_small([{"gpu": "dgx-h100", "nodes": 1}, {"gpu": "hgx-h200", "nodes": 1}]), estimator="analytic")
+    pools = r["pools"]["pools"]
+    assert [p["gpu"] for p in pools] == ["dgx-h100", "hgx-h200"]
+    assert pools[1]["capacity_gib"] > pools[0]["capacity_gib"]
+    assert [p["stages"] for p in pools] == [[0], [1]]
+    assert all(p["fits"] for p in pools) and r["memory"]["fits"]
+    assert simulate(_small([]), estimator="analytic")["pools"] is None
+
+
+@pytest.mark.parametrize("pools, parallel, cluster, where, what", [
+    ([{"gpu": "dgx-h100", "nodes": 1}], {}, {}, "cluster.pools", "sum to 1"),
+    ([{"gpu": "nope", "nodes": 1}, {"gpu": "dgx-a100", "nodes": 1}], {}, {}, "cluster.pools[0].gpu", "unknown topology"),
+    ([{"gpu": "dgx-h100", "nodes": 1, "x": 1}, {"gpu": "dgx-a100", "nodes": 1}], {}, {}, "cluster.pools[0]", ""),
+    (H100_A100, {"order": "tp-cp-pp-ep-dp"}, {}, "cluster.pools", "spans two pools"),
+    (H100_A100, {"tp": 8, "pp": 1}, {}, "cluster.pools", "TP group would span two pools"),
+    (H100_A100, {"pp_balance": "speed", "pp_layers": [4, 4]}, {}, "parallel.pp_layers", "pp_balance"),
+    (H100_A100, {"pp_balance": "speed", "pp_schedule": "interleaved-1f1b", "vpp": 2}, {}, "parallel.pp_balance", "vpp"),
+    (H100_A100, {}, {"profile": "x.json"}, "cluster.pools", "profile"),
+])
+def test_what_pools_do_not_support_is_refused_with_its_key_path(pools, parallel, cluster, where, what):
+    with pytest.raises(ScenarioError) as e:
+        _small(pools, cluster=cluster, **parallel)
+    assert str(e.value).startswith(where) and what in str(e.value)
