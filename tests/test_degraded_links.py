@@ -89,3 +89,32 @@ def test_bad_degraded_links_are_refused_with_their_key_path(links, where):
     with pytest.raises(ScenarioError) as e:
         _small(links)
     assert where in str(e.value)
+
+
+class _Measured:
+    """A calibration profile that measured every collective at 1 ms (and no compute)."""
+    framework = None
+
+    def comm_time(self, op, group):
+        return 1e-3
+
+    def compute_time(self, op):
+        return None
+
+
+def test_a_measured_collective_on_a_degraded_link_is_scaled_by_the_spec_models_ratio():
+    from dataclasses import replace
+
+    from simulator.cost.paced import PacedCosts
+    from simulator.plan.layout import group_shape
+    from simulator.plan.opgraph import Comm
+    sc = _small(order="tp-cp-pp-ep-dp")
+    base = build_cost_model(sc)
+    op, shape = Comm("grad", "dp", "all_reduce", 64e6, group="dp_cp"), group_shape(sc, "dp_cp")
+    slow = LinkVariant(0, 1.0, 0.25)
+    spec = PacedCosts(sc, base)
+    ratio = spec.slowest(op, shape, (slow,))[0] / base.comm_time(op, shape)
+    assert ratio > 2
+    measured = PacedCosts(sc, replace(base, profile=_Measured()))
+    assert measured.slowest(op, shape, (slow,))[0] == pytest.approx(1e-3 * ratio)
+    assert measured.slowest(op, shape, (LinkVariant(),))[0] == pytest.approx(1e-3)

@@ -105,3 +105,43 @@ def test_what_pools_do_not_support_is_refused_with_its_key_path(pools, parallel,
     with pytest.raises(ScenarioError) as e:
         _small(pools, cluster=cluster, **parallel)
     assert str(e.value).startswith(where) and what in str(e.value)
+
+
+def test_speed_balancing_gives_back_layers_a_stage_cannot_hold():
+    """Stage 1 paced by a straggler: headroom set so that stage 0 holds its uncapped share minus one layer (stage 1
+    holds one more within it): the split moves a layer back."""
+    from dataclasses import replace
+
+    from simulator.plan.memory import GIB, stage_memory
+    slow = {"stragglers": [{"rank": 5, "slowdown": 1.6}]}
+    free = balanced(_small([], cluster=slow, pp_balance="speed"))
+    n0 = free.parallel.pp_layers[0]
+    assert n0 > 4
+    fewer = replace(free, parallel=replace(free.parallel, pp_layers=[n0 - 1, 8 - n0 + 1]))
+    assert stage_memory(fewer, 1).peak < stage_memory(fewer, 0).peak
+    cap = float(free.topology.gpu.memory_gib)
+    room = cap - (stage_memory(free, 0).peak + stage_memory(fewer, 0).peak) / 2 / GIB
+    capped = balanced(_small([], cluster={**slow, "memory_headroom_gib": room}, pp_balance="speed"))
+    assert capped.parallel.pp_layers == [n0 - 1, 8 - n0 + 1]
+
+
+def test_the_sweep_searches_the_balance_on_a_mixed_cluster_and_builds_speed_balanced_candidates():
+    from simulator.sweep.space import enumerate_layouts, parse_fix
+    from simulator.sweep.tasks import candidate_scenario
+    mixed = _small()
+    lays = enumerate_layouts(mixed, parse_fix(["parallel.tp=2", "parallel.pp=2", "training.micro_batch=1"]))
+    assert {lay.pp_balance for lay in lays} == {"even", "speed"}
+    assert {lay.pp_balance for lay in enumerate_layouts(_small([]))} == {"even"}
+    lay = next(x for x in lays if x.pp_balance == "speed" and x.vpp == 1)
+    assert "speed-balanced" in lay.label()
+    raw = {"model": {"arch": "llama", "layers": 8, "hidden": 1024, "ffn_hidden": 2048, "heads": 8, "vocab": 4000},
+           "training": {"seq_len": 1024, "global_batch": 16, "micro_batch": 1},
+           "cluster": {"topology": "dgx-h100", "nodes": 2, "gpus_per_node": 4, "pools": H100_A100}}
+    assert candidate_scenario(raw, None, lay).parallel.pp_layers == balanced(_small(pp_balance="speed")).parallel.pp_layers
+
+
+def test_mfu_divides_by_the_mean_peak_of_the_cluster_gpus():
+    from simulator.plan.flops import mfu_peak_flops
+    h100, a100 = (mfu_peak_flops(_small([{"gpu": g, "nodes": 2}])) for g in ("dgx-h100", "dgx-a100"))
+    assert mfu_peak_flops(_small()) == pytest.approx((h100 + a100) / 2)
+    assert h100 == mfu_peak_flops(_small([]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..plan.paces import NOMINAL, LinkVariant
+from .costs import CostModel
 
 
 class PacedCosts:
@@ -37,14 +38,16 @@ class PacedCosts:
             return self.base
         m = self._models.get(v)
         if m is None:
-            m = self._models[v] = dataclasses.replace(self.base, topology=self._topology(v), _dp_topologies={})
+            # a plain CostModel with the base's settings: a subclass's caches (the sweep's) key on the op, not the links
+            keep = {f.name: getattr(self.base, f.name) for f in dataclasses.fields(CostModel) if f.init and f.name != "_dp_topologies"}
+            m = self._models[v] = CostModel(**{**keep, "topology": self._topology(v)})
         return m
 
     def _spec(self, v: LinkVariant):
         """`model(v)` without the profile (the spec model a measured collective is scaled by)."""
         m = self._bare.get(v)
         if m is None:
-            m = self._bare[v] = dataclasses.replace(self.model(v), profile=None, _dp_topologies={})
+            m = self._bare[v] = dataclasses.replace(self.model(v), profile=None, _dp_topologies={}, framework={})
         return m
 
     def _time(self, op, shape, v: LinkVariant) -> float:

@@ -7,7 +7,10 @@ the stage's links, summed (a serial proxy of the layer's time, enough to rank re
 minimises the slowest stage's n_s x t_s over integers n_s >= 1 summing to the layers: layers are dealt one at a
 time to the stage whose time after taking it, (n_s + 1) x t_s, is least (the greedy min-max allocation, optimal for
 per-stage costs linear in n_s; ties to the earlier stage, so equal speeds give the even split). The embedding and
-the LM head are not counted (Megatron's even split does not count them either).
+the LM head are not counted (Megatron's even split does not count them either). A stage whose peak memory would
+not fit its GPU (`memory_fit.fits`, each pool against its own) is capped a layer below and the split redone, so
+the faster pool takes no more layers than it holds; when every stage overflows the split stands (the memory
+verdict says so).
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import dataclasses
 
 from ..errors import ScenarioError
 from ..plan.layer_ops import layer_passes
+from ..plan.memory import GIB, stage_memory, zero_groups
+from ..plan.memory_fit import fits, stage_capacities
 from ..plan.layout import group_shape
 from ..plan.opgraph import Compute
 from ..plan.paces import LinkVariant, stage_paces
@@ -45,16 +50,27 @@ def stage_layer_times(sc, cost) -> tuple[float, ...]:
     return tuple(out)
 
 
-def speed_split(layers: int, times) -> list[int]:
-    """Integer layers per stage minimising max_s n_s x times[s], every n_s >= 1 (module docstring)."""
+def speed_split(layers: int, times, caps=None) -> list[int]:
+    """Integer layers per stage minimising max_s n_s x times[s], every n_s >= 1 and at most caps[s] where another
+    stage can still take the layer (module docstring)."""
     pp = len(times)
     if layers < pp:
         raise ValueError(f"{layers} layers over {pp} stages")
+    caps = caps or [layers] * pp
     n = [1] * pp
     for _ in range(layers - pp):
-        s = min(range(pp), key=lambda i: ((n[i] + 1) * times[i], i))
+        open_ = [i for i in range(pp) if n[i] < caps[i]] or list(range(pp))
+        s = min(open_, key=lambda i: ((n[i] + 1) * times[i], i))
         n[s] += 1
     return n
+
+
+def _over_capacity(sc) -> list[int]:
+    """Stages whose peak does not fit their GPU (`memory_fit.fits`, each stage against its own pool's GPU)."""
+    caps = stage_capacities(sc)
+    groups = zero_groups(sc)
+    return [r for r in range(sc.parallel.pp)
+            if not fits(stage_memory(sc, r, groups=groups).peak / GIB, *caps[r])]
 
 
 def balanced(sc, cost=None):
@@ -69,5 +85,13 @@ def balanced(sc, cost=None):
     if cost is None:
         from .costs import build_cost_model  # noqa: PLC0415
         cost = build_cost_model(sc)
-    split = speed_split(sc.model.layers, stage_layer_times(sc, cost))
-    return dataclasses.replace(sc, parallel=dataclasses.replace(p, pp_layers=split))
+    times = stage_layer_times(sc, cost)
+    caps = [sc.model.layers] * p.pp
+    while True:  # a stage the split overfills gives back a layer, to the next fastest that still fits
+        split = speed_split(sc.model.layers, times, caps)
+        out = dataclasses.replace(sc, parallel=dataclasses.replace(p, pp_layers=split))
+        over = [r for r in _over_capacity(out) if split[r] > 1]
+        if not over or len(over) == p.pp or sum(caps) - len(over) < sc.model.layers:
+            return out  # it fits, or no split within the caps holds every layer: the memory verdict says so
+        for r in over:  # caps only fall: at most `layers` rounds
+            caps[r] = min(caps[r], split[r]) - 1
