@@ -17,11 +17,11 @@ from simulator.run import simulate  # noqa: E402
 from simulator.scenario import scenario_from_mapping  # noqa: E402
 
 
-def _scenario(model: str, nodes: int, pp: int, pools, balance: str = "even", links=()) -> dict:
+def _scenario(model: str, nodes: int, pp: int, pools, balance: str = "even", links=(), order: str = "tp-cp-ep-dp-pp") -> dict:
     return {"name": model, "model": model,
             "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "recompute": "selective"},
             "cluster": {"topology": "dgx-h100", "nodes": nodes, "pools": pools, "degraded_links": list(links)},
-            "parallel": {"tp": 8, "pp": pp, "zero": 1, "pp_balance": balance}}
+            "parallel": {"tp": 8, "pp": pp, "zero": 1, "pp_balance": balance, "order": order}}
 
 
 def _half(nodes: int) -> list:
@@ -37,6 +37,9 @@ for model, nodes, pp in (("llama3-8b", 2, 2), ("llama3-70b", 8, 8)):
         (f"{model}, {nodes // 2} H100 + {nodes // 2} A100, speed", _scenario(model, nodes, pp, _half(nodes), "speed")),
     ]
 CASES += [
+    ("llama3-70b, PP4 DP2, 8 H100 nodes", _scenario("llama3-70b", 8, 4, [], order="tp-cp-pp-ep-dp")),
+    ("llama3-70b, PP4 DP2, a replica per pool, even", _scenario("llama3-70b", 8, 4, _half(8), order="tp-cp-pp-ep-dp")),
+    ("llama3-70b, PP4 DP2, 8 A100 nodes", _scenario("llama3-70b", 8, 4, [{"gpu": "dgx-a100", "nodes": 8}], order="tp-cp-pp-ep-dp")),
     ("llama3-70b, 8 H100 nodes, node 3 NIC at 25 %", _scenario("llama3-70b", 8, 8, [], links=[{"node": 3, "link": "nic", "bandwidth": 0.25}])),
     ("llama3-70b, 8 H100 nodes, node 3 NVLink at 25 %", _scenario("llama3-70b", 8, 8, [], links=[{"node": 3, "link": "nvlink", "bandwidth": 0.25}])),
     ("  same, speed-balanced", _scenario("llama3-70b", 8, 8, [], "speed", [{"node": 3, "link": "nvlink", "bandwidth": 0.25}])),

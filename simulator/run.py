@@ -14,8 +14,8 @@ from .evaluate.analytic import estimate
 from .cost.costs import build_cost_model
 from .cost.pp_balance import balanced, stage_layer_times
 from .plan.layout import chunk_layers
-from .plan.memory_fit import fits, stage_capacities
-from .plan.paces import stage_pools
+from .plan.memory_fit import DEFAULT_HEADROOM_FRACTION, fits
+from .plan.paces import stage_pool_sets
 from .evaluate.diloco import inner_scenario, outer_sync
 from .plan.documents import attention_summary
 from .plan.stage_speed import stage_speeds
@@ -76,16 +76,18 @@ def with_outer_sync(sc: Scenario, report: dict) -> dict:
     return out
 
 
-def straggler_summary(sc: Scenario, iteration: float, estimator: str, cost) -> dict:
+def straggler_summary(sc: Scenario, iteration: float, estimator: str, cost, asked: Scenario | None = None) -> dict:
     """The report's `stragglers` block: how many GPUs are slow, which stage each slow GPU paces, and the step
-    the same job takes with no slow GPU (its twin, priced by the same estimator)."""
+    the same job takes with no slow GPU (its twin, priced by the same estimator). `asked`: the scenario before
+    `pp_balance` split its layers (the twin is balanced by its own speeds)."""
     ranks = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
     speed, who = stage_speeds(sc, ranks)
     pacing = [{"stage": s, "rank": r, "slowdown": x} for s, (x, r) in enumerate(zip(speed, who)) if r >= 0]
     slow = len(ranks)
     base = iteration
     if slow:
-        twin = replace(sc, cluster=replace(sc.cluster, stragglers=[], slow_gpus=None))
+        asked = asked or sc
+        twin = balanced(replace(asked, cluster=replace(asked.cluster, stragglers=[], slow_gpus=None)))
         if estimator == "engine":
             from .evaluate.engine import simulate_engine  # noqa: PLC0415
             base = simulate_engine(twin, cost).iteration_time_s
@@ -102,12 +104,14 @@ def _twin_step(twin: Scenario, estimator: str, cost) -> float:
     return estimate(twin, cost).iteration_time_s
 
 
-def degraded_links_summary(sc: Scenario, iteration: float, estimator: str, cost) -> dict | None:
+def degraded_links_summary(sc: Scenario, iteration: float, estimator: str, cost, asked: Scenario | None = None) -> dict | None:
     """The report's `degraded_links` block: per degraded link, the groups that cross it (plan/paces.py) and the
-    stages they pace, and the step the same job takes with every link healthy (same estimator). None: no entry."""
+    stages they pace, and the step the same job takes with every link healthy (same estimator; `asked` as in
+    `straggler_summary`). None: no entry."""
     if not sc.cluster.degraded_links:
         return None
-    base = _twin_step(replace(sc, cluster=replace(sc.cluster, degraded_links=[])), estimator, cost)
+    asked = asked or sc
+    base = _twin_step(balanced(replace(asked, cluster=replace(asked.cluster, degraded_links=[]))), estimator, cost)
     return {"links": degraded_link_effects(sc), "healthy_step_s": base, "cost_s": iteration - base}
 
 
@@ -116,14 +120,16 @@ def pools_summary(sc: Scenario, cost, mem) -> dict | None:
     capacity; the pipeline split and each stage's decoder-layer time at its pace (cost/pp_balance.py)."""
     if not sc.cluster.pools:
         return None
-    owner, caps = stage_pools(sc), stage_capacities(sc)
+    owner = stage_pool_sets(sc)
+    room = sc.cluster.memory_headroom_gib
     out = []
     for i, (p, topo) in enumerate(zip(sc.cluster.pools, sc.pool_topologies)):
-        stages = [s for s, x in enumerate(owner) if x == i]
+        stages = [s for s, x in enumerate(owner) if i in x]
         peak = max((mem.per_stage[s].peak / GIB for s in stages), default=0.0)
-        cap, room = caps[stages[0]] if stages else (float(topo.gpu.memory_gib), 0.0)
+        cap = float(topo.gpu.memory_gib)
+        keep = float(room) if room is not None else DEFAULT_HEADROOM_FRACTION * cap
         out.append({"gpu": Path(p.gpu).stem, "gpu_model": topo.gpu.name, "nodes": p.nodes, "stages": stages,
-                    "capacity_gib": cap, "peak_gib": peak, "fits": fits(peak, cap, room)})
+                    "capacity_gib": cap, "peak_gib": peak, "fits": fits(peak, cap, keep)})
     return {"pools": out, "pp_balance": sc.parallel.pp_balance, "pp_layers": chunk_layers(sc),
             "layer_s": list(stage_layer_times(sc, cost))}
 
@@ -137,7 +143,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
                           memory_plot_path=memory_plot_path)
         return with_outer_sync(sc, report)
     t0 = time.perf_counter()
-    sc = balanced(sc)  # parallel.pp_balance: speed sets the layers per stage (cost/pp_balance.py)
+    asked, sc = sc, balanced(sc)  # parallel.pp_balance: speed sets the layers per stage (cost/pp_balance.py)
     if estimator == "engine" and engine_work(sc, full) > MAX_ENGINE_WORK:
         raise ScenarioError("--estimator engine", f"{engine_work(sc, full):,} rank-layer passes to simulate (ranks x "
                             f"micro-batches x layers per rank{', every rank with --full' if full else ''})",
@@ -195,8 +201,8 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
                   "flops_per_step": model_flops, "flop_convention": convention},
         "estimator": estimator,
         "framework": sc.framework.to_json(sc.parallel.pp),
-        "stragglers": straggler_summary(sc, iteration, estimator, cost),
-        "degraded_links": degraded_links_summary(sc, iteration, estimator, cost),
+        "stragglers": straggler_summary(sc, iteration, estimator, cost, asked),
+        "degraded_links": degraded_links_summary(sc, iteration, estimator, cost, asked),
         "pools": pools_summary(sc, cost, mem),
         "diloco": None,
         "attention": attention_summary(sc),

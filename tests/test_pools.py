@@ -51,6 +51,32 @@ def test_analytic_representative_and_every_rank_agree_on_pools(parallel, cluster
     assert full == pytest.approx(a, rel=1e-6)
 
 
+@pytest.mark.parametrize("parallel, cluster", [
+    ({"order": "tp-cp-pp-ep-dp"}, {}),  # each DP replica (pipeline) in one pool
+    ({"order": "tp-cp-pp-ep-dp", "zero": 1}, {}),
+    ({"tp": 4, "pp": 1}, {}),  # plain data parallelism over the two pools
+    ({"order": "tp-cp-pp-ep-dp", "pp_balance": "speed"}, {"degraded_links": [{"node": 0, "link": "nic", "bandwidth": 0.5}]}),
+])
+def test_pools_on_different_dp_replicas_run_at_the_slower_pool_in_every_mode(parallel, cluster):
+    """Even batch shares: the A100 replica sets the pace, the H100 one waits at the gradient sync."""
+    sc = balanced(_small(cluster=cluster, **parallel))
+    assert stage_pools(sc) == (1,) * sc.parallel.pp
+    a, rep, full = _three(sc)
+    assert rep == pytest.approx(a, rel=1e-6)
+    assert full == pytest.approx(a, rel=1e-6)
+    assert a > _three(balanced(_small([], cluster=cluster, **parallel)))[0]
+
+
+def test_pools_on_different_dp_replicas_with_expert_parallelism_are_refused():
+    raw = {"model": {"arch": "llama", "layers": 4, "hidden": 512, "ffn_hidden": 1024, "heads": 8, "vocab": 4000,
+                     "moe": {"experts": 4, "top_k": 1, "expert_ffn_hidden": 512}},
+           "training": {"seq_len": 1024, "global_batch": 16},
+           "cluster": {"topology": "dgx-h100", "nodes": 2, "gpus_per_node": 4, "pools": H100_A100},
+           "parallel": {"tp": 1, "pp": 1, "ep": 2, "order": "tp-cp-dp-ep-pp"}}
+    with pytest.raises(ScenarioError, match="EP groups over two pools"):
+        scenario_from_mapping(raw)
+
+
 def test_ranks_are_placed_pool_by_pool_in_node_order():
     assert stage_pools(_small(tp=1, pp=4)) == (0, 0, 1, 1)
     assert stage_pools(_small(list(reversed(H100_A100)), tp=1, pp=4)) == (0, 0, 1, 1)
@@ -95,7 +121,6 @@ def test_each_pool_gets_its_memory_verdict_against_its_own_gpu():
     ([{"gpu": "dgx-h100", "nodes": 1}], {}, {}, "cluster.pools", "sum to 1"),
     ([{"gpu": "nope", "nodes": 1}, {"gpu": "dgx-a100", "nodes": 1}], {}, {}, "cluster.pools[0].gpu", "unknown topology"),
     ([{"gpu": "dgx-h100", "nodes": 1, "x": 1}, {"gpu": "dgx-a100", "nodes": 1}], {}, {}, "cluster.pools[0]", ""),
-    (H100_A100, {"order": "tp-cp-pp-ep-dp"}, {}, "cluster.pools", "spans two pools"),
     (H100_A100, {"tp": 8, "pp": 1}, {}, "cluster.pools", "TP group would span two pools"),
     (H100_A100, {"pp_balance": "speed", "pp_layers": [4, 4]}, {}, "parallel.pp_layers", "pp_balance"),
     (H100_A100, {"pp_balance": "speed", "pp_schedule": "interleaved-1f1b", "vpp": 2}, {}, "parallel.pp_balance", "vpp"),

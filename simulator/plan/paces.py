@@ -14,7 +14,9 @@ Rules:
   - Representative mode: a stage goes at the pace of its slowest member (its peers meet it at every layer's
     TP/CP/EP collectives and at the gradient sync), so for each group dimension the stage's representative takes
     the union of the links of that dimension's groups in the stage, and a PP pair of stages the union over its
-    pipelines. Every rank (`--full`): each rank its own groups; the in-pass dimensions (TP/CP/EP), which start
+    pipelines. A stage over several pools (pools on different DP replicas, each replica with an even share of the
+    batch) computes on its slowest pool's GPU (`slowest_pool`) with its slowest straggler's multiplier (an upper
+    bound where the two are in different pools), and its DP groups run over every pool's links. Every rank (`--full`): each rank its own groups; the in-pass dimensions (TP/CP/EP), which start
     every pass together, the union over the rank's TP/CP/EP peers, as for stragglers.
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cluster_mix import link_shares, pool_of_node
+from .flops import gemm_dtype
 from .layout import chunk_owner, group_ranks, last_chunk, rank_grid
 from .stage_speed import stage_speeds
 
@@ -32,6 +35,7 @@ GROUP_KEYS = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "dp_rep")
 """Group names a collective of one stage is priced on (`Comm.group or Comm.dim`); PP pairs and the tied-embedding
 pair ("embd") join two stages and are priced by `pair_variants`."""
 IN_PASS_KEYS = ("tp", "cp", "ep")
+DP_KEYS = ("dp", "dp_cp", "edp", "dp_rep")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +83,17 @@ def group_variants(sc, members, shares: dict | None = None) -> tuple:
         s = shares.get(node, {})
         out.add(LinkVariant(pool_of_node(pools, node), s.get("nvlink", 1.0) if n > 1 else 1.0,
                             s.get("nic", 1.0) if multi else 1.0))
-    return tuple(sorted(out, key=lambda v: (v.pool, v.nvlink, v.nic)))
+    return _merge(out)
 
 
 def _merge(*variant_sets) -> tuple:
+    """The union of link sets, less any variant another of its pool dominates (no faster on either link class:
+    the collective's price is the slowest of them, so the dominated one never sets it)."""
     out = set()
     for vs in variant_sets:
         out.update(vs)
-    return tuple(sorted(out, key=lambda v: (v.pool, v.nvlink, v.nic)))
+    kept = [v for v in out if not any(w != v and w.pool == v.pool and w.nvlink <= v.nvlink and w.nic <= v.nic for w in out)]
+    return tuple(sorted(kept, key=lambda v: (v.pool, v.nvlink, v.nic)))
 
 
 def _stage_of(sc):
@@ -94,17 +101,29 @@ def _stage_of(sc):
     return grid, dims.index("pp")
 
 
+def stage_pool_sets(sc) -> tuple[tuple[int, ...], ...]:
+    """Per pipeline stage: the pools its GPUs are in (several where pools sit on different DP replicas)."""
+    if not sc.cluster.pools:
+        return ((0,),) * sc.parallel.pp
+    grid, axis = _stage_of(sc)
+    ends = np.cumsum([p.nodes for p in sc.cluster.pools])
+    pools = np.searchsorted(ends, np.moveaxis(grid, axis, 0).reshape(sc.parallel.pp, -1) // sc.gpus_per_node, side="right")
+    return tuple(tuple(int(x) for x in np.unique(row)) for row in pools)
+
+
+def slowest_pool(sc, pools) -> int:
+    """Of `pools`, the one with the lowest dense peak in the GEMMs' precision (then the lowest HBM bandwidth, then
+    the first): the GPU a stage over several pools is paced by."""
+    dtype = gemm_dtype(sc)
+    return min(pools, key=lambda p: (sc.pool_topologies[p].nominal_peak_flops(dtype),
+                                     sc.pool_topologies[p].gpu.hbm_bandwidth_gbs, p))
+
+
 def stage_pools(sc) -> tuple[int, ...]:
-    """Per pipeline stage: the pool its GPUs are in (`check_pool_layout` has refused a stage over two pools)."""
+    """Per pipeline stage: the pool its representative computes on (the slowest of the stage's pools)."""
     if not sc.cluster.pools:
         return (0,) * sc.parallel.pp
-    grid, axis = _stage_of(sc)
-    g = sc.gpus_per_node
-    out = []
-    for s in range(sc.parallel.pp):
-        first = int(grid.take(s, axis=axis).ravel()[0])
-        out.append(pool_of_node(sc.cluster.pools, first // g))
-    return tuple(out)
+    return tuple(slowest_pool(sc, ps) for ps in stage_pool_sets(sc))
 
 
 def _degraded_ranks(sc) -> list[int]:
@@ -126,7 +145,13 @@ def stage_paces(sc, speeds: dict | None = None) -> tuple[Pace, ...]:
         s = int(stage_of[r])
         for key in GROUP_KEYS:
             vs = group_variants(sc, group_ranks(sc, key, r), shares)
+            if key in IN_PASS_KEYS:  # another pool's in-pass group counts only degraded (the representative's own: always)
+                vs = (LinkVariant(pools[s]),) + tuple(v for v in vs if v.pool == pools[s] or v.nvlink < 1 or v.nic < 1)
             links[s][key] = _merge(links[s].get(key, ()), vs)
+    for s, ps in enumerate(stage_pool_sets(sc)):
+        if len(ps) > 1:  # pools on different DP replicas: the DP collectives of the stage span them
+            for key in DP_KEYS:
+                links[s][key] = _merge(links[s].get(key, ()), tuple(LinkVariant(p) for p in ps))
     e, h = chunk_owner(sc, 0)[0], chunk_owner(sc, last_chunk(sc))[0]
     if e != h:  # the tied-embedding all-reduce joins the first and last stages
         for s in (e, h):
