@@ -17,11 +17,12 @@ from simulator.run import simulate  # noqa: E402
 from simulator.scenario import scenario_from_mapping  # noqa: E402
 
 
-def _scenario(model: str, nodes: int, pp: int, pools, balance: str = "even", links=(), order: str = "tp-cp-ep-dp-pp") -> dict:
+def _scenario(model: str, nodes: int, pp: int, pools, balance: str = "even", links=(), order: str = "tp-cp-ep-dp-pp",
+              dp_balance: str = "even") -> dict:
     return {"name": model, "model": model,
             "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "recompute": "selective"},
             "cluster": {"topology": "dgx-h100", "nodes": nodes, "pools": pools, "degraded_links": list(links)},
-            "parallel": {"tp": 8, "pp": pp, "zero": 1, "pp_balance": balance, "order": order}}
+            "parallel": {"tp": 8, "pp": pp, "zero": 1, "pp_balance": balance, "order": order, "dp_balance": dp_balance}}
 
 
 def _half(nodes: int) -> list:
@@ -39,6 +40,8 @@ for model, nodes, pp in (("llama3-8b", 2, 2), ("llama3-70b", 8, 8)):
 CASES += [
     ("llama3-70b, PP4 DP2, 8 H100 nodes", _scenario("llama3-70b", 8, 4, [], order="tp-cp-pp-ep-dp")),
     ("llama3-70b, PP4 DP2, a replica per pool, even", _scenario("llama3-70b", 8, 4, _half(8), order="tp-cp-pp-ep-dp")),
+    ("llama3-70b, PP4 DP2, a replica per pool, speed", _scenario("llama3-70b", 8, 4, _half(8), order="tp-cp-pp-ep-dp",
+                                                                  dp_balance="speed")),
     ("llama3-70b, PP4 DP2, 8 A100 nodes", _scenario("llama3-70b", 8, 4, [{"gpu": "dgx-a100", "nodes": 8}], order="tp-cp-pp-ep-dp")),
     ("llama3-70b, 8 H100 nodes, node 3 NIC at 25 %", _scenario("llama3-70b", 8, 8, [], links=[{"node": 3, "link": "nic", "bandwidth": 0.25}])),
     ("llama3-70b, 8 H100 nodes, node 3 NVLink at 25 %", _scenario("llama3-70b", 8, 8, [], links=[{"node": 3, "link": "nvlink", "bandwidth": 0.25}])),
@@ -57,7 +60,9 @@ def main() -> int:
         pools = e["pools"]
         note = ""
         if pools:
-            note = f"{pools['pp_layers']}; " + ", ".join(f"{p['gpu']} {p['peak_gib']:.1f}/{p['capacity_gib']:.1f} GiB {'fits' if p['fits'] else 'OOM'}"
+            shares = pools["dp_shares"]
+            note = (f"micro-batches {'/'.join(str(x['micro_batches']) for x in shares)}; " if shares else "") + \
+                f"{pools['pp_layers']}; " + ", ".join(f"{p['gpu']} {p['peak_gib']:.1f}/{p['capacity_gib']:.1f} GiB {'fits' if p['fits'] else 'OOM'}"
                                                           for p in pools["pools"])
         elif e["degraded_links"]:
             d = e["degraded_links"]

@@ -123,6 +123,8 @@ def check_cluster_mix(sc):
     if sc.parallel.pp_balance == "speed" and sc.parallel.vpp != 1:
         raise ScenarioError("parallel.pp_balance", f"speed with vpp {sc.parallel.vpp}", "vpp 1 (one chunk per stage), or even")
     if not sc.cluster.pools:
+        if sc.parallel.dp_balance == "speed":
+            raise ScenarioError("parallel.dp_balance", "speed without cluster.pools", "even (one GPU kind: equal shares)")
         return sc
     if sc.parallel.diloco is not None:
         raise ScenarioError("cluster.pools", "given with parallel.diloco", "one of the two (pools across sites are not modelled)")
@@ -136,6 +138,11 @@ def check_cluster_mix(sc):
         if (bad.min(axis=-1) != bad.max(axis=-1)).any():
             raise ScenarioError("cluster.pools", f"a {dim.upper()} group would span two pools (its collectives run every layer)",
                                 f"{dim} groups inside one pool's nodes")
+    if sc.parallel.dp_balance == "speed":  # a replica's micro-batch share is its pool's: one pool per replica
+        per_replica = np.moveaxis(pool, dims.index("dp"), 0).reshape(sc.dp, -1)
+        if (per_replica.min(axis=1) != per_replica.max(axis=1)).any():
+            raise ScenarioError("parallel.dp_balance", "speed with a DP replica (its pipeline, TP and CP ranks) over two pools",
+                                "each replica inside one pool: dp outermost in parallel.order (e.g. tp-cp-pp-ep-dp)")
     flat = np.moveaxis(pool, dims.index("pp"), 0).reshape(sc.parallel.pp, -1)
     if sc.parallel.ep > 1 and (flat.min(axis=1) != flat.max(axis=1)).any():
         raise ScenarioError("cluster.pools", f"ep {sc.parallel.ep} with pools on different DP replicas (EP groups over two pools)",

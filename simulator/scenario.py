@@ -186,6 +186,8 @@ class Parallel:
     pp_balance: str = field(default="even", metadata={"choices": ("even", "speed")})
     """even: the framework's split (or pp_layers); speed: layers per stage in proportion to each stage's speed on
     one decoder layer (`cost/pp_balance.py`: mixed pools, stragglers, degraded links), setting pp_layers (vpp 1)."""
+    dp_balance: str = field(default="even", metadata={"choices": ("even", "speed")})
+    """With pools on different DP replicas: even micro-batches per replica, or by each pool's speed (`cost/pp_balance.py`)."""
     pp_p2p: str = field(default="async", metadata={"choices": ("async", "blocking")})
     """Pipeline sends. async: the sender goes on while its activation or gradient moves, the receiver waits
     only for its arrival (sends issued ahead, Megatron's batched isend/irecv). blocking (1F1B only): each

@@ -14,9 +14,9 @@ from simulator.scenario import scenario_from_mapping
 H100_A100 = [{"gpu": "dgx-h100", "nodes": 1}, {"gpu": "dgx-a100", "nodes": 1}]
 
 
-def _small(pools=H100_A100, cluster=None, **parallel):
+def _small(pools=H100_A100, cluster=None, global_batch=16, **parallel):
     raw = {"model": {"arch": "llama", "layers": 8, "hidden": 1024, "ffn_hidden": 2048, "heads": 8, "vocab": 4000},
-           "training": {"seq_len": 1024, "global_batch": 16, "micro_batch": 1},
+           "training": {"seq_len": 1024, "global_batch": global_batch, "micro_batch": 1},
            "cluster": {"topology": "dgx-h100", "nodes": 2, "gpus_per_node": 4, "pools": pools, **(cluster or {})},
            "parallel": {"tp": 2, "pp": 2, "sp": True, **parallel}}
     return scenario_from_mapping(raw)
@@ -170,3 +170,54 @@ def test_mfu_divides_by_the_mean_peak_of_the_cluster_gpus():
     h100, a100 = (mfu_peak_flops(_small([{"gpu": g, "nodes": 2}])) for g in ("dgx-h100", "dgx-a100"))
     assert mfu_peak_flops(_small()) == pytest.approx((h100 + a100) / 2)
     assert h100 == mfu_peak_flops(_small([]))
+
+
+def _four(**parallel):
+    """2 H100 + 2 A100 nodes of 4 GPUs, TP4: one DP replica per node, two per pool."""
+    pools = [{"gpu": "dgx-h100", "nodes": 2}, {"gpu": "dgx-a100", "nodes": 2}]
+    return _small(pools, cluster={"nodes": 4}, global_batch=64, **{"tp": 4, "pp": 1, **parallel})
+
+
+def test_dp_shares_by_speed_give_the_faster_pool_more_micro_batches_and_keep_the_global_batch():
+    from simulator.cost.pp_balance import dp_shares
+    sc = _four(dp_balance="speed")
+    shares = dp_shares(sc, build_cost_model(sc))
+    assert [s.pool for s in shares] == [0, 1] and [s.replicas for s in shares] == [2, 2]
+    assert shares[0].micro_batches > shares[1].micro_batches
+    total = sum(s.replicas * s.micro_batches - s.fewer for s in shares)
+    assert total == sc.training.global_batch // sc.training.micro_batch
+    assert all(0 <= s.fewer < s.replicas for s in shares)
+
+
+def test_dp_shares_by_speed_beat_even_shares_and_both_estimators_agree():
+    even = simulate(_four(), estimator="analytic")
+    fast = {e: simulate(_four(dp_balance="speed"), estimator=e) for e in ("analytic", "engine")}
+    assert fast["engine"]["iteration_time_s"] == pytest.approx(fast["analytic"]["iteration_time_s"], rel=1e-6)
+    assert fast["analytic"]["iteration_time_s"] < even["iteration_time_s"]
+    assert fast["analytic"]["tokens_per_s"] * fast["analytic"]["iteration_time_s"] == pytest.approx(even["tokens_per_s"] * even["iteration_time_s"])
+    shares = fast["analytic"]["pools"]["dp_shares"]
+    assert [s["gpu"] for s in shares] == ["dgx-h100", "dgx-a100"]
+
+
+def test_dp_shares_on_one_gpu_kind_are_even_and_change_nothing():
+    same = [{"gpu": "dgx-h100", "nodes": 2}, {"gpu": "dgx-h100", "nodes": 2}]
+    a = simulate(_small(same, cluster={"nodes": 4}, tp=4, pp=1, dp_balance="speed"), estimator="analytic")
+    b = simulate(_small(same, cluster={"nodes": 4}, tp=4, pp=1), estimator="analytic")  # global batch 16: 4 each
+    assert [s["micro_batches"] for s in a["pools"]["dp_shares"]] == [4, 4]
+    assert a["iteration_time_s"] == pytest.approx(b["iteration_time_s"], rel=1e-12)
+    assert a["hfu"] == pytest.approx(b["hfu"], rel=1e-12)
+
+
+@pytest.mark.parametrize("pools, parallel, where", [
+    ([], {"dp_balance": "speed"}, "parallel.dp_balance"),
+    (H100_A100, {"dp_balance": "speed", "order": "tp-cp-ep-dp-pp", "tp": 1, "pp": 2}, "parallel.dp_balance"),  # a replica over both pools
+])
+def test_dp_shares_need_pools_with_one_pool_per_replica(pools, parallel, where):
+    with pytest.raises(ScenarioError) as e:
+        _small(pools, **parallel)
+    assert str(e.value).startswith(where)
+
+
+def test_dp_shares_are_refused_with_every_rank_simulated():
+    with pytest.raises(ScenarioError, match="--full"):
+        simulate(_four(dp_balance="speed"), estimator="engine", full=True)

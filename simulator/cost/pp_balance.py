@@ -26,15 +26,15 @@ from ..plan.paces import LinkVariant, stage_paces
 from .paced import PacedCosts
 
 
-def stage_layer_times(sc, cost) -> tuple[float, ...]:
+def stage_layer_times(sc, cost, pool: int | None = None) -> tuple[float, ...]:
     """Per pipeline stage: seconds of one decoder layer (the model's last) forward + backward for one micro-batch
-    at the stage's pace (module docstring)."""
+    at the stage's pace (module docstring); `pool`: of that pool's DP replicas (`plan/paces.stage_paces`)."""
     costs = PacedCosts(sc, cost)
     lp = layer_passes(sc, sc.model.layers - 1)
     nodes = lp.F + lp.B + lp.W
     shapes: dict = {}
     out = []
-    for pace in stage_paces(sc):
+    for pace in stage_paces(sc, pool=pool):
         model = costs.model(LinkVariant(pace.pool))
         t = 0.0
         for node in nodes:
@@ -95,3 +95,49 @@ def balanced(sc, cost=None):
             return out  # it fits, or no split within the caps holds every layer: the memory verdict says so
         for r in over:  # caps only fall: at most `layers` rounds
             caps[r] = min(caps[r], split[r]) - 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DpShare:
+    """One pool's DP replicas under `dp_balance: speed`: how many, and their micro-batches per step."""
+    pool: int
+    replicas: int
+    micro_batches: int
+    """The most any of its replicas runs (the class simulated: the pool's slowest replica)."""
+    fewer: int
+    """Replicas that run one micro-batch fewer."""
+
+
+def dp_shares(sc, cost) -> tuple[DpShare, ...]:
+    """Micro-batches per DP replica in proportion to its pool's speed (`parallel.dp_balance: speed`), the global batch
+    unchanged. A replica's time per micro-batch is its pipeline's slowest stage, n_s x layer time at the pool's
+    pace (`stage_layer_times`); the global batch's micro-batches are dealt one at a time to the replica whose time
+    after taking one is least (min-max; ties to the lower replica), so the replicas of one pool differ by at most
+    one micro-batch (the rounding), and each pool is simulated at its most (representative mode: one class per pool;
+    the step waits for the slowest at the gradient sync)."""
+    from ..cluster_mix import pool_of_node  # noqa: PLC0415
+    from ..plan.layout import group_ranks  # noqa: PLC0415
+    from ..plan.schedules import schedule_spec  # noqa: PLC0415
+    layers = sc.parallel.pp_layers or [sc.model.layers // sc.parallel.pp] * sc.parallel.pp
+    per_mb = {}
+    owner = [pool_of_node(sc.cluster.pools, r // sc.gpus_per_node) for r in group_ranks(sc, "dp", 0)]
+    for k in sorted(set(owner)):
+        per_mb[k] = max(n * t for n, t in zip(layers, stage_layer_times(sc, cost, pool=k)))
+    total = sc.training.global_batch // sc.training.micro_batch
+    m = [0] * sc.dp
+    for _ in range(total):
+        j = min(range(sc.dp), key=lambda i: ((m[i] + 1) * per_mb[owner[i]], i))
+        m[j] += 1
+    out = []
+    spec = schedule_spec(sc.parallel.pp_schedule)
+    for k in sorted(per_mb):
+        mine = [m[i] for i, o in enumerate(owner) if o == k]
+        top = max(mine)
+        low = min(mine)
+        problem = next((spec.microbatch_error(sc.parallel.pp, x) for x in sorted(set(mine))
+                        if spec.microbatch_error(sc.parallel.pp, x)), None) if low else "none"
+        if problem:
+            raise ScenarioError("parallel.dp_balance", f"speed gives pool {k}'s replicas {low} micro-batches: {problem}",
+                                "a larger global_batch, or dp_balance: even")
+        out.append(DpShare(pool=k, replicas=len(mine), micro_batches=top, fewer=sum(1 for x in mine if x < top)))
+    return tuple(out)

@@ -73,7 +73,7 @@ class _Rank:
 class Lister:
     """Lists a plan's steps on one representative rank per stage (module docstring)."""
 
-    def __init__(self, sc: Scenario, cost: CostModel, plan: Plan, in_pass_sharing: bool = True):
+    def __init__(self, sc: Scenario, cost: CostModel, plan: Plan, in_pass_sharing: bool = True, paces=None):
         self.sc, self.cost, self.plan = sc, cost, plan
         self.costs = PacedCosts(sc, cost)
         self.times = OpTimes(sc, cost, costs=self.costs)
@@ -83,7 +83,7 @@ class Lister:
         self._templates: dict = {}
         self._pairs: dict = {}
         self._group_shapes = {g: self.times.shape(g) for g in (*DP_GROUPS, "dp_rep")}
-        paces = stage_paces(sc)  # a stage at its slowest member's pace, as the engine runs it (plan/paces.py)
+        paces = paces or stage_paces(sc)  # a stage at its slowest member's pace, as the engine runs it (plan/paces.py)
         self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s), paces[s]) for s in range(sc.parallel.pp)]
         self._times = {Pace(): self.times}
         self.mailbox: dict = {}
@@ -371,10 +371,12 @@ def _apply(rk: _Rank, delta: tuple) -> None:
             acc[k] += v
 
 
-def estimate(sc: Scenario, cost: CostModel, plan: Plan | None = None, *, in_pass_sharing: bool = True) -> EngineResult:
+def estimate(sc: Scenario, cost: CostModel, plan: Plan | None = None, *, in_pass_sharing: bool = True,
+             paces=None) -> EngineResult:
     """One optimizer step of `sc`, listed from its plan (module docstring). `in_pass_sharing`: collectives of
-    different streams that overlap inside a pass share the GPU's intra-node port (the engine's default)."""
+    different streams that overlap inside a pass share the GPU's intra-node port (the engine's default). `paces`:
+    per stage, its representative's (`plan/paces.stage_paces`; given for one pool's class of DP replicas)."""
     t0 = time.perf_counter()
     plan = plan if plan is not None else build_plan(sc)
-    ranks = Lister(sc, cost, plan, in_pass_sharing).run()
+    ranks = Lister(sc, cost, plan, in_pass_sharing, paces).run()
     return summarize(sc, ranks, [0.0] * sc.parallel.pp, events=0, wall_s=time.perf_counter() - t0, full=False)

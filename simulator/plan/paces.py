@@ -29,6 +29,7 @@ import numpy as np
 from ..cluster_mix import link_shares, pool_of_node
 from .flops import gemm_dtype
 from .layout import chunk_owner, group_ranks, last_chunk, rank_grid
+from ..stragglers import rank_speeds
 from .stage_speed import stage_speeds
 
 GROUP_KEYS = ("tp", "cp", "ep", "dp", "dp_cp", "edp", "dp_rep")
@@ -131,12 +132,19 @@ def _degraded_ranks(sc) -> list[int]:
     return [n * g + i for n in sorted(link_shares(sc.cluster.degraded_links)) for i in range(g)]
 
 
-def stage_paces(sc, speeds: dict | None = None) -> tuple[Pace, ...]:
-    """Per pipeline stage, the pace of its representative (module docstring)."""
+def stage_paces(sc, speeds: dict | None = None, pool: int | None = None) -> tuple[Pace, ...]:
+    """Per pipeline stage, the pace of its representative (module docstring). `pool`: the representative of that
+    pool's DP replicas (`parallel.dp_balance: speed`, one class per pool): its GPU, its stragglers, its in-pass
+    groups' links; the DP groups still span every pool."""
+    if pool is not None:
+        g = sc.gpus_per_node
+        if speeds is None:
+            speeds = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
+        speeds = {r: x for r, x in speeds.items() if pool_of_node(sc.cluster.pools, r // g) == pool}
     speed, _ = stage_speeds(sc, speeds)
     if not heterogeneous(sc):
         return tuple(Pace(speed=x) for x in speed)
-    pools = stage_pools(sc)
+    pools = stage_pools(sc) if pool is None else (pool,) * sc.parallel.pp
     shares = link_shares(sc.cluster.degraded_links)
     grid, axis = _stage_of(sc)
     stage_of = np.unravel_index(np.arange(sc.gpus), grid.shape)[axis]
@@ -146,7 +154,8 @@ def stage_paces(sc, speeds: dict | None = None) -> tuple[Pace, ...]:
         for key in GROUP_KEYS:
             vs = group_variants(sc, group_ranks(sc, key, r), shares)
             if key in IN_PASS_KEYS:  # another pool's in-pass group counts only degraded (the representative's own: always)
-                vs = (LinkVariant(pools[s]),) + tuple(v for v in vs if v.pool == pools[s] or v.nvlink < 1 or v.nic < 1)
+                vs = (LinkVariant(pools[s]),) + tuple(v for v in vs if v.pool == pools[s]
+                                                      or (pool is None and (v.nvlink < 1 or v.nic < 1)))
             links[s][key] = _merge(links[s].get(key, ()), vs)
     for s, ps in enumerate(stage_pool_sets(sc)):
         if len(ps) > 1:  # pools on different DP replicas: the DP collectives of the stage span them

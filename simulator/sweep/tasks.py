@@ -9,7 +9,7 @@ from typing import Optional
 
 
 from ..errors import ScenarioError
-from ..evaluate.analytic import estimate
+from ..step_classes import step
 from ..cost.costs import CostModel, build_cost_model
 from ..plan.flops import mfu_peak_flops, scenario_model_flops
 from ..plan.memory import GIB, memory_report, stage_memory
@@ -132,7 +132,7 @@ def summarize(sc: Scenario, mem, estimator: str = "analytic") -> dict:
     """The ranking numbers of `run.simulate` (same formulas) from the analytic estimate alone, without
     the rest of the report: the sweep's fast path."""
     base = build_cost_model(sc)
-    res = estimate(sc, _RememberingCost(**{f.name: getattr(base, f.name) for f in fields(base) if f.init}))
+    res = step(sc, _RememberingCost(**{f.name: getattr(base, f.name) for f in fields(base) if f.init}), "analytic")[0]
     it = res.iteration_time_s
     mfu_peak = mfu_peak_flops(sc)
     flops = scenario_model_flops(sc)[0]

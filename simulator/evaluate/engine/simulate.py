@@ -42,9 +42,9 @@ def _static(sc: Scenario) -> list[float]:
     return out
 
 
-def _representative(sc: Scenario, emb_stage: int, head_stage: int) -> tuple[list[RankState], dict]:
+def _representative(sc: Scenario, emb_stage: int, head_stage: int, paces=None) -> tuple[list[RankState], dict]:
     pp = sc.parallel.pp
-    paces = stage_paces(sc)  # each stage at its slowest member's pace (plan/paces.py)
+    paces = paces or stage_paces(sc)  # each stage at its slowest member's pace (plan/paces.py)
     ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, paces[s]) for s in range(pp)]
     shapes = {}
     for rk in ranks:
@@ -145,7 +145,7 @@ class _LazyPairs(dict):
 
 
 def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | None = None, steps: int = 1,
-               record_slices: bool = True, contention: bool = True) -> tuple[Engine, list[float]]:
+               record_slices: bool = True, contention: bool = True, paces=None) -> tuple[Engine, list[float]]:
     """Lower and simulate; returns the engine (ranks with their accumulators and recorders) and the
     per-stage static memory."""
     if rank_speed and not full:
@@ -163,7 +163,7 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
         slow = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
         ranks, pairs = _full(sc, emb_stage, head_stage, {**slow, **(rank_speed or {})})
     else:
-        ranks, pairs = _representative(sc, emb_stage, head_stage)
+        ranks, pairs = _representative(sc, emb_stage, head_stage, paces)
     shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"), "dp_rep": group_shape(sc, "dp_rep"),
               "embd": pair_shape(sc, pp_rank_of_stage_rank(sc, emb_stage), pp_rank_of_stage_rank(sc, head_stage))}
     links = _PairLinks(sc, not full) if heterogeneous(sc) else None
@@ -174,10 +174,11 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
 
 
 def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, plot_path=None, memory_plot_path=None,
-                    rank_speed: dict | None = None, contention: bool = True) -> EngineResult:
-    """Simulate one training step of `sc` on the discrete-event engine (module docstring)."""
+                    rank_speed: dict | None = None, contention: bool = True, paces=None) -> EngineResult:
+    """Simulate one training step of `sc` on the discrete-event engine (module docstring); `paces`: the stages'
+    representatives' (one pool's class of DP replicas), representative mode only."""
     t0 = time.perf_counter()
-    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention)
+    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention, paces=paces)
     res = summarize(sc, eng.ranks, static, events=eng.env.processed, wall_s=time.perf_counter() - t0, full=full,
                     links=eng.links)
     traced = [rk for rk in eng.ranks if rk.rec is not None]
@@ -189,6 +190,6 @@ def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, 
         plot_timeline(Path(plot_path), sc, eng, traced, res)
     if memory_plot_path:
         from .plot import plot_memory  # noqa: PLC0415
-        eng2, _ = run_engine(sc, cost, full=False, steps=2, record_slices=False, contention=contention)
+        eng2, _ = run_engine(sc, cost, full=False, steps=2, record_slices=False, contention=contention, paces=paces)
         plot_memory(Path(memory_plot_path), sc, eng2)
     return res
