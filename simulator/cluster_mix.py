@@ -117,8 +117,8 @@ def pool_of_node(pools, node: int) -> int:
 
 def check_cluster_mix(sc):
     """Layout checks of `degraded_links` and `pools`: a TP or CP group (in-pass collectives, one pace) inside one
-    pool; with pools on different DP replicas (stages over several pools; each replica gets an even share of the
-    batch: shares by speed are not modelled yet), no expert parallelism."""
+    pool; with pools on different DP replicas (stages over several pools), no expert parallelism; `dp_balance:
+    speed` needs each replica inside one pool (`replica_pools`)."""
     check_degraded_links(sc.cluster.degraded_links, sc.cluster.nodes)
     if sc.parallel.pp_balance == "speed" and sc.parallel.vpp != 1:
         raise ScenarioError("parallel.pp_balance", f"speed with vpp {sc.parallel.vpp}", "vpp 1 (one chunk per stage), or even")
@@ -130,17 +130,15 @@ def check_cluster_mix(sc):
         raise ScenarioError("cluster.pools", "given with parallel.diloco", "one of the two (pools across sites are not modelled)")
     grid, dims = rank_grid_of(sc.parallel.order, {"tp": sc.parallel.tp, "cp": sc.parallel.cp, "dp": sc.dp,
                                                   "pp": sc.parallel.pp})
-    g = sc.gpus_per_node
-    ends = np.cumsum([p.nodes for p in sc.cluster.pools])
-    pool = np.searchsorted(ends, grid // g, side="right")
+    pool = _pool_grid(grid, sc.cluster.pools, sc.gpus_per_node)
     for dim in ("tp", "cp"):
         bad = np.moveaxis(pool, dims.index(dim), -1)
         if (bad.min(axis=-1) != bad.max(axis=-1)).any():
             raise ScenarioError("cluster.pools", f"a {dim.upper()} group would span two pools (its collectives run every layer)",
                                 f"{dim} groups inside one pool's nodes")
     if sc.parallel.dp_balance == "speed":  # a replica's micro-batch share is its pool's: one pool per replica
-        per_replica = np.moveaxis(pool, dims.index("dp"), 0).reshape(sc.dp, -1)
-        if (per_replica.min(axis=1) != per_replica.max(axis=1)).any():
+        if replica_pools(sc.parallel.order, {"tp": sc.parallel.tp, "cp": sc.parallel.cp, "dp": sc.dp, "pp": sc.parallel.pp},
+                         sc.cluster.pools, sc.gpus_per_node) is None:
             raise ScenarioError("parallel.dp_balance", "speed with a DP replica (its pipeline, TP and CP ranks) over two pools",
                                 "each replica inside one pool: dp outermost in parallel.order (e.g. tp-cp-pp-ep-dp)")
     flat = np.moveaxis(pool, dims.index("pp"), 0).reshape(sc.parallel.pp, -1)
@@ -148,3 +146,17 @@ def check_cluster_mix(sc):
         raise ScenarioError("cluster.pools", f"ep {sc.parallel.ep} with pools on different DP replicas (EP groups over two pools)",
                             "pipeline stages inside pools (pp outermost in parallel.order), or ep 1")
     return sc
+
+
+def _pool_grid(grid: np.ndarray, pools, gpus_per_node: int) -> np.ndarray:
+    """The pool index of every rank of `grid`."""
+    return np.searchsorted(np.cumsum([p.nodes for p in pools]), grid // gpus_per_node, side="right")
+
+
+def replica_pools(order: str, sizes: dict, pools, gpus_per_node: int) -> tuple[int, ...] | None:
+    """Per DP replica (its pipeline with its TP and CP ranks), the pool it sits in; None when one spans two pools."""
+    grid, dims = rank_grid_of(order, sizes)
+    per = np.moveaxis(_pool_grid(grid, pools, gpus_per_node), dims.index("dp"), 0).reshape(sizes["dp"], -1)
+    if (per.min(axis=1) != per.max(axis=1)).any():
+        return None
+    return tuple(int(x) for x in per[:, 0])

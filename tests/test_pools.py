@@ -221,3 +221,11 @@ def test_dp_shares_need_pools_with_one_pool_per_replica(pools, parallel, where):
 def test_dp_shares_are_refused_with_every_rank_simulated():
     with pytest.raises(ScenarioError, match="--full"):
         simulate(_four(dp_balance="speed"), estimator="engine", full=True)
+
+
+def test_the_sweep_searches_dp_shares_where_each_replica_sits_in_one_pool():
+    from simulator.sweep.space import enumerate_layouts, parse_fix
+    lays = enumerate_layouts(_four(), parse_fix(["parallel.tp=4", "training.micro_batch=1"]))
+    assert {(x.pp, x.dp_balance) for x in lays if x.pp == 1} == {(1, "even"), (1, "speed")}
+    assert {x.dp_balance for x in enumerate_layouts(_small([]))} == {"even"}
+    assert "dp-speed" in next(x for x in lays if x.dp_balance == "speed").label()

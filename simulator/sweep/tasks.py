@@ -143,7 +143,10 @@ def summarize(sc: Scenario, mem, estimator: str = "analytic") -> dict:
 
 
 def _ok(sc: Scenario, lay: Layout, mem, checks: int) -> Evaluation:
-    summary = summarize(sc, mem)
+    try:
+        summary = summarize(sc, mem)
+    except ScenarioError as e:  # dp_balance speed: a share the schedule cannot run (cost/pp_balance.dp_shares)
+        return Evaluation(layout=lay, status="invalid", problem=str(e))
     return Evaluation(layout=lay, status="ok", summary=summary, memory=summary["memory"],
                       parallel=to_mapping(sc.parallel), training=to_mapping(sc.training), memory_checks=checks)
 
