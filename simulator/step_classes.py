@@ -10,7 +10,6 @@ from dataclasses import replace
 from .cost.pp_balance import DpShare, dp_shares
 from .errors import ScenarioError
 from .evaluate.analytic import estimate
-from .plan.paces import stage_paces
 
 
 def class_scenario(sc, share: DpShare):
@@ -19,11 +18,11 @@ def class_scenario(sc, share: DpShare):
     return replace(sc, training=replace(t, global_batch=sc.dp * t.micro_batch * share.micro_batches))
 
 
-def _one(sc, cost, estimator: str, full: bool, paces, **engine):
+def _one(sc, cost, estimator: str, full: bool, pool, **engine):
     if estimator == "engine":
         from .evaluate.engine import simulate_engine  # noqa: PLC0415 (the engine is optional)
-        return simulate_engine(sc, cost, full=full, paces=paces, **engine)
-    return estimate(sc, cost, paces=paces)
+        return simulate_engine(sc, cost, full=full, pool=pool, **engine)
+    return estimate(sc, cost, pool=pool)
 
 
 def step(sc, cost, estimator: str, *, full: bool = False, **engine):
@@ -35,10 +34,10 @@ def step(sc, cost, estimator: str, *, full: bool = False, **engine):
         raise ScenarioError("--full", "with parallel.dp_balance: speed (replicas with different micro-batch counts)",
                             "representative mode (one class per pool), or dp_balance: even")
     shares = dp_shares(sc, cost)
-    runs = [(sh, _one(class_scenario(sc, sh), cost, estimator, False, stage_paces(sc, pool=sh.pool))) for sh in shares]
+    runs = [(sh, _one(class_scenario(sc, sh), cost, estimator, False, sh.pool)) for sh in shares]
     slow, res = max(runs, key=lambda x: x[1].iteration_time_s)
     if engine and any(engine.values()):  # the drawings of the class that sets the step
-        res = _one(class_scenario(sc, slow), cost, estimator, False, stage_paces(sc, pool=slow.pool), **engine)
+        res = _one(class_scenario(sc, slow), cost, estimator, False, slow.pool, **engine)
     # every replica's work: a class's FLOPs per replica and micro-batch times the micro-batches its replicas run
     hfu = sum(r.hfu_flops / (sc.dp * sh.micro_batches) * (sh.replicas * sh.micro_batches - sh.fewer) for sh, r in runs)
     return replace(res, hfu_flops=hfu, events=sum(r.events for _, r in runs),

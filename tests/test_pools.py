@@ -229,3 +229,19 @@ def test_the_sweep_searches_dp_shares_where_each_replica_sits_in_one_pool():
     assert {(x.pp, x.dp_balance) for x in lays if x.pp == 1} == {(1, "even"), (1, "speed")}
     assert {x.dp_balance for x in enumerate_layouts(_small([]))} == {"even"}
     assert "dp-speed" in next(x for x in lays if x.dp_balance == "speed").label()
+
+
+@pytest.mark.parametrize("node", [0, 1])
+def test_dp_shares_price_each_class_on_its_own_pool_s_links(node):
+    """PP inside each replica's node (tp-cp-pp-ep-dp: a replica per node and pool): a degraded NVLink slows the
+    class of its own pool; both estimators agree."""
+    link = {"degraded_links": [{"node": node, "link": "nvlink", "bandwidth": 0.1}]}
+    par = {"order": "tp-cp-pp-ep-dp", "dp_balance": "speed"}
+    healthy = simulate(_small(global_batch=64, **par), estimator="analytic")
+    slow = {e: simulate(_small(global_batch=64, cluster=link, **par), estimator=e) for e in ("analytic", "engine")}
+    assert slow["engine"]["iteration_time_s"] == pytest.approx(slow["analytic"]["iteration_time_s"], rel=1e-6)
+    assert slow["analytic"]["iteration_time_s"] > healthy["iteration_time_s"]
+    shares = {d["gpu"]: d["micro_batches"] for d in slow["analytic"]["pools"]["dp_shares"]}
+    before = {d["gpu"]: d["micro_batches"] for d in healthy["pools"]["dp_shares"]}
+    slowed = "dgx-h100" if node == 0 else "dgx-a100"
+    assert shares[slowed] < before[slowed]  # the slowed pool's replicas take fewer micro-batches

@@ -73,7 +73,7 @@ class _Rank:
 class Lister:
     """Lists a plan's steps on one representative rank per stage (module docstring)."""
 
-    def __init__(self, sc: Scenario, cost: CostModel, plan: Plan, in_pass_sharing: bool = True, paces=None):
+    def __init__(self, sc: Scenario, cost: CostModel, plan: Plan, in_pass_sharing: bool = True, pool: int | None = None):
         self.sc, self.cost, self.plan = sc, cost, plan
         self.costs = PacedCosts(sc, cost)
         self.times = OpTimes(sc, cost, costs=self.costs)
@@ -83,7 +83,8 @@ class Lister:
         self._templates: dict = {}
         self._pairs: dict = {}
         self._group_shapes = {g: self.times.shape(g) for g in (*DP_GROUPS, "dp_rep")}
-        paces = paces or stage_paces(sc)  # a stage at its slowest member's pace, as the engine runs it (plan/paces.py)
+        self.pool = pool
+        paces = stage_paces(sc, pool=pool)  # a stage at its slowest member's pace, as the engine runs it (plan/paces.py)
         self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s), paces[s]) for s in range(sc.parallel.pp)]
         self._times = {Pace(): self.times}
         self.mailbox: dict = {}
@@ -125,7 +126,7 @@ class Lister:
         if d is None:
             comm = Comm("pp_send_recv", "pp", "send_recv", self.plan.pp_bytes)
             shape = pair_shape(self.sc, self.ranks[src].grank, self.ranks[dst].grank)
-            d = self._pairs[(src, dst)] = self.times.comm_on(comm, shape, pair_variants(self.sc, src, dst))
+            d = self._pairs[(src, dst)] = self.times.comm_on(comm, shape, pair_variants(self.sc, src, dst, pool=self.pool))
         return d
 
     # ------------------------------------------------------------------ streams
@@ -372,11 +373,11 @@ def _apply(rk: _Rank, delta: tuple) -> None:
 
 
 def estimate(sc: Scenario, cost: CostModel, plan: Plan | None = None, *, in_pass_sharing: bool = True,
-             paces=None) -> EngineResult:
+             pool: int | None = None) -> EngineResult:
     """One optimizer step of `sc`, listed from its plan (module docstring). `in_pass_sharing`: collectives of
-    different streams that overlap inside a pass share the GPU's intra-node port (the engine's default). `paces`:
-    per stage, its representative's (`plan/paces.stage_paces`; given for one pool's class of DP replicas)."""
+    different streams that overlap inside a pass share the GPU's intra-node port (the engine's default). `pool`:
+    list the representatives of that pool's DP replicas (`plan/paces.stage_paces`; one class per pool)."""
     t0 = time.perf_counter()
     plan = plan if plan is not None else build_plan(sc)
-    ranks = Lister(sc, cost, plan, in_pass_sharing, paces).run()
+    ranks = Lister(sc, cost, plan, in_pass_sharing, pool).run()
     return summarize(sc, ranks, [0.0] * sc.parallel.pp, events=0, wall_s=time.perf_counter() - t0, full=False)

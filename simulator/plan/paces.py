@@ -164,7 +164,7 @@ def stage_paces(sc, speeds: dict | None = None, pool: int | None = None) -> tupl
     e, h = chunk_owner(sc, 0)[0], chunk_owner(sc, last_chunk(sc))[0]
     if e != h:  # the tied-embedding all-reduce joins the first and last stages
         for s in (e, h):
-            links[s]["embd"] = pair_variants(sc, e, h)
+            links[s]["embd"] = pair_variants(sc, e, h, pool=pool)
     out = []
     for s in range(sc.parallel.pp):
         healthy = (LinkVariant(pools[s]),)
@@ -173,19 +173,21 @@ def stage_paces(sc, speeds: dict | None = None, pool: int | None = None) -> tupl
     return tuple(out)
 
 
-def pair_variants(sc, a: int, b: int, pipelines: bool = True) -> tuple:
+def pair_variants(sc, a: int, b: int, pipelines: bool = True, pool: int | None = None) -> tuple:
     """The links of a PP (or tied-embedding) pair. `pipelines`: a and b are stages, the pair of every pipeline
-    (representative mode: the slowest of them); else a and b are global ranks."""
+    (representative mode: the slowest of them; `pool`: of that pool's pipelines); else a and b are global ranks."""
     if not heterogeneous(sc):
         return NOMINAL
     shares = link_shares(sc.cluster.degraded_links)
     if not pipelines:
         return group_variants(sc, (a, b), shares)
-    pools = stage_pools(sc)
+    pools = stage_pools(sc) if pool is None else (pool,) * sc.parallel.pp
     out = _merge((LinkVariant(pools[a]),), (LinkVariant(pools[b]),))
-    grid, axis = _stage_of(sc)
     seen = set()
+    g = sc.gpus_per_node
     for r in _degraded_ranks(sc):
+        if pool is not None and pool_of_node(sc.cluster.pools, r // g) != pool:
+            continue
         pg = group_ranks(sc, "pp", r)
         if r in (pg[a], pg[b]) and (pg[a], pg[b]) not in seen:
             seen.add((pg[a], pg[b]))

@@ -90,6 +90,10 @@ def format_report(r: dict) -> str:
         parts = [f"{p['gpu']} x{p['nodes']} node(s) stages {','.join(map(str, p['stages']))} "
                  f"{p['peak_gib']:.1f}/{p['capacity_gib']:.0f} GiB {'fits' if p['fits'] else 'DOES NOT FIT'}" for p in pl["pools"]]
         out.append(f"  pools: {'; '.join(parts)}; layers per stage {pl['pp_layers']} ({pl['pp_balance']} balance)")
+        if pl.get("dp_shares"):
+            out.append("  DP shares by speed: " + "; ".join(
+                f"{d['gpu']} {d['replicas']} replica(s) x {d['micro_batches']} micro-batches"
+                + (f" ({d['fewer']} with one fewer)" if d["fewer"] else "") for d in pl["dp_shares"]))
     att = r.get("attention")
     if att and att["mask"] == "document":
         cp = (f"; busiest CP rank {att['cp_busiest_vs_causal']:.2f}x the causal mask's share ({att['cp_balance']})"

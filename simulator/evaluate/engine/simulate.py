@@ -42,9 +42,9 @@ def _static(sc: Scenario) -> list[float]:
     return out
 
 
-def _representative(sc: Scenario, emb_stage: int, head_stage: int, paces=None) -> tuple[list[RankState], dict]:
+def _representative(sc: Scenario, emb_stage: int, head_stage: int, pool=None) -> tuple[list[RankState], dict]:
     pp = sc.parallel.pp
-    paces = paces or stage_paces(sc)  # each stage at its slowest member's pace (plan/paces.py)
+    paces = stage_paces(sc, pool=pool)  # each stage at its slowest member's pace (plan/paces.py)
     ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, paces[s]) for s in range(pp)]
     shapes = {}
     for rk in ranks:
@@ -123,12 +123,12 @@ def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[l
 class _PairLinks(dict):
     """(idx_a, idx_b) -> the links of a PP pair (`plan/paces.pair_variants`: of stages, or of global ranks)."""
 
-    def __init__(self, sc: Scenario, stages: bool):
+    def __init__(self, sc: Scenario, stages: bool, pool: int | None = None):
         super().__init__()
-        self.sc, self.stages = sc, stages
+        self.sc, self.stages, self.pool = sc, stages, pool
 
     def __missing__(self, key):
-        v = self[key] = pair_variants(self.sc, key[0], key[1], self.stages)
+        v = self[key] = pair_variants(self.sc, key[0], key[1], self.stages, self.pool)
         return v
 
 
@@ -145,7 +145,7 @@ class _LazyPairs(dict):
 
 
 def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | None = None, steps: int = 1,
-               record_slices: bool = True, contention: bool = True, paces=None) -> tuple[Engine, list[float]]:
+               record_slices: bool = True, contention: bool = True, pool: int | None = None) -> tuple[Engine, list[float]]:
     """Lower and simulate; returns the engine (ranks with their accumulators and recorders) and the
     per-stage static memory."""
     if rank_speed and not full:
@@ -163,10 +163,10 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
         slow = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
         ranks, pairs = _full(sc, emb_stage, head_stage, {**slow, **(rank_speed or {})})
     else:
-        ranks, pairs = _representative(sc, emb_stage, head_stage, paces)
+        ranks, pairs = _representative(sc, emb_stage, head_stage, pool)
     shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"), "dp_rep": group_shape(sc, "dp_rep"),
               "embd": pair_shape(sc, pp_rank_of_stage_rank(sc, emb_stage), pp_rank_of_stage_rank(sc, head_stage))}
-    links = _PairLinks(sc, not full) if heterogeneous(sc) else None
+    links = _PairLinks(sc, not full, pool) if heterogeneous(sc) else None
     eng = Engine(plan, cost, ranks, pairs, shapes, steps=steps, record_slices=record_slices, contention=contention,
                  pp_links=links)
     eng.run()
@@ -174,11 +174,11 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
 
 
 def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, plot_path=None, memory_plot_path=None,
-                    rank_speed: dict | None = None, contention: bool = True, paces=None) -> EngineResult:
-    """Simulate one training step of `sc` on the discrete-event engine (module docstring); `paces`: the stages'
-    representatives' (one pool's class of DP replicas), representative mode only."""
+                    rank_speed: dict | None = None, contention: bool = True, pool: int | None = None) -> EngineResult:
+    """Simulate one training step of `sc` on the discrete-event engine (module docstring); `pool`: the
+    representatives of that pool's DP replicas (one class per pool), representative mode only."""
     t0 = time.perf_counter()
-    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention, paces=paces)
+    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention, pool=pool)
     res = summarize(sc, eng.ranks, static, events=eng.env.processed, wall_s=time.perf_counter() - t0, full=full,
                     links=eng.links)
     traced = [rk for rk in eng.ranks if rk.rec is not None]
@@ -190,6 +190,6 @@ def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, 
         plot_timeline(Path(plot_path), sc, eng, traced, res)
     if memory_plot_path:
         from .plot import plot_memory  # noqa: PLC0415
-        eng2, _ = run_engine(sc, cost, full=False, steps=2, record_slices=False, contention=contention, paces=paces)
+        eng2, _ = run_engine(sc, cost, full=False, steps=2, record_slices=False, contention=contention, pool=pool)
         plot_memory(Path(memory_plot_path), sc, eng2)
     return res
