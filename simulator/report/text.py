@@ -81,10 +81,10 @@ def format_report(r: dict) -> str:
                    f"+{_fmt_s(st['cost_s'])} per step over the homogeneous {_fmt_s(st['homogeneous_step_s'])}")
     dl = r.get("degraded_links")
     if dl:
-        worst = min(dl["links"], key=lambda x: x["bandwidth"])
-        out.append(f"  degraded links: {len(dl['links'])}; node {worst['node']} {worst['link']} at {worst['bandwidth']:.0%} "
-                   f"paces {', '.join(worst['groups']) or 'no group'} of stage(s) {', '.join(map(str, worst['stages'])) or '-'}; "
-                   f"+{_fmt_s(dl['cost_s'])} per step over the healthy {_fmt_s(dl['healthy_step_s'])}")
+        each = "; ".join(f"node {x['node']} {x['link']} at {x['bandwidth']:.0%} crossed by "
+                         f"{', '.join(x['groups']) or 'no group'}" + (f" of stage(s) {', '.join(map(str, x['stages']))}"
+                                                                     if x["stages"] else "") for x in dl["links"])
+        out.append(f"  degraded links: {each}; +{_fmt_s(dl['cost_s'])} per step over the healthy {_fmt_s(dl['healthy_step_s'])}")
     pl = r.get("pools")
     if pl:
         parts = [f"{p['gpu']} x{p['nodes']} node(s) stages {','.join(map(str, p['stages']))} "
