@@ -2,12 +2,13 @@
 pool: each pool's replicas run their own share of the micro-batches (`cost/pp_balance.dp_shares`) at their own
 pace (`plan/paces.stage_paces(pool=...)`), the global batch unchanged, and the step is the slowest class's: every
 replica meets the others at the gradient sync, so the faster classes wait there (their own timelines are not
-simulated past it). Representative mode only (`--full` would run replicas with different programs)."""
+simulated past it). With every rank simulated (`--full`, ZeRO 0 or 1), each replica runs its own micro-batches and
+the gradient sync is a real rendezvous."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from .cost.pp_balance import DpShare, dp_shares
+from .cost.pp_balance import DpShare, dp_shares, replica_micro_batches
 from .errors import ScenarioError
 from .evaluate.analytic import estimate
 
@@ -30,10 +31,14 @@ def step(sc, cost, estimator: str, *, full: bool = False, **engine):
     the slowest class."""
     if sc.parallel.dp_balance != "speed":
         return _one(sc, cost, estimator, full, None, **engine), None
-    if full:
-        raise ScenarioError("--full", "with parallel.dp_balance: speed (replicas with different micro-batch counts)",
-                            "representative mode (one class per pool), or dp_balance: even")
     shares = dp_shares(sc, cost)
+    if full:  # every rank, each replica with its own micro-batches: the gradient sync is a real rendezvous
+        if sc.parallel.zero >= 2:
+            raise ScenarioError("--full", f"with parallel.dp_balance: speed and zero {sc.parallel.zero} (its DP collectives "
+                                "run per micro-batch: replicas with different counts would not meet)",
+                                "zero 0 or 1, or representative mode (one class per pool)")
+        m, _ = replica_micro_batches(sc, cost)
+        return _one(sc, cost, estimator, True, None, replica_micro_batches=m, **engine), shares
     runs = [(sh, _one(class_scenario(sc, sh), cost, estimator, False, sh.pool)) for sh in shares]
     slow, res = max(runs, key=lambda x: x[1].iteration_time_s)
     if engine and any(engine.values()):  # the drawings of the class that sets the step

@@ -218,9 +218,21 @@ def test_dp_shares_need_pools_with_one_pool_per_replica(pools, parallel, where):
     assert str(e.value).startswith(where)
 
 
-def test_dp_shares_are_refused_with_every_rank_simulated():
+@pytest.mark.parametrize("parallel", [{}, {"zero": 1}, {"tp": 2, "pp": 2, "order": "tp-cp-pp-ep-dp"}])
+def test_dp_shares_every_rank_simulated_agrees_with_one_class_per_pool(parallel):
+    """Each replica runs its own micro-batches with --full; the gradient sync is a real rendezvous."""
+    sc = _four(dp_balance="speed", **parallel)
+    a = simulate(sc, estimator="analytic")
+    rep = simulate(sc, estimator="engine")
+    full = simulate(sc, estimator="engine", full=True)
+    assert rep["iteration_time_s"] == pytest.approx(a["iteration_time_s"], rel=1e-6)
+    assert full["iteration_time_s"] == pytest.approx(a["iteration_time_s"], rel=0.01)
+    assert full["hfu"] == pytest.approx(a["hfu"], rel=0.01)
+
+
+def test_dp_shares_with_every_rank_simulated_refuse_per_micro_batch_dp_collectives():
     with pytest.raises(ScenarioError, match="--full"):
-        simulate(_four(dp_balance="speed"), estimator="engine", full=True)
+        simulate(_four(dp_balance="speed", zero=3), estimator="engine", full=True)
 
 
 def test_the_sweep_searches_dp_shares_where_each_replica_sits_in_one_pool():

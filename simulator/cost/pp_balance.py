@@ -108,6 +108,20 @@ class DpShare:
     """Replicas that run one micro-batch fewer."""
 
 
+def replica_micro_batches(sc, cost) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(micro-batches, pool) per DP replica in dp order under `dp_balance: speed` (`dp_shares`' rule)."""
+    from ..cluster_mix import pool_of_node  # noqa: PLC0415
+    from ..plan.layout import group_ranks  # noqa: PLC0415
+    layers = sc.parallel.pp_layers or [sc.model.layers // sc.parallel.pp] * sc.parallel.pp
+    owner = [pool_of_node(sc.cluster.pools, r // sc.gpus_per_node) for r in group_ranks(sc, "dp", 0)]
+    per_mb = {k: max(n * t for n, t in zip(layers, stage_layer_times(sc, cost, pool=k))) for k in sorted(set(owner))}
+    m = [0] * sc.dp
+    for _ in range(sc.training.global_batch // sc.training.micro_batch):
+        j = min(range(sc.dp), key=lambda i: ((m[i] + 1) * per_mb[owner[i]], i))
+        m[j] += 1
+    return tuple(m), tuple(owner)
+
+
 def dp_shares(sc, cost) -> tuple[DpShare, ...]:
     """Micro-batches per DP replica in proportion to its pool's speed (`parallel.dp_balance: speed`), the global batch
     unchanged. A replica's time per micro-batch is its pipeline's slowest stage, n_s x layer time at the pool's
@@ -115,22 +129,11 @@ def dp_shares(sc, cost) -> tuple[DpShare, ...]:
     after taking one is least (min-max; ties to the lower replica), so the replicas of one pool differ by at most
     one micro-batch (the rounding), and each pool is simulated at its most (representative mode: one class per pool;
     the step waits for the slowest at the gradient sync)."""
-    from ..cluster_mix import pool_of_node  # noqa: PLC0415
-    from ..plan.layout import group_ranks  # noqa: PLC0415
     from ..plan.schedules import schedule_spec  # noqa: PLC0415
-    layers = sc.parallel.pp_layers or [sc.model.layers // sc.parallel.pp] * sc.parallel.pp
-    per_mb = {}
-    owner = [pool_of_node(sc.cluster.pools, r // sc.gpus_per_node) for r in group_ranks(sc, "dp", 0)]
-    for k in sorted(set(owner)):
-        per_mb[k] = max(n * t for n, t in zip(layers, stage_layer_times(sc, cost, pool=k)))
-    total = sc.training.global_batch // sc.training.micro_batch
-    m = [0] * sc.dp
-    for _ in range(total):
-        j = min(range(sc.dp), key=lambda i: ((m[i] + 1) * per_mb[owner[i]], i))
-        m[j] += 1
+    m, owner = replica_micro_batches(sc, cost)
     out = []
     spec = schedule_spec(sc.parallel.pp_schedule)
-    for k in sorted(per_mb):
+    for k in sorted(set(owner)):
         mine = [m[i] for i, o in enumerate(owner) if o == k]
         top = max(mine)
         low = min(mine)

@@ -170,7 +170,7 @@ class Engine:
 
     def _rank(self, rk: RankState):
         env = self.env
-        prog = self.plan.stages[rk.stage]
+        prog = (rk.plan or self.plan).stages[rk.stage]
         t = 0.0
         for step_no in range(self.steps):
             gathers = self._param_gathers(rk, prog, t)

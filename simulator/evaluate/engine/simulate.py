@@ -17,6 +17,7 @@ every transfer alone (each gets its full share of its links whatever else is in 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -145,7 +146,8 @@ class _LazyPairs(dict):
 
 
 def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | None = None, steps: int = 1,
-               record_slices: bool = True, contention: bool = True, pool: int | None = None) -> tuple[Engine, list[float]]:
+               record_slices: bool = True, contention: bool = True, pool: int | None = None,
+               replica_micro_batches: tuple | None = None) -> tuple[Engine, list[float]]:
     """Lower and simulate; returns the engine (ranks with their accumulators and recorders) and the
     per-stage static memory."""
     if rank_speed and not full:
@@ -162,6 +164,14 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
     if full:
         slow = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
         ranks, pairs = _full(sc, emb_stage, head_stage, {**slow, **(rank_speed or {})})
+        if replica_micro_batches:  # dp_balance speed: each replica its own program (its micro-batch count)
+            grid, dims = rank_grid(sc)
+            dp_of = np.unravel_index(np.arange(sc.gpus), grid.shape)[dims.index("dp")]
+            t = sc.training
+            plans = {m: build_plan(replace(sc, training=replace(t, global_batch=sc.dp * t.micro_batch * m)), act_bytes)
+                     for m in set(replica_micro_batches)}
+            for rk in ranks:
+                rk.plan = plans[replica_micro_batches[int(dp_of[rk.grank])]]
     else:
         ranks, pairs = _representative(sc, emb_stage, head_stage, pool)
     shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"), "dp_rep": group_shape(sc, "dp_rep"),
@@ -174,11 +184,13 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
 
 
 def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, plot_path=None, memory_plot_path=None,
-                    rank_speed: dict | None = None, contention: bool = True, pool: int | None = None) -> EngineResult:
+                    rank_speed: dict | None = None, contention: bool = True, pool: int | None = None,
+                    replica_micro_batches: tuple | None = None) -> EngineResult:
     """Simulate one training step of `sc` on the discrete-event engine (module docstring); `pool`: the
     representatives of that pool's DP replicas (one class per pool), representative mode only."""
     t0 = time.perf_counter()
-    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention, pool=pool)
+    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention, pool=pool,
+                             replica_micro_batches=replica_micro_batches)
     res = summarize(sc, eng.ranks, static, events=eng.env.processed, wall_s=time.perf_counter() - t0, full=full,
                     links=eng.links)
     traced = [rk for rk in eng.ranks if rk.rec is not None]

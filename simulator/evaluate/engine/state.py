@@ -73,6 +73,8 @@ class RankState:
         self.done = False
         self.waiting = ""
         self.rec: Recorder | None = None
+        self.plan = None
+        """Its own plan where replicas run different micro-batch counts (`dp_balance: speed` with --full), else None."""
         self.last_dp: Collective | None = None
 
 
