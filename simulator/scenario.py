@@ -140,7 +140,7 @@ class Cluster:
     slow_gpus: Optional[SlowGpus] = None
     """A share of the GPUs drawn slow at random with a seed: {share, slowdown_min, slowdown_max, seed}."""
     degraded_links: list[DegradedLink] = field(default_factory=list)
-    """Links below their bandwidth: a list of {node: N, link: nic | nvlink, bandwidth: share in (0, 1]}
+    """Links below their bandwidth: a list of {node: N, link: nic | nvlink, bandwidth: share in [0.001, 1]}
     (`simulator/cluster_mix.py`); every collective or send whose group crosses that link runs at its pace."""
     pools: list[Pool] = field(default_factory=list)
     """Mixed GPUs: a list of {gpu: <topology name>, nodes: N}, placed in node order, nodes summing to `nodes`;
