@@ -6,17 +6,23 @@ lists the same plan without events (`evaluate/analytic.py`). Either way the repo
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import time
 
-from .evaluate.analytic import estimate
+from .step_classes import class_scenario, step
 from .cost.costs import build_cost_model
+from .cost.pp_balance import balanced, stage_layer_times
+from .plan.layout import chunk_layers
+from .plan.memory_fit import DEFAULT_HEADROOM_FRACTION, fits
+from .plan.paces import stage_pool_sets
 from .evaluate.diloco import inner_scenario, outer_sync
 from .plan.documents import attention_summary
 from .plan.stage_speed import stage_speeds
+from .plan.paces import degraded_link_effects
 from .stragglers import rank_speeds
 from .plan.flops import mfu_peak_flops, scenario_model_flops
-from .plan.memory import memory_report
+from .plan.memory import GIB, memory_report
 from .errors import ScenarioError
 from .params import active_params, total_params
 from .plan.lower import build_plan, step_compute_ops
@@ -70,22 +76,58 @@ def with_outer_sync(sc: Scenario, report: dict) -> dict:
     return out
 
 
-def straggler_summary(sc: Scenario, iteration: float, estimator: str, cost) -> dict:
+def straggler_summary(sc: Scenario, iteration: float, estimator: str, cost, asked: Scenario | None = None) -> dict:
     """The report's `stragglers` block: how many GPUs are slow, which stage each slow GPU paces, and the step
-    the same job takes with no slow GPU (its twin, priced by the same estimator)."""
+    the same job takes with no slow GPU (its twin, priced by the same estimator). `asked`: the scenario before
+    `pp_balance` split its layers (the twin is balanced by its own speeds)."""
     ranks = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
     speed, who = stage_speeds(sc, ranks)
     pacing = [{"stage": s, "rank": r, "slowdown": x} for s, (x, r) in enumerate(zip(speed, who)) if r >= 0]
     slow = len(ranks)
     base = iteration
     if slow:
-        twin = replace(sc, cluster=replace(sc.cluster, stragglers=[], slow_gpus=None))
-        if estimator == "engine":
-            from .evaluate.engine import simulate_engine  # noqa: PLC0415
-            base = simulate_engine(twin, cost).iteration_time_s
-        else:
-            base = estimate(twin, cost).iteration_time_s
+        asked = asked or sc
+        base = _twin_step(balanced(replace(asked, cluster=replace(asked.cluster, stragglers=[], slow_gpus=None))),
+                          estimator, cost)
     return {"slow_gpus": slow, "pacing": pacing, "homogeneous_step_s": base, "cost_s": iteration - base}
+
+
+def _twin_step(twin: Scenario, estimator: str, cost) -> float:
+    """The step of `twin` (the scenario without what a report block prices) by the same estimator."""
+    return step(twin, cost, estimator)[0].iteration_time_s
+
+
+def degraded_links_summary(sc: Scenario, iteration: float, estimator: str, cost, asked: Scenario | None = None) -> dict | None:
+    """The report's `degraded_links` block: per degraded link, the groups that cross it (plan/paces.py) and the
+    stages they pace, and the step the same job takes with every link healthy (same estimator; `asked` as in
+    `straggler_summary`). None: no entry."""
+    if not sc.cluster.degraded_links:
+        return None
+    asked = asked or sc
+    base = _twin_step(balanced(replace(asked, cluster=replace(asked.cluster, degraded_links=[]))), estimator, cost)
+    return {"links": degraded_link_effects(sc), "healthy_step_s": base, "cost_s": iteration - base}
+
+
+def pools_summary(sc: Scenario, cost, mem, mems: dict | None = None, shares=None) -> dict | None:
+    """The report's `pools` block: each pool's GPU, nodes and stages and its memory verdict against its own GPU's
+    capacity (`mems`: per pool, its class's report under dp_balance speed); the pipeline split and each stage's
+    decoder-layer time at its pace (cost/pp_balance.py); the DP replicas' micro-batch shares (`shares`)."""
+    if not sc.cluster.pools:
+        return None
+    owner = stage_pool_sets(sc)
+    room = sc.cluster.memory_headroom_gib
+    out = []
+    for i, (p, topo) in enumerate(zip(sc.cluster.pools, sc.pool_topologies)):
+        stages = [s for s, x in enumerate(owner) if i in x]
+        peak = max(((mems or {}).get(i, mem).per_stage[s].peak / GIB for s in stages), default=0.0)
+        cap = float(topo.gpu.memory_gib)
+        keep = float(room) if room is not None else DEFAULT_HEADROOM_FRACTION * cap
+        out.append({"gpu": Path(p.gpu).stem, "gpu_model": topo.gpu.name, "nodes": p.nodes, "stages": stages,
+                    "capacity_gib": cap, "peak_gib": peak, "fits": fits(peak, cap, keep)})
+    dp = [{"gpu": out[sh.pool]["gpu"], "replicas": sh.replicas, "micro_batches": sh.micro_batches, "fewer": sh.fewer}
+          for sh in shares] if shares else None
+    return {"pools": out, "pp_balance": sc.parallel.pp_balance, "pp_layers": chunk_layers(sc),
+            "layer_s": list(stage_layer_times(sc, cost)), "dp_balance": sc.parallel.dp_balance, "dp_shares": dp}
 
 
 def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, trace_path=None, plot_path=None,
@@ -97,6 +139,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
                           memory_plot_path=memory_plot_path)
         return with_outer_sync(sc, report)
     t0 = time.perf_counter()
+    asked, sc = sc, balanced(sc)  # parallel.pp_balance: speed sets the layers per stage (cost/pp_balance.py)
     if estimator == "engine" and engine_work(sc, full) > MAX_ENGINE_WORK:
         raise ScenarioError("--estimator engine", f"{engine_work(sc, full):,} rank-layer passes to simulate (ranks x "
                             f"micro-batches x layers per rank{', every rank with --full' if full else ''})",
@@ -107,12 +150,11 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
     if estimator == "engine" and not _engine_available():
         estimator = "analytic"
     if estimator == "engine":
-        from .evaluate.engine import simulate_engine  # noqa: PLC0415
-        res = simulate_engine(sc, cost, full=full, trace_path=trace_path, plot_path=plot_path,
-                              memory_plot_path=memory_plot_path)
+        res, shares = step(sc, cost, estimator, full=full, trace_path=trace_path, plot_path=plot_path,
+                           memory_plot_path=memory_plot_path)
         mem_peaks = res.memory_peak_bytes
     else:
-        res = estimate(sc, cost)
+        res, shares = step(sc, cost, estimator)
         mem_peaks = None
     iteration, bubble, hw = res.iteration_time_s, res.bubble_fraction, res.hfu_flops
     comm = {d: {"time_s": t, "exposed_s": e} for d, (t, e) in res.comm.items()}
@@ -126,7 +168,8 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
     tflops = model_flops / iteration / gpus / 1e12
     # one denominator for MFU and HFU: the dense peak of the precision the GEMMs run in (docs/metrics.md)
     peak = mfu_peak_flops(sc) / 1e12
-    mem = memory_report(sc)
+    mems = {sh.pool: memory_report(class_scenario(sc, sh)) for sh in shares} if shares else None
+    mem = min(mems.values(), key=lambda m: (m.fits, m.capacity_gib - m.peak_gib)) if mems else memory_report(sc)
     mem_json = mem.to_json()
     if mem_peaks is not None:
         mem_json["timeline_peak_gib"] = [round(b / 2**30, 3) for b in mem_peaks]
@@ -154,7 +197,9 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
                   "flops_per_step": model_flops, "flop_convention": convention},
         "estimator": estimator,
         "framework": sc.framework.to_json(sc.parallel.pp),
-        "stragglers": straggler_summary(sc, iteration, estimator, cost),
+        "stragglers": straggler_summary(sc, iteration, estimator, cost, asked),
+        "degraded_links": degraded_links_summary(sc, iteration, estimator, cost, asked),
+        "pools": pools_summary(sc, cost, mem, mems, shares),
         "diloco": None,
         "attention": attention_summary(sc),
         "profile": {"source": sc.cluster.profile, "measured_compute_fraction": coverage, "kernels": cost.kernel_source()},

@@ -16,6 +16,7 @@ from .inputs import existing_file, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model
 from .diloco_spec import DiLoCo
 from .stragglers import SlowGpus, Straggler, check_stragglers
+from .cluster_mix import DegradedLink, Pool, check_cluster_mix, resolve_pools
 from .document_spec import Documents, resolve_documents
 from .efficiency_spec import check_efficiency
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
@@ -138,6 +139,12 @@ class Cluster:
     pipeline stage runs at the pace of its slowest GPU."""
     slow_gpus: Optional[SlowGpus] = None
     """A share of the GPUs drawn slow at random with a seed: {share, slowdown_min, slowdown_max, seed}."""
+    degraded_links: list[DegradedLink] = field(default_factory=list)
+    """Links below their bandwidth: a list of {node: N, link: nic | nvlink, bandwidth: share in [0.001, 1]}
+    (`simulator/cluster_mix.py`); every collective or send whose group crosses that link runs at its pace."""
+    pools: list[Pool] = field(default_factory=list)
+    """Mixed GPUs: a list of {gpu: <topology name>, nodes: N}, placed in node order, nodes summing to `nodes`;
+    each pool has that topology's GPU and node, the fabric is `topology`'s. Empty: one pool."""
     efficiency: dict[str, float] = field(default_factory=dict)
     """Per-software-stack overrides of the spec roofline (costs.py): gemm, attention_fwd, attention_bwd,
     hbm (fractions of peak), tp_comm_overhead_s (seconds added to every TP collective) and
@@ -176,6 +183,11 @@ class Parallel:
     """Model chunks per pp rank, as the schedule allows (`ScheduleSpec.vpp`: interleaved >= 2, V-shaped 2)."""
     pp_layers: Optional[list[int]] = None
     """Layers per model chunk, pp*vpp entries in pipeline order."""
+    pp_balance: str = field(default="even", metadata={"choices": ("even", "speed")})
+    """even: the framework's split (or pp_layers); speed: layers per stage in proportion to each stage's speed on
+    one decoder layer (`cost/pp_balance.py`: mixed pools, stragglers, degraded links), setting pp_layers (vpp 1)."""
+    dp_balance: str = field(default="even", metadata={"choices": ("even", "speed")})
+    """With pools on different DP replicas: even micro-batches per replica, or by each pool's speed (`cost/pp_balance.py`)."""
     pp_p2p: str = field(default="async", metadata={"choices": ("async", "blocking")})
     """Pipeline sends. async: the sender goes on while its activation or gradient moves, the receiver waits
     only for its arrival (sends issued ahead, Megatron's batched isend/irecv). blocking (1F1B only): each
@@ -249,6 +261,8 @@ class Scenario:
     """The whole training run (`run:`, `training.tokens`): tokens, phases, checkpoints (wholerun/spec.py)."""
     framework: FrameworkChoice = FrameworkChoice()
     """The training framework priced (`framework:`; frameworks/*.yaml): what its words mean, its options."""
+    pool_topologies: tuple = ()
+    """Each `cluster.pools` entry's topology (its GPU and node, the fabric of `topology`), read with the scenario."""
 
     @property
     def gpus_per_node(self) -> int:
@@ -347,8 +361,9 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
         local = existing_file(cluster.profile, base_dir / cluster.profile)
         if local is not None:
             cluster = replace(cluster, profile=str(local))
-    sc = Scenario(name=str(top.name), model=model, training=training, cluster=cluster, parallel=parallel, topology=topology,
-                  run=run, framework=framework)
+    pools, pool_topologies = resolve_pools(cluster, parallel, topology, base_dir)
+    sc = Scenario(name=str(top.name), model=model, training=training, cluster=replace(cluster, pools=pools), parallel=parallel,
+                  topology=topology, run=run, framework=framework, pool_topologies=pool_topologies)
     return validate_layout(sc)
 
 
@@ -470,7 +485,7 @@ def validate_layout(sc: Scenario) -> Scenario:
             raise ScenarioError("parallel.pp_layers", f"has {len(p.pp_layers)} entries", f"pp*vpp = {chunks} entries")
         if any(x < 0 for x in p.pp_layers) or sum(p.pp_layers) != m.layers:
             raise ScenarioError("parallel.pp_layers", f"sums to {sum(p.pp_layers)}", f"non-negative entries summing to model.layers = {m.layers}")
-    elif m.layers % chunks:
+    elif m.layers % chunks and p.pp_balance == "even":  # `speed` splits them itself (cost/pp_balance.py)
         raise ScenarioError("parallel.pp", f"pp*vpp = {chunks} does not divide the model's {m.layers} layers",
                             "a divisor of layers, or give parallel.pp_layers")
     if t.recompute_modules is not None:
@@ -481,4 +496,4 @@ def validate_layout(sc: Scenario) -> Scenario:
                 raise ScenarioError(f"training.recompute_modules[{i}]", f"unknown module {short(name)}", ", ".join(RECOMPUTE_MODULES))
     if t.precision == "fp8" and "fp8" not in sc.topology.gpu.peak_tflops:
         raise ScenarioError("training.precision", f"fp8 but {sc.topology.gpu.name} has no FP8 tensor cores", "fp32 | bf16")
-    return replace(sc, parallel=p)
+    return check_cluster_mix(replace(sc, parallel=p))

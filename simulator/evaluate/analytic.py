@@ -30,7 +30,8 @@ from collections import defaultdict
 from ..cost.costs import CostModel
 from ..plan.layout import pair_shape, pp_rank_of_stage_rank
 from ..plan.opgraph import Comm
-from ..plan.stage_speed import stage_speeds
+from ..cost.paced import PacedCosts
+from ..plan.paces import Pace, pair_variants, stage_paces
 from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
@@ -51,8 +52,8 @@ class _Rank:
     """One stage's representative rank while it is listed: its clock, streams and accumulators (the names
     `results.summarize` reads)."""
 
-    def __init__(self, stage: int, grank: int, speed: float = 1.0):
-        self.stage, self.grank, self.speed = stage, grank, speed
+    def __init__(self, stage: int, grank: int, pace: Pace = Pace()):
+        self.stage, self.grank, self.pace = stage, grank, pace
         self.t = 0.0
         self.pos = 0
         self.dp_free = 0.0
@@ -72,45 +73,49 @@ class _Rank:
 class Lister:
     """Lists a plan's steps on one representative rank per stage (module docstring)."""
 
-    def __init__(self, sc: Scenario, cost: CostModel, plan: Plan, in_pass_sharing: bool = True):
+    def __init__(self, sc: Scenario, cost: CostModel, plan: Plan, in_pass_sharing: bool = True, pool: int | None = None):
         self.sc, self.cost, self.plan = sc, cost, plan
-        self.times = OpTimes(sc, cost)
+        self.costs = PacedCosts(sc, cost)
+        self.times = OpTimes(sc, cost, costs=self.costs)
         self.share = in_pass_sharing
         self.blocking_p2p = sc.parallel.pp_p2p == "blocking"
         self.overlap = plan.overlap_dp
         self._templates: dict = {}
         self._pairs: dict = {}
         self._group_shapes = {g: self.times.shape(g) for g in (*DP_GROUPS, "dp_rep")}
-        speed, _ = stage_speeds(sc)  # a stage at its slowest GPU's pace, as the engine runs it
-        self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s), speed[s]) for s in range(sc.parallel.pp)]
-        self._times = {1.0: self.times}
+        self.pool = pool
+        paces = stage_paces(sc, pool=pool)  # a stage at its slowest member's pace, as the engine runs it (plan/paces.py)
+        self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s), paces[s]) for s in range(sc.parallel.pp)]
+        self._times = {Pace(): self.times}
         self.mailbox: dict = {}
         self._memo: dict = {}
 
     # ------------------------------------------------------------------ pricing
-    def times_at(self, speed: float) -> OpTimes:
-        """Op times of a rank computing at `speed` (1.0 nominal; communication is the same)."""
-        t = self._times.get(speed)
+    def times_at(self, pace: Pace) -> OpTimes:
+        """Op times of a rank at `pace` (`plan/paces.py`)."""
+        t = self._times.get(pace)
         if t is None:
-            t = self._times[speed] = OpTimes(self.sc, self.cost, speed)
+            t = self._times[pace] = OpTimes(self.sc, self.cost, pace, self.costs)
         return t
 
-    def template(self, key: tuple, speed: float = 1.0) -> PassTemplate:
+    def template(self, key: tuple, pace: Pace = Pace()) -> PassTemplate:
         """The pass `Step.key` names: (chunk, kind), or an overlapped pair ("FB", F chunk, backward chunk, its
-        kind), on a rank computing at `speed`."""
-        t = self._templates.get((key, speed))
+        kind), on a rank at `pace`."""
+        t = self._templates.get((key, pace))
         if t is None:
             chunk, kind = (key[1], key[0]) if key[0] == "FB" else key
-            times = self.times_at(speed)
-            t = self._templates[(key, speed)] = build_template(times, chunk, kind, pass_blocks(times, self.plan.blocks, key),
+            times = self.times_at(pace)
+            t = self._templates[(key, pace)] = build_template(times, chunk, kind, pass_blocks(times, self.plan.blocks, key),
                                                                share=self.share, only_intra=False)
         return t
 
-    def comm_dur(self, group: str, comm: Comm) -> float:
+    def comm_dur(self, group: str, comm: Comm, pace: Pace = Pace()) -> float:
+        """A DP / ZeRO collective (or the tied-embedding all-reduce) of a rank at `pace`, on its group's links."""
         if group == "embd":
-            a, b = (self.ranks[s].grank for s in self._tied_pair())
-            return self.times.comm_on(comm, pair_shape(self.sc, a, b))
-        return self.times.comm_on(comm, self._group_shapes[group])
+            s, t = self._tied_pair()
+            return self.times.comm_on(comm, pair_shape(self.sc, self.ranks[s].grank, self.ranks[t].grank),
+                                      pace.variants(group))
+        return self.times.comm_on(comm, self._group_shapes[group], pace.variants(group))
 
     def _tied_pair(self) -> tuple[int, int]:
         prog = next(p for p in self.plan.stages if p.tied_partner >= 0)
@@ -121,14 +126,14 @@ class Lister:
         if d is None:
             comm = Comm("pp_send_recv", "pp", "send_recv", self.plan.pp_bytes)
             shape = pair_shape(self.sc, self.ranks[src].grank, self.ranks[dst].grank)
-            d = self._pairs[(src, dst)] = self.times.comm_on(comm, shape)
+            d = self._pairs[(src, dst)] = self.times.comm_on(comm, shape, pair_variants(self.sc, src, dst, pool=self.pool))
         return d
 
     # ------------------------------------------------------------------ streams
     def join(self, rk: _Rank, group: str, comm: Comm, ready: float) -> _Queued:
         """Reserve a collective on the rank's dp stream (its peers are symmetric: the rendezvous is
         immediate), in issue order."""
-        dur = self.comm_dur(group, comm)
+        dur = self.comm_dur(group, comm, rk.pace)
         start = max(ready, rk.dp_free)
         q = _Queued(ready, start, start + dur, comm.dim)
         rk.dp_free = q.end
@@ -174,7 +179,7 @@ class Lister:
         if st.gated:
             end = self._gated_memo(rk, prog, st, ready)
         else:
-            tpl = self.template(st.key, rk.speed)
+            tpl = self.template(st.key, rk.pace)
             grads, dp_free = [], rk.dp_free
             if st.grad_sync and self.overlap:
                 for k, comm, _ in prog.dp[st.chunk].releases.get(st.kind, ()):
@@ -213,7 +218,7 @@ class Lister:
         """A pass that released overlapped gradient buckets runs slower beside them (`sm_share.slowed_end`),
         the buckets one after another on the dp stream from their releases; the slowdown is exposed DP."""
         share = self.cost.sm_share(self._group_shapes[grads[0][1].group])
-        return slowed_beside_grads(rk, ready, end, [(at, self.comm_dur(c.group, c)) for at, c in grads], dp_free, share)
+        return slowed_beside_grads(rk, ready, end, [(at, self.comm_dur(c.group, c, rk.pace)) for at, c in grads], dp_free, share)
 
     def _gated_memo(self, rk: _Rank, prog: StageProgram, st: Step, ready: float) -> float:
         """`_gated`, computed once per (stage, chunk, kind, sync, dp-stream backlog): the pass and the
@@ -244,7 +249,7 @@ class Lister:
         blocks = self.plan.blocks[(st.chunk, st.kind)]
         dp = prog.dp[st.chunk]
         comms: list | None = [] if self.share else None
-        times = self.times_at(rk.speed)
+        times = self.times_at(rk.pace)
         s = PassScheduler(times, ready, record=False, comms=comms)
         gath = dp.z3_gather.get(st.kind, ())
         releases = dp.releases.get(st.kind, ()) if st.grad_sync else ()
@@ -303,7 +308,7 @@ class Lister:
             comm = self.plan.stages[tied[0].stage].tied_allreduce
             ready = max(rk.t for rk in tied)
             start = max([ready] + [rk.dp_free for rk in tied])
-            dur = self.comm_dur("embd", comm)
+            dur = self.comm_dur("embd", comm, tied[0].pace)
             for rk in tied:
                 q = _Queued(ready, start, start + dur, comm.dim)
                 rk.dp_free, rk.last_dp = q.end, q
@@ -329,14 +334,14 @@ class Lister:
             if rk.last_dp is not None:
                 rk.t = self.wait(rk, rk.last_dp, rk.t)
         elif op.kind == "inline":
-            dur = self.times(op.op)
+            dur = self.times_at(rk.pace)(op.op)
             rk.comm[op.op.dim] += dur
             rk.exposed[op.op.dim] += dur
             rk.count[op.op.dim] += 1
             rk.ops += 1
             rk.t += dur
         else:
-            opt = self.times_at(rk.speed)(op.op)
+            opt = self.times_at(rk.pace)(op.op)
             rk.optimizer_s += opt
             rk.ops += 1
             rk.t += opt
@@ -367,10 +372,12 @@ def _apply(rk: _Rank, delta: tuple) -> None:
             acc[k] += v
 
 
-def estimate(sc: Scenario, cost: CostModel, plan: Plan | None = None, *, in_pass_sharing: bool = True) -> EngineResult:
+def estimate(sc: Scenario, cost: CostModel, plan: Plan | None = None, *, in_pass_sharing: bool = True,
+             pool: int | None = None) -> EngineResult:
     """One optimizer step of `sc`, listed from its plan (module docstring). `in_pass_sharing`: collectives of
-    different streams that overlap inside a pass share the GPU's intra-node port (the engine's default)."""
+    different streams that overlap inside a pass share the GPU's intra-node port (the engine's default). `pool`:
+    list the representatives of that pool's DP replicas (`plan/paces.stage_paces`; one class per pool)."""
     t0 = time.perf_counter()
     plan = plan if plan is not None else build_plan(sc)
-    ranks = Lister(sc, cost, plan, in_pass_sharing).run()
+    ranks = Lister(sc, cost, plan, in_pass_sharing, pool).run()
     return summarize(sc, ranks, [0.0] * sc.parallel.pp, events=0, wall_s=time.perf_counter() - t0, full=False)

@@ -34,8 +34,10 @@ from dataclasses import dataclass
 
 from ..cost.collectives import link_busy
 from ..cost.costs import CostModel
+from ..cost.paced import PacedCosts
 from ..plan.layout import GroupShape, group_shape
 from ..plan.opgraph import Comm, Compute
+from ..plan.paces import NOMINAL, LinkVariant, Pace
 from ..scenario import Scenario
 from .sm_share import beside_end
 from .links import fluid_ends
@@ -125,11 +127,16 @@ class PassTemplate:
 class OpTimes:
     """Seconds per op, cached per distinct op (the op dataclasses are frozen and hashable).
 
-    `speed` multiplies compute times (a slow GPU in full mode: 1.0 = nominal); communication is priced on
-    the group shapes of `layout.group_shape`, computed once per dimension."""
+    `pace` (`plan/paces.py`; a float is a compute multiplier alone): its `speed` multiplies compute times (a slow
+    GPU: 1.0 = nominal), its pool's GPU computes, and a collective is priced on its group's links (the slowest;
+    `cost/paced.py`); communication is priced on the group shapes of `layout.group_shape`, computed once per
+    dimension. `costs`: the evaluator's `PacedCosts`, shared by its OpTimes (built here when not given)."""
 
-    def __init__(self, sc: Scenario, cost: CostModel, speed: float = 1.0):
-        self.sc, self.cost, self.speed = sc, cost, speed
+    def __init__(self, sc: Scenario, cost: CostModel, speed: float | Pace = 1.0, costs: PacedCosts | None = None):
+        self.pace = speed if isinstance(speed, Pace) else Pace(speed=float(speed))
+        self.sc, self.cost, self.speed = sc, cost, self.pace.speed
+        self.costs = costs if costs is not None else PacedCosts(sc, cost)
+        self.compute_cost = self.costs.model(LinkVariant(self.pace.pool))
         self._cache: dict = {}
         self._shapes: dict[str, GroupShape] = {}
 
@@ -142,9 +149,10 @@ class OpTimes:
         t = self._cache.get(op)
         if t is None:
             if isinstance(op, Compute):
-                t = self.cost.compute_time(op) * self.speed
+                t = self.compute_cost.compute_time(op) * self.speed
             else:
-                t = self.cost.comm_time(op, self.shape(op.group or op.dim))
+                key = op.group or op.dim
+                t = self.costs.slowest(op, self.shape(key), self.pace.variants(key))[0]
             self._cache[op] = t
         return t
 
@@ -166,21 +174,24 @@ class OpTimes:
 
     def use(self, op: Comm) -> tuple:
         """(link class, share of a rank's link it uses at full speed) of an in-pass collective:
-        `collectives.link_busy` over its price, at most 1 (`links.py`)."""
+        `collectives.link_busy` over its price, at most 1 (`links.py`), on the links that set its price."""
         key = ("use", op)
         u = self._cache.get(key)
         if u is None:
             dur = self(op)
-            busy = link_busy(self.cost.topology, op.collective, op.bytes, self.shape(op.group or op.dim)) if dur > 0 else {}
+            g = op.group or op.dim
+            model = self.costs.slowest(op, self.shape(g), self.pace.variants(g))[1]
+            busy = link_busy(model.topology, op.collective, op.bytes, self.shape(g)) if dur > 0 else {}
             u = self._cache[key] = tuple((cls, min(1.0, b / dur)) for cls, b in busy.items() if b > 0)
         return u
 
-    def comm_on(self, op: Comm, shape: GroupShape) -> float:
-        """A collective on an explicit group (PP pairs, the tied-embedding pair)."""
-        key = (op, shape.ranks if shape.size <= 2 else shape)
+    def comm_on(self, op: Comm, shape: GroupShape, variants: tuple = NOMINAL) -> float:
+        """A collective on an explicit group (PP pairs, the tied-embedding pair) over the links `variants`
+        (`plan/paces.pair_variants`)."""
+        key = (op, shape.ranks if shape.size <= 2 else shape, variants)
         t = self._cache.get(key)
         if t is None:
-            t = self._cache[key] = self.cost.comm_time(op, shape)
+            t = self._cache[key] = self.costs.slowest(op, shape, variants)[0]
         return t
 
 

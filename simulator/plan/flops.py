@@ -62,5 +62,9 @@ def mfu_peak_flops(sc: "Scenario") -> float:
     """Dense peak FLOP/s per GPU that MFU and HFU divide by (docs/metrics.md): the peak of the precision
     the GEMMs run in. The numerator of either is at most what those GEMMs could do at that peak, so
     MFU <= 100 %, and HFU (recomputation included) >= MFU since both share this denominator. The
-    datasheet's peak, not the power-capped one: MFU is a share of what the GPU is sold as."""
+    datasheet's peak, not the power-capped one: MFU is a share of what the GPU is sold as. With `cluster.pools`,
+    the mean over every GPU of the cluster (each pool's peak weighted by its nodes)."""
+    if sc.pool_topologies:
+        nodes = [p.nodes for p in sc.cluster.pools]
+        return sum(n * t.nominal_peak_flops(gemm_dtype(sc)) for n, t in zip(nodes, sc.pool_topologies)) / sum(nodes)
     return sc.topology.nominal_peak_flops(gemm_dtype(sc))

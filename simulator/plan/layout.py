@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cluster_mix import rank_grid_of
 from ..scenario import Scenario
 from .schedules import schedule_spec
 
@@ -40,11 +41,7 @@ def _dense_order(order: str) -> list[str]:
 
 def rank_grid(sc: Scenario) -> tuple[np.ndarray, list[str]]:
     """grid[c_outer, ..., c_inner] = global rank; returns (grid, dims outermost first)."""
-    inner_first = _dense_order(sc.parallel.order)
-    sizes = {"tp": sc.parallel.tp, "cp": sc.parallel.cp, "dp": sc.dp, "pp": sc.parallel.pp}
-    outer_first = list(reversed(inner_first))
-    grid = np.arange(sc.gpus).reshape([sizes[d] for d in outer_first])
-    return grid, outer_first
+    return rank_grid_of(sc.parallel.order, {"tp": sc.parallel.tp, "cp": sc.parallel.cp, "dp": sc.dp, "pp": sc.parallel.pp})
 
 
 def coords(sc: Scenario, rank: int) -> dict[str, int]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import op_sac
-from .memory_fit import MemoryReport, fits, headroom_gib
+from .memory_fit import MemoryReport, fits, headroom_gib, stage_capacities
 from .layout import chunk_owner, group_shape, last_chunk, layer_recompute, rank_chunks
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
                              param_bytes, rank_params)
@@ -370,4 +370,10 @@ def memory_report(sc: Scenario) -> MemoryReport:
     peak = max(s.peak for s in stages) / GIB
     cap = float(sc.topology.gpu.memory_gib)
     room = headroom_gib(sc)
+    if sc.pool_topologies:  # mixed pools: each stage against its own GPU; the headline is the tightest stage's
+        caps = stage_capacities(sc)
+        worst = min(range(len(stages)), key=lambda r: caps[r][0] - caps[r][1] - stages[r].peak / GIB)
+        ok = all(fits(s.peak / GIB, c, h) for s, (c, h) in zip(stages, caps))
+        return MemoryReport(capacity_gib=caps[worst][0], peak_gib=stages[worst].peak / GIB, fits=ok, per_stage=stages,
+                            headroom_gib=caps[worst][1])
     return MemoryReport(capacity_gib=cap, peak_gib=peak, fits=fits(peak, cap, room), per_stage=stages, headroom_gib=room)

@@ -25,6 +25,18 @@ def headroom_gib(sc: "Scenario") -> float:
     return DEFAULT_HEADROOM_FRACTION * float(sc.topology.gpu.memory_gib)
 
 
+def stage_capacities(sc: "Scenario") -> list[tuple[float, float]]:
+    """Per pipeline stage: (its GPU's memory, the headroom it must keep), GiB. With `cluster.pools` each stage's
+    pool's GPU (`plan/paces.stage_pool_sets`; the smallest where the stage spans pools), else the topology's."""
+    from .paces import stage_pool_sets  # noqa: PLC0415 (paces reads the rank grid; this module sits below it)
+    out = []
+    for ps in stage_pool_sets(sc):  # a stage over several pools: its GPU with the least memory
+        cap = min(float((sc.pool_topologies[p] if sc.pool_topologies else sc.topology).gpu.memory_gib) for p in ps)
+        room = sc.cluster.memory_headroom_gib
+        out.append((cap, float(room) if room is not None else DEFAULT_HEADROOM_FRACTION * cap))
+    return out
+
+
 def fits(peak_gib: float, capacity_gib: float, headroom: float) -> bool:
     """The one definition of "fits" (docs/metrics.md): the worst stage's peak leaves `headroom` GiB free."""
     return peak_gib <= capacity_gib - headroom

@@ -79,6 +79,21 @@ def format_report(r: dict) -> str:
         out.append(f"  stragglers: {st['slow_gpus']} slow GPU(s); rank {worst['rank']} ({worst['slowdown']:.2f}x) sets the pace of "
                    f"stage {worst['stage']}; {len(st['pacing'])} of {lay['pp']} stage(s) paced by a slow GPU; "
                    f"+{_fmt_s(st['cost_s'])} per step over the homogeneous {_fmt_s(st['homogeneous_step_s'])}")
+    dl = r.get("degraded_links")
+    if dl:
+        each = "; ".join(f"node {x['node']} {x['link']} at {x['bandwidth']:.0%} crossed by "
+                         f"{', '.join(x['groups']) or 'no group'}" + (f" of stage(s) {', '.join(map(str, x['stages']))}"
+                                                                     if x["stages"] else "") for x in dl["links"])
+        out.append(f"  degraded links: {each}; +{_fmt_s(dl['cost_s'])} per step over the healthy {_fmt_s(dl['healthy_step_s'])}")
+    pl = r.get("pools")
+    if pl:
+        parts = [f"{p['gpu']} x{p['nodes']} node(s) stages {','.join(map(str, p['stages']))} "
+                 f"{p['peak_gib']:.1f}/{p['capacity_gib']:.0f} GiB {'fits' if p['fits'] else 'DOES NOT FIT'}" for p in pl["pools"]]
+        out.append(f"  pools: {'; '.join(parts)}; layers per stage {pl['pp_layers']} ({pl['pp_balance']} balance)")
+        if pl.get("dp_shares"):
+            out.append("  DP shares by speed: " + "; ".join(
+                f"{d['gpu']} {d['replicas']} replica(s) x {d['micro_batches']} micro-batches"
+                + (f" ({d['fewer']} with one fewer)" if d["fewer"] else "") for d in pl["dp_shares"]))
     att = r.get("attention")
     if att and att["mask"] == "document":
         cp = (f"; busiest CP rank {att['cp_busiest_vs_causal']:.2f}x the causal mask's share ({att['cp_balance']})"

@@ -153,13 +153,15 @@ def _structure(lay: Layout) -> tuple:
 
 def _variant(lay: Layout) -> tuple:
     """What phase 2 varies, besides ZeRO and recompute (tried inside each task)."""
-    return (lay.pp_schedule, lay.vpp, lay.sp)
+    return (lay.pp_schedule, lay.vpp, lay.sp, lay.pp_balance, lay.dp_balance)
 
 
 def _canonical(group: list[Layout]) -> tuple:
     """Phase 1's variant: the most preferred schedule (`ScheduleSpec.sweep_preference`), the fewest chunks,
-    sequence parallel on where it is allowed (the same traffic as TP without it, less memory: KOR22 §4.2.2)."""
-    return min({_variant(l) for l in group}, key=lambda v: (schedule_spec(v[0]).sweep_preference, v[1], not v[2]))
+    sequence parallel on where it is allowed (the same traffic as TP without it, less memory: KOR22 §4.2.2), speed
+    balancing where it is searched (a non-uniform cluster: the even split is phase 2's)."""
+    return min({_variant(l) for l in group}, key=lambda v: (schedule_spec(v[0]).sweep_preference, v[1], not v[2], v[3] != "speed",
+                                                         v[4] != "speed"))
 
 
 def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOptions, runner=None,

@@ -9,12 +9,13 @@ from typing import Optional
 
 
 from ..errors import ScenarioError
-from ..evaluate.analytic import estimate
+from ..step_classes import step
 from ..cost.costs import CostModel, build_cost_model
 from ..plan.flops import mfu_peak_flops, scenario_model_flops
 from ..plan.memory import GIB, memory_report, stage_memory
 from ..plan.memory_fit import MemoryReport, fits
 from ..frameworks.resolve import drop_options_setting
+from ..cost.pp_balance import balanced
 from ..scenario import Scenario, scenario_from_mapping, validate_layout
 from ..schema import to_mapping
 from .space import Layout, RECOMPUTE_ORDER
@@ -74,16 +75,17 @@ def candidate_scenario(raw: dict, base_dir: Optional[str], lay: Layout) -> Scena
     if "framework" in cand:  # the layout's own keys replace framework options that set them
         cand["framework"] = drop_options_setting(cand["framework"], {f"{section}.{k}" for section, values
                                                                      in lay.overrides().items() for k in values})
-    return scenario_from_mapping(cand, (), Path(base_dir) if base_dir else None)
+    return balanced(scenario_from_mapping(cand, (), Path(base_dir) if base_dir else None))
 
 
 def sibling_scenario(sc: Scenario, lay: Layout) -> Scenario:
     """`sc` (built by `candidate_scenario`) with the layout's keys set on its frozen sections and the
     same cross-key validation (`validate_layout`): the values come from the schema's own choices, so
     this is `candidate_scenario` without reading the topology YAML again."""
-    return validate_layout(replace(
-        sc, parallel=replace(sc.parallel, **lay.overrides()["parallel"]),
-        training=replace(sc.training, **lay.overrides()["training"])))
+    return balanced(validate_layout(replace(
+        sc, parallel=replace(sc.parallel, **lay.overrides()["parallel"],
+                             **({"pp_layers": None} if sc.parallel.pp_balance == "speed" else {})),
+        training=replace(sc.training, **lay.overrides()["training"]))))
 
 
 def _frugality(lay: Layout) -> tuple:
@@ -95,6 +97,9 @@ def _fits(sc: Scenario, headroom_gib: float = 0.0):
     """(fits, MemoryReport or None): `memory.memory_report`, except that stage 0 and the last stage,
     which hold the most (the most micro-batches in flight; the logits), are computed first and a miss
     there ends the check. Fits = the peak leaves `headroom_gib` free (`memory_fit.fits`)."""
+    if sc.pool_topologies:  # mixed pools: each stage against its own GPU (memory_report)
+        rep = memory_report(sc)
+        return rep.fits, rep
     full = float(sc.topology.gpu.memory_gib)
     cap = full - headroom_gib
     order = list(dict.fromkeys((0, sc.parallel.pp - 1, *range(sc.parallel.pp))))
@@ -127,7 +132,7 @@ def summarize(sc: Scenario, mem, estimator: str = "analytic") -> dict:
     """The ranking numbers of `run.simulate` (same formulas) from the analytic estimate alone, without
     the rest of the report: the sweep's fast path."""
     base = build_cost_model(sc)
-    res = estimate(sc, _RememberingCost(**{f.name: getattr(base, f.name) for f in fields(base) if f.init}))
+    res = step(sc, _RememberingCost(**{f.name: getattr(base, f.name) for f in fields(base) if f.init}), "analytic")[0]
     it = res.iteration_time_s
     mfu_peak = mfu_peak_flops(sc)
     flops = scenario_model_flops(sc)[0]
@@ -138,7 +143,10 @@ def summarize(sc: Scenario, mem, estimator: str = "analytic") -> dict:
 
 
 def _ok(sc: Scenario, lay: Layout, mem, checks: int) -> Evaluation:
-    summary = summarize(sc, mem)
+    try:
+        summary = summarize(sc, mem)
+    except ScenarioError as e:  # dp_balance speed: a share the schedule cannot run (cost/pp_balance.dp_shares)
+        return Evaluation(layout=lay, status="invalid", problem=str(e))
     return Evaluation(layout=lay, status="ok", summary=summary, memory=summary["memory"],
                       parallel=to_mapping(sc.parallel), training=to_mapping(sc.training), memory_checks=checks)
 

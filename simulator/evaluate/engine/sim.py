@@ -27,6 +27,8 @@ import gc
 from ...cost.collectives import link_busy
 from ..links import LinkSharing
 from ..results import add_pass_stats, receive, slowed_beside_grads, wait_until
+from ...cost.paced import PacedCosts
+from ...plan.paces import NOMINAL
 from ..passes import OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
 from ..pair_order import pass_blocks
 from ...plan.layout import GroupShape
@@ -40,7 +42,7 @@ class Engine:
     """Runs a plan: `Engine(...).run()` fills the ranks' accumulators and recorders."""
 
     def __init__(self, plan: Plan, cost, ranks: list[RankState], pp_shape, group_shapes: dict, *, steps: int = 1,
-                 record_slices: bool = True, contention: bool = True):
+                 record_slices: bool = True, contention: bool = True, pp_links=None):
         self.plan, self.cost, self.ranks, self.steps = plan, cost, ranks, steps
         self.sc = plan.sc
         self.env = CountingEnvironment()
@@ -55,6 +57,9 @@ class Engine:
         self.pp_shape = pp_shape
         """(idx_a, idx_b) -> GroupShape of the pair, for p2p pricing."""
         self.group_shapes = group_shapes
+        self.pp_links = pp_links
+        """(idx_a, idx_b) -> the pair's links (`plan/paces.pair_variants`); None: healthy."""
+        self.costs = PacedCosts(self.sc, cost)
         self.record_slices = record_slices
         self._times: dict = {}
         self._templates: dict = {}
@@ -64,13 +69,14 @@ class Engine:
         self.overlap = plan.overlap_dp
 
     # ------------------------------------------------------------------ pricing
-    def times(self, speed: float) -> OpTimes:
-        if speed not in self._times:
-            self._times[speed] = OpTimes(self.sc, self.cost, speed)
-        return self._times[speed]
+    def times(self, pace) -> OpTimes:
+        """Op times of a rank at `pace` (`plan/paces.Pace`; a float: a compute multiplier alone)."""
+        if pace not in self._times:
+            self._times[pace] = OpTimes(self.sc, self.cost, pace, self.costs)
+        return self._times[pace]
 
-    def template(self, key: tuple, speed: float) -> PassTemplate:
-        """The pass `Step.key` names (an overlapped pair: ("FB", F chunk, backward chunk, its kind)) at `speed`."""
+    def template(self, key: tuple, speed) -> PassTemplate:
+        """The pass `Step.key` names (an overlapped pair: ("FB", F chunk, backward chunk, its kind)) at pace `speed`."""
         t = self._templates.get((key, speed))
         if t is None:
             chunk, kind = (key[1], key[0]) if key[0] == "FB" else key
@@ -78,10 +84,13 @@ class Engine:
                                                                share=self.links is not None)
         return t
 
-    def comm_dur(self, comm: Comm) -> float:
-        t = self._comm_dur.get(comm)
+    def comm_dur(self, comm: Comm, pace=None) -> float:
+        """A DP / ZeRO collective of a rank at `pace` (None: healthy links), on its group's links."""
+        t = self._comm_dur.get((comm, pace))
         if t is None:
-            t = self._comm_dur[comm] = self.times(1.0).comm_on(comm, self.group_shapes[comm.group or comm.dim])
+            g = comm.group or comm.dim
+            t = self._comm_dur[(comm, pace)] = self.times(1.0).comm_on(comm, self.group_shapes[g],
+                                                                       pace.variants(g) if pace is not None else NOMINAL)
         return t
 
     def link_use(self, comm: Comm, shape: GroupShape, dur: float, key) -> tuple:
@@ -147,10 +156,10 @@ class Engine:
         members = rk.groups[group]
         seq = rk.seq[group]
         rk.seq[group] = seq + 1
-        dur = self.comm_dur(comm)
+        dur = self.comm_dur(comm, rk.pace)
         demand = None
         if self.links is not None and dur > 0:
-            use = self.link_use(comm, self.group_shapes[group], dur, (comm, group))
+            use = self.link_use(comm, self.group_shapes[group], dur, (comm, group, dur))
             demand = {(rk.idx, cls, d): u for cls, u in use for d in ("out", "in")}
             if (rk.idx, "intra", "out") in demand:
                 rk.intra_q += 1
@@ -175,7 +184,7 @@ class Engine:
 
     def _rank(self, rk: RankState):
         env = self.env
-        prog = self.plan.stages[rk.stage]
+        prog = (rk.plan or self.plan).stages[rk.stage]
         t = 0.0
         for step_no in range(self.steps):
             gathers = self._param_gathers(rk, prog, t)
@@ -195,7 +204,7 @@ class Engine:
                     msgs.append(msg)
                 for msg in msgs:
                     ready = receive(rk, ready, msg, self.blocking_p2p)
-                speed = rk.speed
+                speed = rk.pace
                 tpl = self.template(st.key, speed)
                 sync = rk.groups.get("sync")
                 if sync and tpl.sync_dims:
@@ -272,8 +281,8 @@ class Engine:
         if pair is None:
             shape: GroupShape = self.pp_shape[(rk.idx, dst.idx)]
             comm = Comm("pp_send_recv", "pp", "send_recv", self.plan.pp_bytes)
-            dur = self.times(1.0).comm_on(comm, shape)
-            use = self.link_use(comm, shape, dur, (comm, shape.ranks)) if self.links is not None else ()
+            dur = self.times(1.0).comm_on(comm, shape, self.pp_links[(rk.idx, dst.idx)] if self.pp_links is not None else NOMINAL)
+            use = self.link_use(comm, shape, dur, (comm, shape.ranks, dur)) if self.links is not None else ()
             pair = self._pairs[(rk.idx, dst.idx)] = (dur, use)
         dur, use = pair
         rk.comm["pp"] += dur
@@ -406,7 +415,7 @@ class Engine:
         `dp_free`, from their releases, each for its price alone (the same on every rank, whichever one's
         arrival completed a collective). The slowdown is exposed DP time."""
         share = self.cost.sm_share(self.group_shapes[grads[0][1].group])
-        return slowed_beside_grads(rk, ready, end, [(at, self.comm_dur(c)) for at, c in grads], dp_free, share)
+        return slowed_beside_grads(rk, ready, end, [(at, self.comm_dur(c, rk.pace)) for at, c in grads], dp_free, share)
 
     def _grad_releases(self, prog: StageProgram, st: Step) -> list:
         """(block index, collective, label) of the gradient traffic a W/BW pass releases (`ChunkDP.releases`)."""
@@ -429,7 +438,7 @@ class Engine:
                     t = yield from self._await(rk, rk.last_dp, t, op.label)
             elif op.kind == "inline":  # symmetric in its group: priced, not a rendezvous
                 c = op.op
-                dur = self.times(rk.speed)(c)
+                dur = self.times(rk.pace)(c)
                 if rk.rec is not None:
                     rk.rec.tail.append((t, t + dur, op.label, c.dim))
                 rk.comm[c.dim] += dur
@@ -438,7 +447,7 @@ class Engine:
                 rk.ops += 1
                 t += dur
             else:  # optimizer
-                opt = self.times(rk.speed)(op.op)
+                opt = self.times(rk.pace)(op.op)
                 if rk.rec is not None:
                     rk.rec.optimizer.append((t, t + opt))
                 rk.optimizer_s += opt

@@ -17,6 +17,7 @@ every transfer alone (each gets its full share of its links whatever else is in 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from ...plan.layout import chunk_owner, group_ranks, group_shape, last_chunk, pa
 from ...plan.memory import buffer_bytes, buffers_total, chunk_activation_bytes, static_bytes, zero_groups
 from ...scenario import Scenario
 from ...plan.lower import build_plan
-from ...plan.stage_speed import stage_speeds
+from ...plan.paces import heterogeneous, pair_variants, rank_paces, stage_paces
 from ...stragglers import rank_speeds
 from ..results import EngineResult, summarize
 from .sim import Engine
@@ -42,10 +43,10 @@ def _static(sc: Scenario) -> list[float]:
     return out
 
 
-def _representative(sc: Scenario, emb_stage: int, head_stage: int) -> tuple[list[RankState], dict]:
+def _representative(sc: Scenario, emb_stage: int, head_stage: int, pool=None) -> tuple[list[RankState], dict]:
     pp = sc.parallel.pp
-    speed, _ = stage_speeds(sc)  # each stage at its slowest GPU's pace (plan/stage_speed.py)
-    ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, speed[s]) for s in range(pp)]
+    paces = stage_paces(sc, pool=pool)  # each stage at its slowest member's pace (plan/paces.py)
+    ranks = [RankState(s, pp_rank_of_stage_rank(sc, s), s, paces[s]) for s in range(pp)]
     shapes = {}
     for rk in ranks:
         rk.groups = {"dp_cp": (rk.idx,), "edp": (rk.idx,), "dp_rep": (rk.idx,), "embd": (emb_stage, head_stage)}
@@ -100,10 +101,16 @@ def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[l
     for r in range(sc.gpus):
         sync.setdefault(uf.find(r), []).append(r)
     reps = {pp_rank_of_stage_rank(sc, s) for s in range(sc.parallel.pp)}
+    peers = [tuple(sync[uf.find(r)]) for r in range(sc.gpus)]
+    in_pass = {d: _groups_of(sc, d) for d in ("tp", "cp", "ep", "dp")} if heterogeneous(sc) else {}
+    if in_pass:
+        in_pass["embd"] = [(pp_groups[r][emb_stage], pp_groups[r][head_stage]) for r in range(sc.gpus)]
+    paces = rank_paces(sc, [max(float(speed.get(x, 1.0)) for x in peers[r]) for r in range(sc.gpus)],
+                       {"dp_cp": dp_cp, "edp": edp, "dp_rep": dp_rep, **in_pass}, peers)
     ranks = []
     for r in range(sc.gpus):
-        members = tuple(sync[uf.find(r)])
-        rk = RankState(r, r, int(stage_of[r]), max(float(speed.get(x, 1.0)) for x in members))
+        members = peers[r]
+        rk = RankState(r, r, int(stage_of[r]), paces[r])
         pg = pp_groups[r]
         rk.groups = {"dp_cp": dp_cp[r], "edp": edp[r], "dp_rep": dp_rep[r], "embd": (pg[emb_stage], pg[head_stage])}
         if len(members) > 1:
@@ -112,6 +119,18 @@ def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[l
         rk.rec = Recorder() if r in reps else None
         ranks.append(rk)
     return ranks, _LazyPairs(sc)
+
+
+class _PairLinks(dict):
+    """(idx_a, idx_b) -> the links of a PP pair (`plan/paces.pair_variants`: of stages, or of global ranks)."""
+
+    def __init__(self, sc: Scenario, stages: bool, pool: int | None = None):
+        super().__init__()
+        self.sc, self.stages, self.pool = sc, stages, pool
+
+    def __missing__(self, key):
+        v = self[key] = pair_variants(self.sc, key[0], key[1], self.stages, self.pool)
+        return v
 
 
 class _LazyPairs(dict):
@@ -127,7 +146,8 @@ class _LazyPairs(dict):
 
 
 def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | None = None, steps: int = 1,
-               record_slices: bool = True, contention: bool = True) -> tuple[Engine, list[float]]:
+               record_slices: bool = True, contention: bool = True, pool: int | None = None,
+               replica_micro_batches: tuple | None = None) -> tuple[Engine, list[float]]:
     """Lower and simulate; returns the engine (ranks with their accumulators and recorders) and the
     per-stage static memory."""
     if rank_speed and not full:
@@ -144,20 +164,33 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
     if full:
         slow = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
         ranks, pairs = _full(sc, emb_stage, head_stage, {**slow, **(rank_speed or {})})
+        if replica_micro_batches:  # dp_balance speed: each replica its own program (its micro-batch count)
+            grid, dims = rank_grid(sc)
+            dp_of = np.unravel_index(np.arange(sc.gpus), grid.shape)[dims.index("dp")]
+            t = sc.training
+            plans = {m: build_plan(replace(sc, training=replace(t, global_batch=sc.dp * t.micro_batch * m)), act_bytes)
+                     for m in set(replica_micro_batches)}
+            for rk in ranks:
+                rk.plan = plans[replica_micro_batches[int(dp_of[rk.grank])]]
     else:
-        ranks, pairs = _representative(sc, emb_stage, head_stage)
+        ranks, pairs = _representative(sc, emb_stage, head_stage, pool)
     shapes = {"dp_cp": group_shape(sc, "dp_cp"), "edp": group_shape(sc, "edp"), "dp_rep": group_shape(sc, "dp_rep"),
               "embd": pair_shape(sc, pp_rank_of_stage_rank(sc, emb_stage), pp_rank_of_stage_rank(sc, head_stage))}
-    eng = Engine(plan, cost, ranks, pairs, shapes, steps=steps, record_slices=record_slices, contention=contention)
+    links = _PairLinks(sc, not full, pool) if heterogeneous(sc) else None
+    eng = Engine(plan, cost, ranks, pairs, shapes, steps=steps, record_slices=record_slices, contention=contention,
+                 pp_links=links)
     eng.run()
     return eng, _static(sc)
 
 
 def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, plot_path=None, memory_plot_path=None,
-                    rank_speed: dict | None = None, contention: bool = True) -> EngineResult:
-    """Simulate one training step of `sc` on the discrete-event engine (module docstring)."""
+                    rank_speed: dict | None = None, contention: bool = True, pool: int | None = None,
+                    replica_micro_batches: tuple | None = None) -> EngineResult:
+    """Simulate one training step of `sc` on the discrete-event engine (module docstring); `pool`: the
+    representatives of that pool's DP replicas (one class per pool), representative mode only."""
     t0 = time.perf_counter()
-    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention)
+    eng, static = run_engine(sc, cost, full=full, rank_speed=rank_speed, contention=contention, pool=pool,
+                             replica_micro_batches=replica_micro_batches)
     res = summarize(sc, eng.ranks, static, events=eng.env.processed, wall_s=time.perf_counter() - t0, full=full,
                     links=eng.links)
     traced = [rk for rk in eng.ranks if rk.rec is not None]
@@ -169,6 +202,6 @@ def simulate_engine(sc: Scenario, cost, *, full: bool = False, trace_path=None, 
         plot_timeline(Path(plot_path), sc, eng, traced, res)
     if memory_plot_path:
         from .plot import plot_memory  # noqa: PLC0415
-        eng2, _ = run_engine(sc, cost, full=False, steps=2, record_slices=False, contention=contention)
+        eng2, _ = run_engine(sc, cost, full=False, steps=2, record_slices=False, contention=contention, pool=pool)
         plot_memory(Path(memory_plot_path), sc, eng2)
     return res

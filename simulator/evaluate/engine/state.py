@@ -8,6 +8,7 @@ from collections import defaultdict, deque
 
 import simpy
 
+from ...plan.paces import Pace
 from ..passes import CommSlice
 from .fabric import Collective, Stream
 
@@ -46,8 +47,10 @@ class Recorder:
 class RankState:
     """One simulated rank: its streams, groups and accumulators."""
 
-    def __init__(self, idx: int, grank: int, stage: int, speed: float):
-        self.idx, self.grank, self.stage, self.speed = idx, grank, stage, speed
+    def __init__(self, idx: int, grank: int, stage: int, speed):
+        self.pace = speed if isinstance(speed, Pace) else Pace(speed=float(speed))
+        """How it runs (`plan/paces.py`): its compute multiplier, its pool, its groups' links."""
+        self.idx, self.grank, self.stage, self.speed = idx, grank, stage, self.pace.speed
         self.streams = {n: Stream(n) for n in ("dp", "pp send", "pp recv")}
         self.groups: dict = {}
         """group name -> tuple of member idx (dp_cp, edp, embd, sync)."""
@@ -70,6 +73,8 @@ class RankState:
         self.done = False
         self.waiting = ""
         self.rec: Recorder | None = None
+        self.plan = None
+        """Its own plan where replicas run different micro-batch counts (`dp_balance: speed` with --full), else None."""
         self.last_dp: Collective | None = None
 
 
