@@ -314,3 +314,13 @@ def test_llm_foundry_bf16_and_fp8_rows_pair_on_precision_only():
     assert len(bf16) == 5
     for i in bf16:
         assert _pair_kind(_flat(runs[i]), _flat(runs[i.replace("-bf16", "-fp8")])) == "precision", i
+
+
+def test_a_cp_pair_may_set_the_cp_attention_exchange_on_its_cp_side_only():
+    """Llama 3's 128K row (CP16, all-gather attention) against its 8K row on the same 16,384 GPUs is one CP pair:
+    cp_comm means nothing at cp = 1, so naming it on the CP side alone does not unpair them."""
+    from simulator.validate.corpus import _flat, _pair_kind
+    doc = yaml.safe_load((REFERENCES / "llama3_405b.yaml").read_text())
+    runs = {r["id"]: _flat(r["scenario"]) for r in doc["runs"]}
+    assert _pair_kind(runs["405b-16k-gpus-dp128"], runs["405b-16k-gpus-cp16-128k"]) == "cp"
+    assert _pair_kind({"parallel.cp": 1, "parallel.tp": 2}, {"parallel.cp": 2, "parallel.tp": 4}) is None
