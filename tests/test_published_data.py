@@ -290,3 +290,37 @@ def test_the_qwen3_30b_row_runs_the_recipes_expert_layout():
     p = sc.parallel
     assert (p.ep, p.vpp, p.ep_dispatcher, p.ep_imbalance, sc.training.recompute) == (8, 12, "alltoall", 1.0, "none")
     assert sc.model.name == "qwen3-30b-a3b"
+
+
+REFERENCES = ROOT / "validation" / "references"
+
+
+def test_llm_foundry_mpt_rows_build_the_models_the_table_counts():
+    """LLM Foundry's table states each row's parameter count (NumParams); the transcribed model (tied embeddings,
+    learned positions of the row's sequence length, biased linears, LayerNorm) has exactly that many."""
+    from simulator.params import total_params
+    from simulator.scenario import scenario_from_mapping
+    doc = yaml.safe_load((REFERENCES / "llm_foundry_mpt_h100.yaml").read_text())
+    for r in doc["runs"]:
+        stated = int(r["where"].split("NumParams ")[1].split(":")[0])
+        assert total_params(scenario_from_mapping(r["scenario"], base_dir=ROOT).model) == stated, r["id"]
+
+
+def test_llm_foundry_bf16_and_fp8_rows_pair_on_precision_only():
+    from simulator.validate.corpus import _flat, _pair_kind
+    doc = yaml.safe_load((REFERENCES / "llm_foundry_mpt_h100.yaml").read_text())
+    runs = {r["id"]: r["scenario"] for r in doc["runs"]}
+    bf16 = sorted(i for i in runs if i.endswith("-bf16"))
+    assert len(bf16) == 5
+    for i in bf16:
+        assert _pair_kind(_flat(runs[i]), _flat(runs[i.replace("-bf16", "-fp8")])) == "precision", i
+
+
+def test_a_cp_pair_may_set_the_cp_attention_exchange_on_its_cp_side_only():
+    """Llama 3's 128K row (CP16, all-gather attention) against its 8K row on the same 16,384 GPUs is one CP pair:
+    cp_comm means nothing at cp = 1, so naming it on the CP side alone does not unpair them."""
+    from simulator.validate.corpus import _flat, _pair_kind
+    doc = yaml.safe_load((REFERENCES / "llama3_405b.yaml").read_text())
+    runs = {r["id"]: _flat(r["scenario"]) for r in doc["runs"]}
+    assert _pair_kind(runs["405b-16k-gpus-dp128"], runs["405b-16k-gpus-cp16-128k"]) == "cp"
+    assert _pair_kind({"parallel.cp": 1, "parallel.tp": 2}, {"parallel.cp": 2, "parallel.tp": 4}) is None

@@ -46,12 +46,13 @@ PAIR_KEYS = (
     ("recompute", ("training.recompute", "training.recompute_layers"), ("parallel.sp",)),
     ("tp_overlap", ("framework.tp_comm_overlap", "parallel.overlap_tp"), ()),
     ("schedule", ("parallel.pp_schedule", "parallel.vpp", "parallel.pp_layers"), ()),
-    ("cp", ("parallel.cp",), ("parallel.dp", "training.seq_len", "training.global_batch", "cluster.nodes")),
+    ("cp", ("parallel.cp",), ("parallel.dp", "training.seq_len", "training.global_batch", "cluster.nodes", "parallel.cp_comm")),
     ("scale", ("parallel.dp", "cluster.nodes"), ("training.global_batch", "training.micro_batch")),
 )
 """Pair kinds: (kind, the keys that define it, keys that may change with it). A pair is of the first kind one of
 whose defining keys differs and whose keys cover the whole difference (`name` never counts); 'same recipe,
-another release' (nothing differs) is the measurements' spread across releases."""
+another release' (nothing differs) is the measurements' spread across releases. `parallel.cp_comm` (ring or
+all-gather attention) only means something where cp > 1, so a cp pair may name it on one side only."""
 
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "validation" / "references" / "corpus"
