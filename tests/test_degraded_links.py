@@ -2,11 +2,10 @@
 runs at that link's share of bandwidth (the slowest hop of its ring); representative mode, the analytic estimate
 and every rank simulated agree."""
 import pytest
+from evaluators import three_step_times
 
 from simulator.cost.costs import build_cost_model
 from simulator.errors import ScenarioError
-from simulator.evaluate.analytic import estimate
-from simulator.evaluate.engine import simulate_engine
 from simulator.plan.paces import LinkVariant, Pace, stage_paces
 from simulator.run import simulate
 from simulator.scenario import scenario_from_mapping
@@ -21,9 +20,7 @@ def _small(links=(), nodes=2, **parallel):
 
 
 def _three(sc):
-    cost = build_cost_model(sc)
-    return (estimate(sc, cost).iteration_time_s, simulate_engine(sc, cost).iteration_time_s,
-            simulate_engine(sc, cost, full=True).iteration_time_s)
+    return three_step_times(sc)
 
 
 def test_a_healthy_cluster_has_nominal_paces():

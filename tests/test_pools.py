@@ -1,12 +1,11 @@
 """Mixed GPU pools (`cluster.pools`): each pool's GPU and node, placed in node order; pipeline stages inside pools;
 `parallel.pp_balance: speed` splits the layers by each stage's speed; each pool's memory against its own GPU."""
 import pytest
+from evaluators import three_step_times
 
 from simulator.cost.costs import build_cost_model
 from simulator.cost.pp_balance import balanced, speed_split, stage_layer_times
 from simulator.errors import ScenarioError
-from simulator.evaluate.analytic import estimate
-from simulator.evaluate.engine import simulate_engine
 from simulator.plan.paces import stage_pools
 from simulator.run import simulate
 from simulator.scenario import scenario_from_mapping
@@ -23,9 +22,7 @@ def _small(pools=H100_A100, cluster=None, global_batch=16, **parallel):
 
 
 def _three(sc):
-    cost = build_cost_model(sc)
-    return (estimate(sc, cost).iteration_time_s, simulate_engine(sc, cost).iteration_time_s,
-            simulate_engine(sc, cost, full=True).iteration_time_s)
+    return three_step_times(sc)
 
 
 def test_one_pool_of_the_scenario_topology_gives_the_numbers_of_no_pools():
