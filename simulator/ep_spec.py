@@ -27,22 +27,26 @@ def check_expert_parallel(p, m, t) -> None:
         check_ep_overlap(p, t)
 
 
-def check_ep_overlap(p, t) -> None:
-    """What Megatron asserts for --overlap-moe-expert-parallel-comm, and what clustersim does not model."""
-    key = "parallel.ep_overlap"
-    if p.ep <= 1:
-        raise ScenarioError(key, f"true with ep {p.ep}",
-                            "parallel.ep > 1 (MLM transformer_config.py:3013-3015: only with expert model parallelism), or false")
-    problem = ep_overlap_error(p.pp_schedule, p.pp)
+def ep_overlap_problem(ep: int, pp: int, pp_schedule: str, recompute: str, precision: str, zero: int) -> tuple[str, str] | None:
+    """(what, allowed) where Megatron refuses --overlap-moe-expert-parallel-comm for this layout, or clustersim does
+    not model it; None where it runs (also the sweep's filter)."""
+    if ep <= 1:
+        return f"true with ep {ep}", "parallel.ep > 1 (MLM transformer_config.py:3013-3015: only with expert model parallelism)"
+    problem = ep_overlap_error(pp_schedule, pp)
     if problem:
-        raise ScenarioError(key, f"true with pp {p.pp} and pp_schedule {p.pp_schedule}", f"{problem}, or false")
-    if t.recompute == "full":
-        raise ScenarioError(key, "true with training.recompute full",
-                            "recompute none or selective (MLM transformer_config.py:3021-3029 refuses full recomputation), or false")
-    if t.precision == "fp32":
-        raise ScenarioError(key, "true with training.precision fp32",
-                            "precision bf16 or fp8 (MLM transformer_config.py:3034-3037: a bf16 or fp16 model), or false")
-    if p.zero == 3:
-        raise ScenarioError(key, "true with parallel.zero 3",
-                            "zero 0-2 (Megatron refuses its FSDP under an interleaved pipeline, MLM combined_1f1b.py:205-214; "
-                            "with pp 1 the per-block gathers are not modelled beside the merged pass), or false")
+        return f"true with pp {pp} and pp_schedule {pp_schedule}", problem
+    if recompute == "full":
+        return "true with training.recompute full", "recompute none or selective (MLM transformer_config.py:3021-3029 refuses full recomputation)"
+    if precision == "fp32":
+        return "true with training.precision fp32", "precision bf16 or fp8 (MLM transformer_config.py:3034-3037: a bf16 or fp16 model)"
+    if zero == 3:
+        return "true with parallel.zero 3", ("zero 0-2 (Megatron refuses its FSDP under an interleaved pipeline, MLM combined_1f1b.py:205-214; "
+                                             "with pp 1 the per-block gathers are not modelled beside the merged pass)")
+    return None
+
+
+def check_ep_overlap(p, t) -> None:
+    """ScenarioError at `parallel.ep_overlap` where `ep_overlap_problem` objects."""
+    found = ep_overlap_problem(p.ep, p.pp, p.pp_schedule, t.recompute, t.precision, p.zero)
+    if found:
+        raise ScenarioError("parallel.ep_overlap", found[0], f"{found[1]}, or false")

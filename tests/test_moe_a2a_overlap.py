@@ -175,3 +175,13 @@ def test_the_26_02_qwen3_30b_row_runs_the_recipes_ep_overlap_and_deepep():
     assert "skip" not in run
     p = scenario_from_mapping(run["scenario"], base_dir=ROOT).parallel
     assert (p.ep_overlap, p.ep_dispatcher, p.pp_schedule, p.vpp, p.ep) == (True, "deepep", "interleaved-1f1b", 12, 8)
+
+
+def test_the_sweep_lists_only_layouts_megatron_runs_the_overlap_in():
+    from simulator.ep_spec import ep_overlap_problem
+    from simulator.sweep.space import enumerate_layouts
+    sc = mixtral()
+    lays = enumerate_layouts(sc)
+    assert lays and not [x for x in lays if ep_overlap_problem(x.ep, x.pp, x.pp_schedule, x.recompute, sc.training.precision, x.zero)]
+    assert {x.pp_schedule for x in lays if x.pp > 1} == {"interleaved-1f1b"} and all(x.ep > 1 for x in lays)
+    assert len(lays) < len(enumerate_layouts(mixtral(overlap=False)))
