@@ -185,3 +185,10 @@ def test_the_sweep_lists_only_layouts_megatron_runs_the_overlap_in():
     assert lays and not [x for x in lays if ep_overlap_problem(x.ep, x.pp, x.pp_schedule, x.recompute, sc.training.precision, x.zero)]
     assert {x.pp_schedule for x in lays if x.pp > 1} == {"interleaved-1f1b"} and all(x.ep > 1 for x in lays)
     assert len(lays) < len(enumerate_layouts(mixtral(overlap=False)))
+
+
+def test_the_megatron_export_turns_the_overlap_on_as_the_recipes_do():
+    from simulator.report.export import megatron_args
+    on, off = megatron_args(mixtral()), megatron_args(mixtral(overlap=False))
+    assert {"--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"} <= set(on)
+    assert not {"--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"} & set(off)
