@@ -19,6 +19,7 @@ from .stragglers import SlowGpus, Straggler, check_stragglers
 from .cluster_mix import DegradedLink, Pool, check_cluster_mix, resolve_pools
 from .document_spec import Documents, resolve_documents
 from .efficiency_spec import check_efficiency
+from .ep_spec import check_expert_parallel
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
@@ -232,6 +233,10 @@ class Parallel:
     expert) (Megatron's alltoall dispatcher). deepep: DeepEP's kernels, a token sent once to each node
     it reaches over InfiniBand and forwarded within the node over NVLink, dispatched in FP8 under
     precision fp8, combined in BF16 (DeepSeek-V3 report §3.2.2, §3.3.4; Megatron's flex dispatcher)."""
+    ep_overlap: bool = False
+    """Megatron's EP all-to-all overlap (`--overlap-moe-expert-parallel-comm`, `plan/ep_overlap.py`): in the 1F1B steady
+    state a forward and another micro-batch's backward run as one pass, each one's all-to-alls under the other's compute;
+    one warm-up forward more. Needs ep > 1 and interleaved-1f1b (or 1f1b with pp = 1)."""
     zero_gather: str = field(default="bucketed", metadata={"choices": ("bucketed", "whole")})
     """ZeRO-1/2 parameter all-gather: `bucketed` in dp_bucket_mb buckets, issued when the step starts and
     waited for by the first forward that needs each (Megatron's overlap_param_gather; after the optimizer,
@@ -447,14 +452,7 @@ def validate_layout(sc: Scenario) -> Scenario:
         raise ScenarioError("training.seq_len", f"{t.seq_len} is not divisible by tp*cp = {p.tp * p.cp} (sequence parallel)")
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         raise ScenarioError("training.seq_len", f"{t.seq_len} is not divisible by 2*cp = {2 * p.cp} (zig-zag context parallel)")
-    # expert parallel
-    if p.ep > 1:
-        if not m.moe:
-            raise ScenarioError("parallel.ep", f"{p.ep} but the model has no experts", "1 for a dense model")
-        if not _divides(p.ep, m.moe.experts):
-            raise ScenarioError("parallel.ep", f"{p.ep} does not divide the {m.moe.experts} experts", "a divisor of moe.experts")
-        if not _divides(p.ep, p.dp * p.cp):
-            raise ScenarioError("parallel.ep", f"{p.ep} does not divide dp*cp = {p.dp * p.cp}", "a divisor of dp*cp")
+    check_expert_parallel(p, m, t)  # ep against the model and dp x cp; ep_overlap's refusals (ep_spec.py)
     # pipeline
     s = p.pp_schedule
     spec = schedule_spec(s)

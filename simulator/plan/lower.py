@@ -36,6 +36,7 @@ from ..scenario import Scenario
 from .schedules import Action, chunk_rank, pipeline_schedule, schedule_spec
 from .blocks import PASS_KINDS, Block, chunk_blocks
 from .overlap import overlapped_block
+from .ep_overlap import ep_overlap_schedule
 from .policy import DP_GROUPS, ShardingPolicy, scenario_policy
 
 
@@ -260,7 +261,7 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
     p = sc.parallel
     pp, vpp, m = p.pp, p.vpp, sc.micro_batches
     n_chunks = pp * vpp
-    sched = pipeline_schedule(p.pp_schedule, pp, vpp, m)
+    sched = (ep_overlap_schedule if p.ep_overlap else pipeline_schedule)(p.pp_schedule, pp, vpp, m)
     for c in range(n_chunks):
         if chunk_rank(p.pp_schedule, pp, vpp, c) != chunk_owner(sc, c)[0]:
             raise ValueError(f"schedule places chunk {c} on rank {chunk_rank(p.pp_schedule, pp, vpp, c)}, "

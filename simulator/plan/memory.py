@@ -34,6 +34,7 @@ from .sharded_params import layer_rank_params as ops_layer_rank_params
 from .policy import scenario_policy, sharding_policy
 from ..scenario import Scenario
 from .schedules import schedule_spec
+from .ep_overlap import ep_overlap_inflight
 
 GIB = 2 ** 30
 """Bytes per GiB (docs/report.md: GiB = 2^30 bytes)."""
@@ -196,7 +197,10 @@ def inflight_per_chunk(sc: Scenario, pp_rank: int) -> dict[int, float]:
     NAR21, KOR22 §4.2.3, ZB, DualPipe)."""
     p = sc.parallel
     chunks = [c for c, _ in rank_chunks(sc, pp_rank)]
-    counts = schedule_spec(p.pp_schedule).inflight(pp_rank, p.pp, p.vpp, sc.micro_batches)
+    if p.ep_overlap:  # Megatron's combined 1F1B: one warm-up forward more (plan/ep_overlap.py)
+        counts = ep_overlap_inflight(p.pp_schedule, pp_rank, p.pp, p.vpp, sc.micro_batches)
+    else:
+        counts = schedule_spec(p.pp_schedule).inflight(pp_rank, p.pp, p.vpp, sc.micro_batches)
     return {c: float(n) for c, n in zip(chunks, counts)}
 
 

@@ -42,6 +42,8 @@ class Action:
 
 RankActions = Callable[[int, int, int, int], list[Action]]
 """(rank, pp, vpp, m) -> the rank's actions in execution order."""
+RankOrder = Callable[[int, int, int, int], tuple[list["Action"], list[tuple[int, int]], int]]
+"""(rank, pp, vpp, m) -> the rank's forwards in order, its backwards' (chunk, mb) in order, its warm-up forwards."""
 RankInflight = Callable[[int, int, int, int], list[int]]
 """(rank, pp, vpp, m) -> per local chunk of the rank (local order), the micro-batches whose F has run and
 whose B has not at the rank's peak."""
@@ -86,6 +88,12 @@ class ScheduleSpec:
     """One chunk per rank and at most its distance to the last stage in flight, so every PP send shows in
     the steady state: `parallel.pp_p2p: blocking` (nanotron's blocking sends) is modelled only for such a
     schedule."""
+    combined_order: RankOrder | None = None
+    """Megatron's EP all-to-all overlap (`parallel.ep_overlap`, `plan/ep_overlap.py`) runs this order with one
+    warm-up forward more, each steady forward merged with the backward beside it; None: not this schedule."""
+    combined_needs_pp1: bool = False
+    """The overlap runs in this order only without a pipeline (1F1B at pp = 1: Megatron's no-pipelining
+    combined 1F1B; with pp > 1 it asserts a virtual pipeline, transformer_config.py:3007-3011)."""
     torch_class: str | None = None
     """The class in `torch.distributed.pipelining` that `calibrate replay` runs (docs/ecosystem.md §2.3)."""
     torch_m_at_least_pp: bool = False
@@ -195,29 +203,40 @@ def _one_f_one_b(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     return out
 
 
+def _one_f_one_b_order(rank: int, pp: int, vpp: int, m: int) -> tuple[list[Action], list[tuple[int, int]], int]:
+    """1F1B's forwards and backwards in micro-batch order, pp-1-rank warm-up forwards (`RankOrder`)."""
+    return [Action("F", rank, i) for i in range(m)], [(rank, i) for i in range(m)], pp - 1 - rank
+
+
 def _one_f_one_b_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
     """min(p - i, m) on rank i: its p-1-i warm-up forwards and the first steady one (NAR21 §2.2.1). ZB-H1
     holds the same (ZB Table 2); the smaller stash a split backward keeps from B until W is not counted."""
     return [min(pp - rank, m)]
 
 
-def _interleaved(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
-    """Interleaved 1F1B (NAR21 §2.2.2) in Megatron-core's order (`get_pp_rank_microbatches`,
-    `get_schedule_table` with microbatch_group_size_per_vp_stage = pp): forwards walk micro-batches in
-    groups of pp per local chunk, backwards the same with local chunks reversed; warm-up is
-    (pp-rank-1)*2 + (vpp-1)*pp forwards, capped at m*vpp; then 1F1B; then drain."""
+def interleaved_order(rank: int, pp: int, vpp: int, m: int) -> tuple[list[Action], list[tuple[int, int]], int]:
+    """Megatron-core's interleaved order (`get_pp_rank_microbatches`, `get_schedule_table` with
+    microbatch_group_size_per_vp_stage = pp): the rank's forwards in order, its backwards' (chunk, mb) in
+    order (micro-batches in groups of pp per local chunk, local chunks reversed for the backwards), and
+    its warm-up forwards (pp-rank-1)*2 + (vpp-1)*pp, uncapped."""
     order = [(mb, local) for g in range(0, m, pp) for local in range(vpp) for mb in range(g, g + pp)]
     fwd = [Action("F", local * pp + rank, mb) for mb, local in order]
-    bwd = [(vpp - 1 - local) * pp + rank for _, local in order]
-    bwd_mb = [mb for mb, _ in order]
+    bwd = [((vpp - 1 - local) * pp + rank, mb) for mb, local in order]
+    return fwd, bwd, (pp - rank - 1) * 2 + (vpp - 1) * pp
+
+
+def _interleaved(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
+    """Interleaved 1F1B (NAR21 §2.2.2) in Megatron-core's order (`interleaved_order`): warm-up forwards
+    capped at m*vpp; then 1F1B; then drain."""
+    fwd, bwd, warm = interleaved_order(rank, pp, vpp, m)
     total = m * vpp
-    warm = min((pp - rank - 1) * 2 + (vpp - 1) * pp, total)
+    warm = min(warm, total)
     out = fwd[:warm]
     for k in range(warm, total):
         out.append(fwd[k])
-        out += _bw(bwd[k - warm], bwd_mb[k - warm])
+        out += _bw(*bwd[k - warm])
     for k in range(total - warm, total):
-        out += _bw(bwd[k], bwd_mb[k])
+        out += _bw(*bwd[k])
     return out
 
 
@@ -392,10 +411,12 @@ SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in (
                  frameworks=(("torchtitan", "GPipe"), ("nanotron", "afab")),
                  sweep_preference=5, sweep_default=False, sweep_note="same bubble as 1f1b, more activations"),
     ScheduleSpec(name="1f1b", actions=_one_f_one_b, inflight=_one_f_one_b_inflight, p2p_in_steady_state=True,
+                 combined_order=_one_f_one_b_order, combined_needs_pp1=True,
                  torch_class="Schedule1F1B", torch_m_at_least_pp=True,
                  frameworks=(("torchtitan", "1F1B"), ("megatron", "1F1B"), ("nanotron", "1f1b")), sweep_preference=0),
     ScheduleSpec(name="interleaved-1f1b", actions=_interleaved, inflight=_interleaved_inflight, vpp=None, min_vpp=2,
                  m_multiple_of_pp=True, torch_class="ScheduleInterleaved1F1B", torch_m_whole_rounds=True,
+                 combined_order=interleaved_order,
                  frameworks=(("torchtitan", "Interleaved1F1B"), ("megatron", "interleaved 1F1B")), sweep_preference=2),
     # torchtitan has no ZB-H1 (its InterleavedZeroBubble wants several stages per rank); calibrate replay
     # runs that class with one stage per rank (ZB-H1-like: B and W split, W fills the bubble)

@@ -259,6 +259,8 @@ def megatron_args(sc: Scenario) -> list[str]:
             a.append("--overlap-param-gather")
     if p.overlap_tp and p.tp > 1:
         a.append("--tp-comm-overlap")
+    if p.ep_overlap:  # combined 1F1B with the recipes' deferred weight gradients (Megatron MoE README.md:557-558)
+        a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if t.recompute != "none":
         a += ["--recompute-granularity", t.recompute]
         if t.recompute == "full" and t.recompute_layers is not None:

@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 
 from ..cluster_mix import replica_pools
+from ..ep_spec import ep_overlap_problem
 from ..errors import ScenarioError
 from ..plan.memory import GIB, state_bytes_per_param
 from ..params import layer_params, total_params
@@ -252,6 +253,8 @@ def enumerate_layouts(sc: Scenario, fixed: dict | None = None) -> list[Layout]:
                                 for z, rc, bal, dbal in product(zeros, allowed("recompute", RECOMPUTE_ORDER),
                                                                 extra("pp_balance", balances if pp > 1 and v == 1 else ["even"]),
                                                                 dp_bal):
+                                    if sc.parallel.ep_overlap and ep_overlap_problem(ep, pp, s, rc, t.precision, z):
+                                        continue  # where Megatron refuses the EP all-to-all overlap (ep_spec.py)
                                     out.append(Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, micro_batch=mb, sp=sp, zero=z,
                                                       pp_schedule=s, vpp=v, recompute=rc, pp_balance=bal, dp_balance=dbal))
     return sorted(out)
