@@ -324,3 +324,16 @@ def test_a_cp_pair_may_set_the_cp_attention_exchange_on_its_cp_side_only():
     runs = {r["id"]: _flat(r["scenario"]) for r in doc["runs"]}
     assert _pair_kind(runs["405b-16k-gpus-dp128"], runs["405b-16k-gpus-cp16-128k"]) == "cp"
     assert _pair_kind({"parallel.cp": 1, "parallel.tp": 2}, {"parallel.cp": 2, "parallel.tp": 4}) is None
+
+
+def test_bloom_row_builds_the_published_176b_model_and_the_stated_pipeline_split():
+    """BLOOM's 176,247M parameters (arXiv 2211.05100 Table 3); the slurm script's 70 layers over PP 12 with the
+    embedding counted as one block on the first and last stages (72 / 12 = 6 per stage)."""
+    from simulator.params import total_params
+    from simulator.scenario import scenario_from_mapping
+    (run,) = yaml.safe_load((REFERENCES / "bloom_176b.yaml").read_text())["runs"]
+    sc = scenario_from_mapping(run["scenario"], base_dir=ROOT)
+    assert round(total_params(sc.model) / 1e6) == 176_247
+    assert sc.parallel.pp_layers == [5] + [6] * 10 + [5] and sum(sc.parallel.pp_layers) == sc.model.layers
+    assert (sc.parallel.tp, sc.parallel.pp, sc.parallel.dp) == (4, 12, 8)
+    assert run["measured"]["tokens_per_s_per_gpu"] == pytest.approx(19.561 * 2048 / 384, abs=0.01)
