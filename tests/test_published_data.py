@@ -324,3 +324,37 @@ def test_a_cp_pair_may_set_the_cp_attention_exchange_on_its_cp_side_only():
     runs = {r["id"]: _flat(r["scenario"]) for r in doc["runs"]}
     assert _pair_kind(runs["405b-16k-gpus-dp128"], runs["405b-16k-gpus-cp16-128k"]) == "cp"
     assert _pair_kind({"parallel.cp": 1, "parallel.tp": 2}, {"parallel.cp": 2, "parallel.tp": 4}) is None
+
+
+def test_bloom_row_builds_the_published_176b_model_and_the_stated_pipeline_split():
+    """BLOOM's 176,247M parameters (arXiv 2211.05100 Table 3); the slurm script's 70 layers over PP 12 with the
+    embedding counted as one block on the first and last stages (72 / 12 = 6 per stage)."""
+    from simulator.params import total_params
+    from simulator.scenario import scenario_from_mapping
+    (run,) = yaml.safe_load((REFERENCES / "bloom_176b.yaml").read_text())["runs"]
+    sc = scenario_from_mapping(run["scenario"], base_dir=ROOT)
+    assert round(total_params(sc.model) / 1e6) == 176_247
+    assert sc.parallel.pp_layers == [5] + [6] * 10 + [5] and sum(sc.parallel.pp_layers) == sc.model.layers
+    assert (sc.parallel.tp, sc.parallel.pp, sc.parallel.dp) == (4, 12, 8)
+    assert run["measured"]["tokens_per_s_per_gpu"] == pytest.approx(19.561 * 2048 / 384, abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["torchtitan_llama3_8b_sagemaker", "torchtitan_llama3_8b_awsome"])
+def test_torchtitan_llama3_8b_rows_run_the_presets_layout_on_32_gpus(name):
+    """torchtitan's llama3_8b.toml (2024-10 and 2025-03): batch_size 1 per GPU, seq_len 8192, FSDP2 over all 32
+    GPUs of 4 p5.48xlarge, op-level SAC; one micro-batch per step."""
+    from simulator.scenario import scenario_from_mapping
+    for r in yaml.safe_load((REFERENCES / f"{name}.yaml").read_text())["runs"]:
+        sc = scenario_from_mapping(r["scenario"], base_dir=ROOT)
+        p, t = sc.parallel, sc.training
+        assert (p.dp, p.tp, p.pp, p.cp, p.zero) == (32, 1, 1, 1, 3) and sc.cluster.nodes * 8 == 32, r["id"]
+        assert (t.seq_len, t.global_batch, t.micro_batch, t.recompute) == (8192, 32, 1, "selective"), r["id"]
+        assert sc.model.name == "llama3-8b" and sc.framework.name == "torchtitan", r["id"]
+
+
+def test_torchtitan_compile_and_fp8_rows_pair_on_precision_and_the_two_defaults_as_one_recipe():
+    from simulator.validate.corpus import _flat, _pair_kind
+    a = {r["id"]: _flat(r["scenario"]) for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_sagemaker.yaml").read_text())["runs"]}
+    (b,) = [_flat(r["scenario"]) for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_awsome.yaml").read_text())["runs"]]
+    assert _pair_kind(a["llama3-8b-32-h100-compile-2024"], a["llama3-8b-32-h100-compile-fp8-2024"]) == "precision"
+    assert _pair_kind(a["llama3-8b-32-h100-default-2024"], b) == "same recipe, another release"
