@@ -358,3 +358,9 @@ def test_torchtitan_compile_and_fp8_rows_pair_on_precision_and_the_two_defaults_
     (b,) = [_flat(r["scenario"]) for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_awsome.yaml").read_text())["runs"]]
     assert _pair_kind(a["llama3-8b-32-h100-compile-2024"], a["llama3-8b-32-h100-compile-fp8-2024"]) == "precision"
     assert _pair_kind(a["llama3-8b-32-h100-default-2024"], b) == "same recipe, another release"
+
+
+def test_torchtitan_default_and_compiled_rows_pair_on_compile():
+    from simulator.validate.corpus import _flat, _pair_kind
+    a = {r["id"]: _flat(r["scenario"]) for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_sagemaker.yaml").read_text())["runs"]}
+    assert _pair_kind(a["llama3-8b-32-h100-default-2024"], a["llama3-8b-32-h100-compile-2024"]) == "compile"

@@ -45,6 +45,8 @@ PAIR_KEYS = (
     ("precision", ("training.precision",), ("framework.tp_comm_overlap", "parallel.overlap_tp")),
     ("recompute", ("training.recompute", "training.recompute_layers"), ("parallel.sp",)),
     ("tp_overlap", ("framework.tp_comm_overlap", "parallel.overlap_tp"), ()),
+    ("compile", ("framework.compile",), ()),
+    ("ep_overlap", ("framework.overlap_moe_expert_parallel_comm", "parallel.ep_overlap"), ()),
     ("schedule", ("parallel.pp_schedule", "parallel.vpp", "parallel.pp_layers"), ()),
     ("cp", ("parallel.cp",), ("parallel.dp", "training.seq_len", "training.global_batch", "cluster.nodes", "parallel.cp_comm")),
     ("scale", ("parallel.dp", "cluster.nodes"), ("training.global_batch", "training.micro_batch")),
