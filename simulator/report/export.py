@@ -135,7 +135,7 @@ def _header(sc: Scenario, framework: str, label: str, run: str, notes: list[str]
     head = [f"{TARGETS[framework]} config written by clustersim sweep for {label or sc.name}",
             f"targets {TARGETS[framework]}: another release may name these settings differently",
             _model_line(sc), f"layout: {sc.gpus} GPUs = tp {sc.parallel.tp} x pp {sc.parallel.pp} x cp {sc.parallel.cp} "
-            f"x dp {sc.dp} (ep {sc.parallel.ep} within dp x cp), ZeRO-{sc.parallel.zero}", f"run: {run}"]
+            f"x dp {sc.dp} (ep {sc.parallel.ep} within {'tp x cp x dp, etp 1' if sc.parallel.etp else 'dp x cp'}), ZeRO-{sc.parallel.zero}", f"run: {run}"]
     return head + list(notes) + [f"approximation: {a}" for a in approximations(sc, framework)]
 
 
@@ -243,6 +243,8 @@ def megatron_args(sc: Scenario) -> list[str]:
     p, t, m = sc.parallel, sc.training, sc.model
     a = ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp),
          "--context-parallel-size", str(p.cp), "--expert-model-parallel-size", str(p.ep)]
+    if p.etp is not None:  # MoE parallel folding (simulator/ep_spec.py)
+        a += ["--expert-tensor-parallel-size", str(p.etp)]
     if p.sp and p.tp > 1:
         a.append("--sequence-parallel")
     if p.vpp > 1 and p.pp > 1 and schedule_spec(p.pp_schedule).framework_name("megatron"):  # Megatron's interleaved 1F1B
