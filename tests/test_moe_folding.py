@@ -18,7 +18,7 @@ from simulator.plan.layout import group_ranks, group_shape
 from simulator.plan.memory import zero_groups
 from simulator.plan.opgraph import shard
 from simulator.plan.sharded_params import rank_params
-from simulator.report.export import megatron_args
+from simulator.report.export import approximations, megatron_args
 from simulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,6 +112,11 @@ def test_megatron_export_names_the_expert_tensor_parallel_size():
     i = args.index("--expert-tensor-parallel-size")
     assert args[i + 1] == "1"
     assert "--expert-tensor-parallel-size" not in megatron_args(small("parallel.ep=4"))
+
+
+def test_megatron_export_says_when_experts_were_simulated_unsplit_without_etp():
+    assert any("--expert-tensor-parallel-size" in a for a in approximations(small("parallel.ep=4"), "megatron"))
+    assert not any("--expert-tensor-parallel-size" in a for a in approximations(small("parallel.ep=4", "parallel.etp=1"), "megatron"))
 
 
 @pytest.mark.parametrize("overrides, key, allowed", [

@@ -112,6 +112,9 @@ def approximations(sc: Scenario, framework: str) -> list[str]:
     if framework == "torchtitan" and t.precision == "fp8":
         out.append("fp8: torchtitan 0.3 turns on Float8 in the model spec (a config_registry function with a "
                    "Float8LinearConverter, as llama3_8b_mxfp8 does), not on the command line; this file trains in bf16")
+    if framework == "megatron" and m.moe and p.ep > 1 and p.tp > 1 and p.etp is None:
+        out.append("experts were simulated whole on each rank with EP groups cut from dp x cp at every TP rank; Megatron "
+                   "splits them over TP (--expert-tensor-parallel-size defaults to tp): parallel.etp 1 is its folded layout")
     if framework == "megatron" and m.vocab % p.tp:
         out.append(f"Megatron pads the vocabulary ({m.vocab}) to a multiple of the TP degree ({p.tp})")
     if framework == "nanotron":
