@@ -8,7 +8,8 @@ expert-DP groups vary dp (MLM parallel_state.py:1357-1366, 1457). Only etp 1 is 
 the dispatcher all-gathers the received tokens over the expert-TP group and each expert GEMM is split
 (MLM moe/token_dispatcher.py:741-750, 824-831), which clustersim does not price. With etp 1 each rank
 dispatches the tokens of its own sequence-parallel shard (the MoE layer's input; MLM moe/moe_layer.py:636-639
-refuses TP without SP in training) over the EP group (token_dispatcher.py:705-711; its expert-TP group is expt_tp, :86) and computes whole experts.
+refuses TP without SP in training) over the EP group (token_dispatcher.py:705-711; its expert-TP group is
+expt_tp, :86) and computes whole experts.
 
 Megatron's refusals are read at NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 ("MLM"),
 megatron/core/transformer/transformer_config.py:3002-3046 and pipeline_parallel/combined_1f1b.py:205-214."""

@@ -107,6 +107,16 @@ def test_analytic_engine_and_full_engine_agree_on_a_folded_layout(extra):
     assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
 
 
+def test_analytic_engine_and_full_engine_agree_with_the_ep_all_to_all_overlap():
+    """4 nodes, a stage over 2 of them; interleaved 1F1B with Megatron's EP overlap (the corpus rows' recipe)."""
+    sc = small("cluster.nodes=4", "parallel.dp=8", "training.global_batch=32", "parallel.pp_schedule=interleaved-1f1b",
+               "parallel.vpp=2", "parallel.ep_overlap=true", "parallel.ep=8", "parallel.etp=1")
+    cost = build_cost_model(sc)
+    e = simulate_engine(sc, cost, contention=False)
+    assert estimate(sc, cost, in_pass_sharing=False).iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+    assert simulate_engine(sc, cost, full=True, contention=False).iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+
+
 def test_megatron_export_names_the_expert_tensor_parallel_size():
     args = megatron_args(small("parallel.ep=8", "parallel.etp=1"))
     i = args.index("--expert-tensor-parallel-size")
