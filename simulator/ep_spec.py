@@ -1,10 +1,23 @@
 """`parallel.ep*` checks against the model and the rest of the layout: expert parallelism, and
 Megatron-Core's EP all-to-all overlap (`parallel.ep_overlap`, `plan/ep_overlap.py`) with what Megatron refuses.
 
+MoE parallel folding (`parallel.etp`, arXiv 2504.14960): the expert layers get their own rank grid over the
+same ranks, Megatron's expert RankGenerator (MLM megatron/core/parallel_state.py:871-907): the `parallel.order`
+string with cp of size 1, tp of size etp, ep, dp of size edp = world / (etp x ep x pp), pp; EP groups vary ep,
+expert-DP groups vary dp (MLM parallel_state.py:1357-1366, 1457). Only etp 1 is modelled: with expert TP > 1
+the dispatcher all-gathers the received tokens over the expert-TP group and each expert GEMM is split
+(MLM moe/token_dispatcher.py:741-750, 824-831), which clustersim does not price. With etp 1 each rank
+dispatches the tokens of its own sequence-parallel shard (the MoE layer's input; MLM moe/moe_layer.py:636-639
+refuses TP without SP in training) over the EP group (token_dispatcher.py:705-711; its expert-TP group is
+expt_tp, :86) and computes whole experts.
+
 Megatron's refusals are read at NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 ("MLM"),
 megatron/core/transformer/transformer_config.py:3002-3046 and pipeline_parallel/combined_1f1b.py:205-214."""
 from __future__ import annotations
 
+import numpy as np
+
+from .cluster_mix import rank_grid_of
 from .errors import ScenarioError
 from .plan.ep_overlap import ep_overlap_error
 
@@ -21,10 +34,48 @@ def check_expert_parallel(p, m, t) -> None:
             raise ScenarioError("parallel.ep", f"{p.ep} but the model has no experts", "1 for a dense model")
         if not _divides(p.ep, m.moe.experts):
             raise ScenarioError("parallel.ep", f"{p.ep} does not divide the {m.moe.experts} experts", "a divisor of moe.experts")
-        if not _divides(p.ep, p.dp * p.cp):
-            raise ScenarioError("parallel.ep", f"{p.ep} does not divide dp*cp = {p.dp * p.cp}", "a divisor of dp*cp")
+        if p.etp is None and not _divides(p.ep, p.dp * p.cp):
+            raise ScenarioError("parallel.ep", f"{p.ep} does not divide dp*cp = {p.dp * p.cp}",
+                                "a divisor of dp*cp, or parallel.etp 1 (MoE parallel folding: a divisor of tp*cp*dp)")
+    if p.etp is not None:
+        check_expert_folding(p, m)
     if p.ep_overlap:
         check_ep_overlap(p, t)
+
+
+def check_expert_folding(p, m) -> None:
+    """`parallel.etp` (module docstring): 1 only; ep dividing tp*cp*dp; the same pipeline groups for the
+    dense and the expert grid (MLM parallel_state.py:898-907: pp last in the order, or pp 1, or edp = dp);
+    sequence parallelism under tp > 1 (moe_layer.py:636-639)."""
+    world_stage = p.tp * p.cp * p.dp
+    if p.etp != 1:
+        raise ScenarioError("parallel.etp", f"{p.etp}: expert tensor parallelism above 1 (experts split over an expert-TP "
+                            "group, received tokens all-gathered over it) is not modelled", "1 (MoE parallel folding), or null")
+    if not m.moe:
+        raise ScenarioError("parallel.etp", f"{p.etp} but the model has no experts", "null for a dense model")
+    if not _divides(p.ep, world_stage):
+        raise ScenarioError("parallel.ep", f"{p.ep} does not divide tp*cp*dp = {world_stage} (etp 1)", "a divisor of tp*cp*dp")
+    edp = world_stage // (p.etp * p.ep)
+    if not (p.order.endswith("pp") or p.pp == 1 or edp == p.dp) or not _same_pp_groups(p, edp):
+        raise ScenarioError("parallel.order", f"{p.order!r} with etp 1, pp {p.pp} and expert-DP {edp} (dp {p.dp})",
+                            "pp last (Megatron asserts the attention and expert grids share their pipeline groups)")
+    if p.tp > 1 and not p.sp:
+        raise ScenarioError("parallel.sp", f"false with tp {p.tp} and etp 1", "true (Megatron's MoE layer refuses TP without "
+                            "sequence parallelism in training, moe_layer.py:636-639)")
+
+
+def _pp_groups(grid: np.ndarray, dims: list[str]) -> list[tuple[int, ...]]:
+    axis = dims.index("pp")
+    return sorted(map(tuple, np.moveaxis(grid, axis, -1).reshape(-1, grid.shape[axis]).tolist()))
+
+
+def _same_pp_groups(p, edp: int) -> bool:
+    """The attention grid and the expert grid (`plan/layout.expert_rank_grid`) have the same pipeline groups
+    (MLM parallel_state.py:904-907)."""
+    dense, dims = rank_grid_of(p.order, {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp})
+    sizes = {"tp": p.etp, "cp": 1, "ep": p.ep, "dp": edp, "pp": p.pp}
+    names = list(reversed(p.order.split("-")))
+    return _pp_groups(dense, dims) == _pp_groups(np.arange(dense.size).reshape([sizes[d] for d in names]), names)
 
 
 def ep_overlap_problem(ep: int, pp: int, pp_schedule: str, recompute: str, precision: str, zero: int) -> tuple[str, str] | None:

@@ -166,7 +166,9 @@ class Parallel:
     cp: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS})
     """Context parallel size: the sequence split over cp ranks (see cp_comm)."""
     ep: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS})
-    """Expert parallel; borrows from dp*cp for the expert layers."""
+    """Expert parallel; borrows from dp*cp for the expert layers (from tp*cp*dp with etp 1)."""
+    etp: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_GPUS})
+    """Expert tensor parallel, Megatron's MoE parallel folding (simulator/ep_spec.py): null = EP cut from dp*cp at every TP rank."""
     dp_replicate: int = field(default=1, metadata={"min": 1, "max": MAX_GPUS})
     """HSDP: the dp x cp ranks split into this many replicas, each sharding the dense parameters (ZeRO-1-3) over
     its own dp x cp / dp_replicate neighbouring ranks; gradients reduce-scattered inside a replica, then their

@@ -5,7 +5,8 @@ first ("tp-cp-ep-dp-pp" = Megatron's default: TP inside a node), and every proce
 `arange(world).reshape(...)`. EP borrows from the cp x dp ranks, and `ep` stands next to `dp` in the
 string (`scenario.validate_layout`): before it ("ep-dp", inner), an EP group is a run of `ep` consecutive
 members of the (cp, dp) group in the order the string gives; after it ("dp-ep", outer), it takes every
-(cp*dp/ep)-th member, and the expert-data-parallel peers are the runs.
+(cp*dp/ep)-th member, and the expert-data-parallel peers are the runs. With `parallel.etp` 1 (MoE parallel
+folding) the expert groups come from Megatron's own expert grid over all tp*cp*dp ranks (`expert_rank_grid`).
 """
 from __future__ import annotations
 
@@ -75,6 +76,8 @@ def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
             run = len(plane) // sc.parallel.dp_replicate
             pos = plane.index(rank)
             return plane[pos - pos % run: pos - pos % run + run] if dim == "dp_cp" else plane[pos % run::run]
+        if sc.parallel.etp is not None:
+            return _expert_group(sc, dim, rank)
         ep = sc.parallel.ep
         pos = plane.index(rank)
         names = sc.parallel.order.split("-")
@@ -93,7 +96,27 @@ def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
         for tp_rank in group_ranks(sc, "tp", rank):
             members += edp_group(group_ranks(sc, "dp_plane", tp_rank))
         return sorted(members)
+    if dim == "etp":
+        return _expert_group(sc, dim, rank) if sc.parallel.etp is not None else [rank]
     raise ValueError(f"unknown group dimension {dim!r}")
+
+
+def expert_rank_grid(sc: Scenario) -> tuple[np.ndarray, list[str]]:
+    """MoE parallel folding (`parallel.etp`, `ep_spec.py`): Megatron's expert RankGenerator, the order string
+    with cp of size 1, tp of size etp and dp of size edp = tp*cp*dp / (etp*ep) (Megatron-LM
+    megatron/core/parallel_state.py:871-902 at d98e8a64ddf34856e74b24714e3bedb2f5a39553); (grid, dims outermost first)."""
+    p = sc.parallel
+    sizes = {"tp": p.etp, "cp": 1, "ep": p.ep, "dp": p.tp * p.cp * sc.dp // (p.etp * p.ep), "pp": p.pp}
+    dims = list(reversed(p.order.split("-")))
+    return np.arange(p.tp * p.cp * sc.dp * p.pp).reshape([sizes[d] for d in dims]), dims
+
+
+def _expert_group(sc: Scenario, dim: str, rank: int) -> list[int]:
+    """`rank`'s group on the expert grid: ep (get_ranks('ep')), edp (get_ranks('dp')) or etp (get_ranks('tp'))."""
+    grid, dims = expert_rank_grid(sc)
+    c = _coords(grid, dims, rank)
+    vary = {"ep": "ep", "edp": "dp", "etp": "tp"}[dim]
+    return [int(x) for x in grid[tuple(slice(None) if d == vary else c[d] for d in dims)].ravel()]
 
 
 def group_shape(sc: Scenario, dim: str, rank: int = 0) -> GroupShape:

@@ -112,6 +112,9 @@ def approximations(sc: Scenario, framework: str) -> list[str]:
     if framework == "torchtitan" and t.precision == "fp8":
         out.append("fp8: torchtitan 0.3 turns on Float8 in the model spec (a config_registry function with a "
                    "Float8LinearConverter, as llama3_8b_mxfp8 does), not on the command line; this file trains in bf16")
+    if framework == "megatron" and m.moe and p.ep > 1 and p.tp > 1 and p.etp is None:
+        out.append("experts were simulated whole on each rank with EP groups cut from dp x cp at every TP rank; Megatron "
+                   "splits them over TP (--expert-tensor-parallel-size defaults to tp): parallel.etp 1 is its folded layout")
     if framework == "megatron" and m.vocab % p.tp:
         out.append(f"Megatron pads the vocabulary ({m.vocab}) to a multiple of the TP degree ({p.tp})")
     if framework == "nanotron":
@@ -135,7 +138,7 @@ def _header(sc: Scenario, framework: str, label: str, run: str, notes: list[str]
     head = [f"{TARGETS[framework]} config written by clustersim sweep for {label or sc.name}",
             f"targets {TARGETS[framework]}: another release may name these settings differently",
             _model_line(sc), f"layout: {sc.gpus} GPUs = tp {sc.parallel.tp} x pp {sc.parallel.pp} x cp {sc.parallel.cp} "
-            f"x dp {sc.dp} (ep {sc.parallel.ep} within dp x cp), ZeRO-{sc.parallel.zero}", f"run: {run}"]
+            f"x dp {sc.dp} (ep {sc.parallel.ep} within {'tp x cp x dp, etp 1' if sc.parallel.etp else 'dp x cp'}), ZeRO-{sc.parallel.zero}", f"run: {run}"]
     return head + list(notes) + [f"approximation: {a}" for a in approximations(sc, framework)]
 
 
@@ -243,6 +246,8 @@ def megatron_args(sc: Scenario) -> list[str]:
     p, t, m = sc.parallel, sc.training, sc.model
     a = ["--tensor-model-parallel-size", str(p.tp), "--pipeline-model-parallel-size", str(p.pp),
          "--context-parallel-size", str(p.cp), "--expert-model-parallel-size", str(p.ep)]
+    if p.etp is not None:  # MoE parallel folding (simulator/ep_spec.py)
+        a += ["--expert-tensor-parallel-size", str(p.etp)]
     if p.sp and p.tp > 1:
         a.append("--sequence-parallel")
     if p.vpp > 1 and p.pp > 1 and schedule_spec(p.pp_schedule).framework_name("megatron"):  # Megatron's interleaved 1F1B

@@ -1,0 +1,155 @@
+"""MoE parallel folding (`parallel.etp: 1`, simulator/ep_spec.py): the expert layers on Megatron's expert grid
+over all tp x cp x dp ranks of a stage (etp-ep-edp, innermost first), where `etp: null` keeps clustersim's
+EP groups cut from dp x cp at each TP rank. Expected groups are Megatron's RankGenerator read by hand: rank =
+etp index + etp*(ep index + ep*(edp index + edp*pp index)) for order tp-cp-ep-dp-pp (cp has size 1 there)."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator.cost.costs import build_cost_model
+from simulator.errors import ScenarioError
+from simulator.evaluate.analytic import estimate
+from simulator.evaluate.engine import simulate_engine
+from simulator.params import layer_params
+from simulator.plan.ep_dispatch import ep_message_bytes
+from simulator.plan.layout import group_ranks, group_shape
+from simulator.plan.memory import zero_groups
+from simulator.plan.opgraph import shard
+from simulator.plan.sharded_params import rank_params
+from simulator.report.export import approximations, megatron_args
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+MIXTRAL = ROOT / "scenarios" / "mixtral_ep.yaml"  # 8 experts top-2, h 4096, f_e 14336, 32 layers, dgx-h100
+# 16 GPUs on 2 nodes: tp 2 x dp 4 x pp 2; a stage is 8 ranks (one node), ranks 0-7 and 8-15
+SMALL = ["cluster.nodes=2", "parallel.dp=4", "parallel.tp=2", "parallel.pp=2", "training.global_batch=16"]
+
+
+def small(*overrides):
+    return load_scenario(MIXTRAL, SMALL + list(overrides))
+
+
+def test_ep_groups_are_megatrons_consecutive_runs_of_the_expert_grid():
+    sc = small("parallel.ep=4", "parallel.etp=1")
+    assert [group_ranks(sc, "ep", r) for r in (0, 5, 9, 15)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+
+
+def test_expert_dp_groups_stride_by_ep_inside_the_stage():
+    sc = small("parallel.ep=4", "parallel.etp=1")
+    assert [group_ranks(sc, "edp", r) for r in (0, 3, 9)] == [[0, 4], [3, 7], [9, 13]]
+    assert group_ranks(sc, "etp", 5) == [5]
+
+
+def test_ep_outside_dp_in_the_order_strides_the_ep_group():
+    """Order tp-cp-dp-ep-pp: expert rank = edp index + edp*ep index, edp = 8/4 = 2."""
+    sc = small("parallel.ep=4", "parallel.etp=1", "parallel.order=tp-cp-dp-ep-pp")
+    assert group_ranks(sc, "ep", 0) == [0, 2, 4, 6] and group_ranks(sc, "edp", 0) == [0, 1]
+
+
+def test_without_etp_ep_groups_stay_at_one_tp_rank():
+    sc = small("parallel.ep=4")
+    assert group_ranks(sc, "ep", 0) == [0, 2, 4, 6] and group_ranks(sc, "edp", 0) == [0, 1]
+
+
+def test_ep_may_exceed_dp_when_folded_over_tp():
+    sc = small("parallel.ep=8", "parallel.etp=1")
+    assert group_ranks(sc, "ep", 0) == list(range(8)) and group_ranks(sc, "edp", 0) == [0]
+
+
+def test_with_tp_1_folding_builds_the_groups_clustersim_built_before():
+    base = ["parallel.tp=1", "parallel.dp=8", "parallel.ep=4"]
+    a, b = small(*base), small(*base, "parallel.etp=1")
+    for dim in ("ep", "edp"):
+        assert [group_ranks(a, dim, r) for r in range(16)] == [group_ranks(b, dim, r) for r in range(16)]
+
+
+def test_expert_parameters_per_rank_are_whole_experts_over_ep():
+    """ep 8 over the 8 ranks of a stage: one whole expert (3 h f_e) per MoE layer, 16 layers per stage."""
+    sc = small("parallel.ep=8", "parallel.etp=1")
+    assert rank_params(sc, 0).expert == 16 * 3 * 4096 * 14336
+    assert layer_params(sc.model, 0).experts / 8 == 3 * 4096 * 14336
+
+
+def test_expert_optimizer_states_shard_over_the_folded_expert_dp_group():
+    """ZeRO-1 (the scenario's distributed optimizer): dense states over dp x cp = 4, experts over edp."""
+    assert zero_groups(small("parallel.ep=4", "parallel.etp=1")) == (4, 2)
+    assert zero_groups(small("parallel.ep=8", "parallel.etp=1")) == (4, 1)
+
+
+def test_each_rank_dispatches_its_own_sequence_parallel_shard():
+    """seq 4096 / tp 2 = 2048 tokens x top-2 x h 4096 x 2 B x ep_imbalance 1.2 per dispatch."""
+    sc = small("parallel.ep=8", "parallel.etp=1")
+    z = shard(sc)
+    assert ep_message_bytes(sc, z, z.T // z.t, "dispatch") == pytest.approx(2048 * 2 * 4096 * 2 * 1.2)
+
+
+def test_folding_keeps_an_ep_group_inside_a_node_that_dp_alone_would_split():
+    """tp 2 x dp 8 on 2 nodes, ep 8: from dp alone the group is every other rank over both nodes; folded
+    over tp it is the 8 ranks of one node, and its all-to-alls are cheaper."""
+    base = ["parallel.pp=1", "parallel.dp=8", "parallel.ep=8"]
+    a, b = small(*base), small(*base, "parallel.etp=1")
+    assert group_shape(a, "ep").nodes == 2 and group_shape(b, "ep").nodes == 1
+    ep_a = estimate(a, build_cost_model(a)).comm["ep"][0]
+    ep_b = estimate(b, build_cost_model(b)).comm["ep"][0]
+    assert ep_b < ep_a
+
+
+@pytest.mark.parametrize("extra", [["parallel.ep=8"], ["parallel.ep=4", "parallel.order=tp-cp-dp-ep-pp"]])
+def test_analytic_engine_and_full_engine_agree_on_a_folded_layout(extra):
+    sc = small("parallel.etp=1", *extra)
+    cost = build_cost_model(sc)
+    a = estimate(sc, cost, in_pass_sharing=False)
+    e = simulate_engine(sc, cost, contention=False)
+    f = simulate_engine(sc, cost, full=True, contention=False)
+    assert a.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+    assert f.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+
+
+def test_analytic_engine_and_full_engine_agree_with_the_ep_all_to_all_overlap():
+    """4 nodes, a stage over 2 of them; interleaved 1F1B with Megatron's EP overlap (the corpus rows' recipe)."""
+    sc = small("cluster.nodes=4", "parallel.dp=8", "training.global_batch=32", "parallel.pp_schedule=interleaved-1f1b",
+               "parallel.vpp=2", "parallel.ep_overlap=true", "parallel.ep=8", "parallel.etp=1")
+    cost = build_cost_model(sc)
+    e = simulate_engine(sc, cost, contention=False)
+    assert estimate(sc, cost, in_pass_sharing=False).iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+    assert simulate_engine(sc, cost, full=True, contention=False).iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+
+
+def test_megatron_export_names_the_expert_tensor_parallel_size():
+    args = megatron_args(small("parallel.ep=8", "parallel.etp=1"))
+    i = args.index("--expert-tensor-parallel-size")
+    assert args[i + 1] == "1"
+    assert "--expert-tensor-parallel-size" not in megatron_args(small("parallel.ep=4"))
+
+
+def test_megatron_export_says_when_experts_were_simulated_unsplit_without_etp():
+    assert any("--expert-tensor-parallel-size" in a for a in approximations(small("parallel.ep=4"), "megatron"))
+    assert not any("--expert-tensor-parallel-size" in a for a in approximations(small("parallel.ep=4", "parallel.etp=1"), "megatron"))
+
+
+@pytest.mark.parametrize("overrides, key, allowed", [
+    (["parallel.ep=8"], "parallel.ep", "parallel.etp 1"),
+    (["parallel.ep=4", "parallel.etp=2"], "parallel.etp", "1 (MoE parallel folding)"),
+    (["parallel.ep=8", "parallel.etp=1", "parallel.dp=2", "parallel.pp=4"], "parallel.ep", "a divisor of tp*cp*dp"),
+    (["parallel.ep=4", "parallel.etp=1", "parallel.sp=false"], "parallel.sp", "true"),
+    (["parallel.ep=4", "parallel.etp=1", "parallel.order=pp-tp-cp-ep-dp"],
+     "parallel.order", "pp last"),
+])
+def test_layouts_megatron_cannot_fold_are_refused_with_the_key(overrides, key, allowed):
+    with pytest.raises(ScenarioError) as err:
+        small(*overrides)
+    assert err.value.path == key and allowed in str(err.value), str(err.value)
+
+
+def test_etp_on_a_dense_model_is_refused():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(ROOT / "scenarios" / "8b_8gpu.yaml", ["parallel.etp=1"])
+    assert err.value.path == "parallel.etp"
+
+
+def test_a_refused_etp_exits_2_on_the_command_line_without_a_traceback():
+    r = subprocess.run([sys.executable, "-m", "simulator", "run", str(MIXTRAL), "--set", "parallel.etp=2"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2 and "parallel.etp" in r.stderr and "Traceback" not in r.stderr, r.stderr
