@@ -190,7 +190,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "breakdown": breakdown,
         "memory": mem_json,
         "layout": {"dp": sc.dp, "tp": sc.parallel.tp, "pp": sc.parallel.pp, "cp": sc.parallel.cp, "ep": sc.parallel.ep,
-                   "zero": sc.parallel.zero, "sp": sc.parallel.sp, "pp_schedule": sc.parallel.pp_schedule,
+                   "etp": sc.parallel.etp, "ep_overlap": sc.parallel.ep_overlap, "zero": sc.parallel.zero, "sp": sc.parallel.sp, "pp_schedule": sc.parallel.pp_schedule,
                    "vpp": sc.parallel.vpp, "micro_batch": sc.training.micro_batch, "micro_batches": sc.micro_batches,
                    "recompute": sc.training.recompute, "loss": sc.training.loss},
         "model": {"name": sc.model.name, "params": total_params(sc.model), "active_params": active_params(sc.model),

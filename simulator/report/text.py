@@ -24,6 +24,7 @@ def format_report(r: dict) -> str:
     out = [f"{r['name']}", ""]
     out.append(f"  {r['gpus']} GPUs   dp {lay['dp']}  tp {lay['tp']}{' +sp' if lay['sp'] else ''}  pp {lay['pp']}"
                f" ({lay['pp_schedule']}{', vpp ' + str(lay['vpp']) if lay['vpp'] > 1 else ''})  cp {lay['cp']}  ep {lay['ep']}"
+               f"{' (etp ' + str(lay['etp']) + ')' if lay.get('etp') else ''}{' +a2a overlap' if lay.get('ep_overlap') else ''}"
                f"  zero {lay['zero']}   micro-batch {lay['micro_batch']} x {lay['micro_batches']}   recompute {lay['recompute']}")
     m = r["model"]
     out.append(f"  model {m['name']}: {m['params'] / 1e9:.2f} B params"
