@@ -56,6 +56,13 @@ def _coords(grid: np.ndarray, dims: list[str], rank: int) -> dict[str, int]:
     return dict(zip(dims, (int(i) for i in np.unravel_index(rank, grid.shape))))
 
 
+def rank_index(sc: Scenario, dim: str, ranks=None) -> np.ndarray:
+    """Each of `ranks` (default: every rank) indexed along `dim` (its pipeline stage for "pp", its DP replica for
+    "dp"): the grid is arange(world) reshaped, so a rank's coordinates are its flat index unravelled."""
+    grid, dims = rank_grid(sc)
+    return np.unravel_index(np.arange(sc.gpus) if ranks is None else ranks, grid.shape)[dims.index(dim)]
+
+
 def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
     """Ranks of `dim`'s group that contains `rank`. dim in tp, cp, dp, pp, ep, edp, dp_cp (the dense gradient
     and sharding group: the dp x cp plane, or its shard run under HSDP), dp_rep (HSDP's replicas of it)."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..cluster_mix import link_shares, pool_of_node
 from .flops import gemm_dtype
-from .layout import chunk_owner, group_ranks, last_chunk, rank_grid
+from .layout import chunk_owner, group_ranks, last_chunk, rank_index
 from ..stragglers import rank_speeds
 from .stage_speed import stage_speeds
 
@@ -97,19 +97,14 @@ def _merge(*variant_sets) -> tuple:
     return tuple(sorted(kept, key=lambda v: (v.pool, v.nvlink, v.nic)))
 
 
-def _stage_of(sc):
-    grid, dims = rank_grid(sc)
-    return grid, dims.index("pp")
-
-
 def stage_pool_sets(sc) -> tuple[tuple[int, ...], ...]:
     """Per pipeline stage: the pools its GPUs are in (several where pools sit on different DP replicas)."""
     if not sc.cluster.pools:
         return ((0,),) * sc.parallel.pp
-    grid, axis = _stage_of(sc)
     ends = np.cumsum([p.nodes for p in sc.cluster.pools])
-    pools = np.searchsorted(ends, np.moveaxis(grid, axis, 0).reshape(sc.parallel.pp, -1) // sc.gpus_per_node, side="right")
-    return tuple(tuple(int(x) for x in np.unique(row)) for row in pools)
+    pools = np.searchsorted(ends, np.arange(sc.gpus) // sc.gpus_per_node, side="right")
+    stage_of = rank_index(sc, "pp")
+    return tuple(tuple(int(x) for x in np.unique(pools[stage_of == s])) for s in range(sc.parallel.pp))
 
 
 def slowest_pool(sc, pools) -> int:
@@ -146,8 +141,7 @@ def stage_paces(sc, speeds: dict | None = None, pool: int | None = None) -> tupl
         return tuple(Pace(speed=x) for x in speed)
     pools = stage_pools(sc) if pool is None else (pool,) * sc.parallel.pp
     shares = link_shares(sc.cluster.degraded_links)
-    grid, axis = _stage_of(sc)
-    stage_of = np.unravel_index(np.arange(sc.gpus), grid.shape)[axis]
+    stage_of = rank_index(sc, "pp")
     links: list[dict] = [{} for _ in range(sc.parallel.pp)]
     for r in _degraded_ranks(sc):
         s = int(stage_of[r])
@@ -231,8 +225,7 @@ def degraded_link_effects(sc) -> list[dict]:
     """Per `cluster.degraded_links` entry: the group dimensions whose groups cross it (tp, cp, ep, dp_cp, ...; pp for
     a pipeline send, embd for the tied-embedding pair) and the pipeline stages they belong to (the report)."""
     g = sc.gpus_per_node
-    grid, axis = _stage_of(sc)
-    stage_of = np.unravel_index(np.arange(sc.gpus), grid.shape)[axis]
+    stage_of = rank_index(sc, "pp")
     e, h = chunk_owner(sc, 0)[0], chunk_owner(sc, last_chunk(sc))[0]
     out = []
     for d in sc.cluster.degraded_links:

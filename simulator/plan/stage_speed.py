@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..stragglers import rank_speeds
-from .layout import rank_grid
+from .layout import rank_index
 
 
 def stage_speeds(sc, speeds: dict[int, float] | None = None) -> tuple[tuple[float, ...], tuple[int, ...]]:
@@ -23,9 +23,8 @@ def stage_speeds(sc, speeds: dict[int, float] | None = None) -> tuple[tuple[floa
     pp = sc.parallel.pp
     best, who = [1.0] * pp, [-1] * pp
     if speeds:
-        grid, dims = rank_grid(sc)  # grid = arange(gpus) reshaped: a rank's coordinates are its index
         ranks = np.array(sorted(speeds))
-        stage_of = np.unravel_index(ranks, grid.shape)[dims.index("pp")]
+        stage_of = rank_index(sc, "pp", ranks)
         for r, s in zip(ranks, stage_of):
             x = speeds[int(r)]
             if x > best[int(s)]:

@@ -20,9 +20,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 
-from ...plan.layout import chunk_owner, group_ranks, group_shape, last_chunk, pair_shape, pp_rank_of_stage_rank, rank_grid
+from ...plan.layout import chunk_owner, group_ranks, group_shape, last_chunk, pair_shape, pp_rank_of_stage_rank, rank_index
 from ...plan.memory import buffer_bytes, buffers_total, chunk_activation_bytes, static_bytes, zero_groups
 from ...scenario import Scenario
 from ...plan.lower import build_plan
@@ -88,9 +87,7 @@ def _groups_of(sc: Scenario, dim: str) -> list[tuple[int, ...]]:
 
 
 def _full(sc: Scenario, emb_stage: int, head_stage: int, speed: dict) -> tuple[list[RankState], dict]:
-    grid, dims = rank_grid(sc)
-    pp_axis = dims.index("pp")
-    stage_of = np.unravel_index(np.arange(sc.gpus), grid.shape)[pp_axis]
+    stage_of = rank_index(sc, "pp")
     pp_groups = _groups_of(sc, "pp")
     dp_cp, edp, dp_rep = _groups_of(sc, "dp_cp"), _groups_of(sc, "edp"), _groups_of(sc, "dp_rep")
     uf = _Union(sc.gpus)
@@ -165,8 +162,7 @@ def run_engine(sc: Scenario, cost, *, full: bool = False, rank_speed: dict | Non
         slow = rank_speeds(sc.cluster.stragglers, sc.cluster.slow_gpus, sc.gpus, sc.gpus_per_node)
         ranks, pairs = _full(sc, emb_stage, head_stage, {**slow, **(rank_speed or {})})
         if replica_micro_batches:  # dp_balance speed: each replica its own program (its micro-batch count)
-            grid, dims = rank_grid(sc)
-            dp_of = np.unravel_index(np.arange(sc.gpus), grid.shape)[dims.index("dp")]
+            dp_of = rank_index(sc, "dp")
             t = sc.training
             plans = {m: build_plan(replace(sc, training=replace(t, global_batch=sc.dp * t.micro_batch * m)), act_bytes)
                      for m in set(replica_micro_batches)}
