@@ -4,11 +4,11 @@ over, each connected set of transfers on its own; the speeds are those of re-sha
 import random
 
 import pytest
-import simpy
+from test_engine_contention import run_flows
 
 from simulator.cost.network import Transfer, fair_share_finish_times
 from simulator.evaluate import links as links_mod
-from simulator.evaluate.links import LinkSharing, fluid_ends
+from simulator.evaluate.links import fluid_ends
 
 
 def run_counting(specs, monkeypatch):
@@ -22,18 +22,7 @@ def run_counting(specs, monkeypatch):
         return real(flows)
 
     monkeypatch.setattr(links_mod, "max_min_speeds", counting)
-    env = simpy.Environment()
-    model = LinkSharing(env)
-    ends = [None] * len(specs)
-
-    def add_at(i, start, dur, demand):
-        yield env.timeout(start)
-        model.add(demand, start, dur, lambda f, i=i: ends.__setitem__(i, f.finish))
-
-    for i, (start, dur, demand) in enumerate(specs):
-        env.process(add_at(i, start, dur, demand))
-    env.run()
-    return ends, fillings
+    return run_flows(specs), fillings
 
 
 def group_and_sends(n, base=""):
