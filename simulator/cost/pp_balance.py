@@ -50,19 +50,27 @@ def stage_layer_times(sc, cost, pool: int | None = None) -> tuple[float, ...]:
     return tuple(out)
 
 
+def deal(total: int, times, start: int = 0, caps=None) -> list[int]:
+    """`total` units (layers, micro-batches) over workers that take `times[i]` seconds per unit, each starting at
+    `start` units and holding at most caps[i] while another can still take one: each unit goes to the worker whose
+    time after taking it, (n_i + 1) x times[i], is least, ties to the lower index (greedy min-max: optimal for costs
+    linear in n_i; equal times give the even split)."""
+    k = len(times)
+    caps = caps or [total] * k
+    n = [start] * k
+    for _ in range(total - start * k):
+        open_ = [i for i in range(k) if n[i] < caps[i]] or list(range(k))
+        j = min(open_, key=lambda i: ((n[i] + 1) * times[i], i))
+        n[j] += 1
+    return n
+
+
 def speed_split(layers: int, times, caps=None) -> list[int]:
     """Integer layers per stage minimising max_s n_s x times[s], every n_s >= 1 and at most caps[s] where another
     stage can still take the layer (module docstring)."""
-    pp = len(times)
-    if layers < pp:
-        raise ValueError(f"{layers} layers over {pp} stages")
-    caps = caps or [layers] * pp
-    n = [1] * pp
-    for _ in range(layers - pp):
-        open_ = [i for i in range(pp) if n[i] < caps[i]] or list(range(pp))
-        s = min(open_, key=lambda i: ((n[i] + 1) * times[i], i))
-        n[s] += 1
-    return n
+    if layers < len(times):
+        raise ValueError(f"{layers} layers over {len(times)} stages")
+    return deal(layers, times, start=1, caps=caps)
 
 
 def _over_capacity(sc) -> list[int]:
@@ -115,10 +123,7 @@ def replica_micro_batches(sc, cost) -> tuple[tuple[int, ...], tuple[int, ...]]:
     layers = sc.parallel.pp_layers or [sc.model.layers // sc.parallel.pp] * sc.parallel.pp
     owner = [pool_of_node(sc.cluster.pools, r // sc.gpus_per_node) for r in group_ranks(sc, "dp", 0)]
     per_mb = {k: max(n * t for n, t in zip(layers, stage_layer_times(sc, cost, pool=k))) for k in sorted(set(owner))}
-    m = [0] * sc.dp
-    for _ in range(sc.training.global_batch // sc.training.micro_batch):
-        j = min(range(sc.dp), key=lambda i: ((m[i] + 1) * per_mb[owner[i]], i))
-        m[j] += 1
+    m = deal(sc.training.global_batch // sc.training.micro_batch, [per_mb[o] for o in owner])
     return tuple(m), tuple(owner)
 
 
@@ -137,8 +142,8 @@ def dp_shares(sc, cost) -> tuple[DpShare, ...]:
         mine = [m[i] for i, o in enumerate(owner) if o == k]
         top = max(mine)
         low = min(mine)
-        problem = next((spec.microbatch_error(sc.parallel.pp, x) for x in sorted(set(mine))
-                        if spec.microbatch_error(sc.parallel.pp, x)), None) if low else "none"
+        problem = next(filter(None, (spec.microbatch_error(sc.parallel.pp, x) for x in sorted(set(mine)))), None) \
+            if low else "none"
         if problem:
             raise ScenarioError("parallel.dp_balance", f"speed gives pool {k}'s replicas {low} micro-batches: {problem}",
                                 "a larger global_batch, or dp_balance: even")
