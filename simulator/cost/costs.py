@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from . import collectives
 from .kernel_data import GpuKernels, gpu_kernels
+from .sustained import sustained_fraction
 from ..plan.layout import GroupShape
 from ..plan.opgraph import Comm, Compute
 from ..topology import Topology
@@ -96,16 +97,26 @@ class CostModel:
 
     def gemm_curve(self, dtype: str) -> tuple[float, float]:
         """(eta_max, knee seconds) of this GPU's GEMMs in `dtype`: `cluster.efficiency.gemm` with the spec knee when
-        given (a stack's fitted fraction of peak replaces the curve), else the published curve, else the constants."""
+        given (a stack's fitted fraction of peak replaces the curve), else the published curve (else the constants)
+        times the fraction of it a training step sustains on this GPU (`sustained.py`)."""
         if "gemm" in self.efficiency:
             return self.efficiency["gemm"], GEMM_HALF_EFFICIENCY_S
         k = self.kernels()
         curve = k.gemm.get(dtype) if k is not None else None
         if dtype == "fp8" and "gemm_fp8" in self.efficiency:  # a stack's FP8 GEMMs at its own fraction, the curve's knee
             return self.efficiency["gemm_fp8"], curve.half_efficiency_s if curve is not None else GEMM_HALF_EFFICIENCY_S
-        if curve is not None:
-            return curve.peak_efficiency, curve.half_efficiency_s
-        return GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S
+        eta, knee = ((curve.peak_efficiency, curve.half_efficiency_s) if curve is not None
+                     else (GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S))
+        return eta * self.sustained_gemm_fraction(), knee
+
+    def sustained_gemm_fraction(self) -> float:
+        """The fraction of the published GEMM speed this GPU sustains in a training step (`sustained.py`), taken
+        against its BF16 curve's eta_max (the spec constant where it has none); 1 with published kernels off."""
+        if not self.published_kernels:
+            return 1.0
+        k = self.kernels()
+        bf16 = k.gemm.get("bf16") if k is not None else None
+        return sustained_fraction(self.topology.gpu.name, bf16.peak_efficiency if bf16 is not None else GEMM_PEAK_EFFICIENCY)
 
     def gemm_efficiency(self, flops: float, dtype: str = "bf16") -> float:
         """eta_max * F / (F + F_half), F_half = peak * knee (`gemm_curve`)."""
@@ -143,6 +154,9 @@ class CostModel:
                                          if capped else "") if x) or "GEMM spec constants"
             base = (f"published kernel points for {self.topology.gpu.name} ({gemm}; attention "
                     f"{self.attention_kernel + ' tables' if self.attention_kernel in att else 'spec constants'})")
+        frac = self.sustained_gemm_fraction()
+        if frac < 1.0 and "gemm" not in self.efficiency:
+            base += f"; GEMMs at {frac:.2f} of that speed, as training steps sustain it on this GPU (fitted, cost/sustained.py)"
         return base + (f", overridden by cluster.efficiency {', '.join(over)}" if over else "")
 
     def spec_compute_time(self, op: Compute) -> float:

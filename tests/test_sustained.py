@@ -1,0 +1,53 @@
+"""GEMMs at the fraction of their published speed a training step sustains (simulator/cost/sustained.py)."""
+import pytest
+
+from simulator.cost.costs import GEMM_PEAK_EFFICIENCY, CostModel
+from simulator.cost.sustained import H100_SUSTAINED, SUSTAINED_GEMM, sustained_fraction
+from simulator.topology import load_topology
+
+
+def test_h100_bf16_gemms_sustain_the_fitted_efficiency():
+    cm = CostModel(load_topology("dgx-h100"))
+    published = CostModel(load_topology("dgx-h100"), published_kernels=False)
+    assert cm.gemm_curve("bf16")[0] == pytest.approx(H100_SUSTAINED.bf16_peak_efficiency) == pytest.approx(0.55)
+    assert cm.kernels().gemm["bf16"].peak_efficiency > 0.75, "the published curve itself is left as published"
+    assert published.sustained_gemm_fraction() == 1.0
+
+
+def test_fp8_gemms_take_the_same_fraction_of_their_published_curve():
+    cm = CostModel(load_topology("dgx-h100"))
+    frac = cm.sustained_gemm_fraction()
+    assert 0.6 < frac < 0.75
+    assert cm.gemm_curve("fp8")[0] == pytest.approx(cm.kernels().gemm["fp8"].peak_efficiency * frac)
+    assert cm.gemm_curve("fp8")[1] == cm.kernels().gemm["fp8"].half_efficiency_s, "the knee is the curve's"
+
+
+def test_a_frameworks_own_fitted_efficiency_is_not_derated_again():
+    cm = CostModel(load_topology("dgx-h100"), efficiency={"gemm_fp8": 0.55})
+    assert cm.gemm_curve("fp8")[0] == 0.55
+    assert CostModel(load_topology("dgx-h100"), efficiency={"gemm": 0.6}).gemm_curve("bf16")[0] == 0.6
+
+
+@pytest.mark.parametrize("topology", ["dgx-a100", "dgx-b200", "gb200-nvl72", "pcie-l40s"])
+def test_gpus_without_a_fitted_value_keep_their_published_speed(topology):
+    cm = CostModel(load_topology(topology))
+    assert cm.sustained_gemm_fraction() == 1.0
+    assert "sustain" not in cm.kernel_source()
+
+
+@pytest.mark.parametrize("topology", ["hgx-h200", "h800"])
+def test_the_other_gh100_parts_take_the_h100_value(topology):
+    cm = CostModel(load_topology(topology))
+    assert cm.topology.gpu.name in SUSTAINED_GEMM
+    assert cm.gemm_curve("bf16")[0] == pytest.approx(0.55)
+
+
+def test_the_fraction_never_speeds_a_gpu_up():
+    assert sustained_fraction("H100 SXM5 80GB", 0.5) == 1.0
+    assert sustained_fraction("unknown GPU", 0.8) == 1.0
+    assert sustained_fraction("H100 SXM5 80GB", GEMM_PEAK_EFFICIENCY) == pytest.approx(0.55 / GEMM_PEAK_EFFICIENCY)
+
+
+def test_the_report_says_the_gemms_are_derated_and_why():
+    src = CostModel(load_topology("dgx-h100")).kernel_source()
+    assert "sustain" in src and "fitted" in src and "sustained.py" in src
