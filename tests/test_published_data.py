@@ -292,6 +292,30 @@ def test_the_qwen3_30b_row_runs_the_recipes_expert_layout():
     assert sc.model.name == "qwen3-30b-a3b"
 
 
+def test_a_row_with_a_skip_is_listed_skipped_even_where_it_keeps_its_scenario(tmp_path):
+    from simulator.validate.corpus import corpus_runs
+    row = {"id": "r", "label": "LLAMA3_8B", "where": "w", "measured": {"tokens_per_s_per_gpu": 1, "model_tflops_per_gpu": 1},
+           "layout": {"system": "DGX-H100", "precision": "FP8"}, "scenario": {"model": "llama3-8b"}}
+    doc = {"source": "s", "url": "https://x", "release": "NeMo 26.02 (Megatron-Bridge)", "accessed": "d",
+           "runs": [row, {**row, "id": "s", "skip": "what the recipe does"}]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    cases, skipped = corpus_runs(tmp_path)
+    assert [c["id"] for c in cases] == ["corpus/c:r"]
+    assert [(s["id"], s["reason"]) for s in skipped] == [("c:s", "what the recipe does")]
+
+
+def test_the_dropless_qwen3_30b_h100_rows_are_skipped_for_the_host_wait_and_the_token_drop_row_scored():
+    """NeMo 25.11 and 26.02 ran Qwen3 30B-A3B on 16 H100 token-dropless (the host waits for the GPU at every MoE
+    dispatch), 25.09 with token drop and padding (static shapes, no wait): only 25.09 is scored."""
+    from simulator.validate.accuracy import corpus_cases
+    cases, skipped = corpus_cases()
+    reasons = {s["id"]: s["reason"] for s in skipped}
+    assert "corpus/megatron_bridge_25_09:qwen3-30b-a3b-dgx-h100-16gpu-fp8" in {c.id for c in cases}
+    for rid, commit in (("megatron_bridge_26_02:qwen3-30b-a3b-dgx-h100-16gpu-fp8", "b0cc2706ddc60d2aefd5fff346445b5c013036a8"),
+                        ("megatron_bridge_25_11:qwen3-30b-a3b-dgx-h100-16gpu-fp8-cs", "0d8e0714cd29c01e164fe6de9f532182bdffa942")):
+        assert "dropless" in reasons[rid] and "host" in reasons[rid] and f"Megatron-LM@{commit}" in reasons[rid], rid
+
+
 REFERENCES = ROOT / "validation" / "references"
 
 

@@ -7,8 +7,10 @@ NeMo 25.11 and 26.02 are the validation split (reported, never tuned to). The pa
 validation/references/*.yaml stay validation (their own `split`, default validation).
 
 A corpus row is scored only where it has a `scenario` (this corpus's reading of the row with the recipe's
-switches, each cited in the row's `recipe`). Every other row is listed as skipped with the reason: a system
-clustersim has no topology for, a precision it cannot express (MXFP8, NVFP4), a model without a preset.
+switches, each cited in the row's `recipe`) and no `skip`. Every other row is listed as skipped with the reason: a
+system clustersim has no topology for, a precision it cannot express (MXFP8, NVFP4), a model without a preset, or
+the row's own `skip` (what its recipe does that clustersim cannot say; a row may keep its scenario beside it, so the
+transcription stays checked and can be scored again once clustersim prices what the skip names).
 
 Features (`case_features`) are read from the built scenario: precision, context parallel, the pipeline
 schedule, TP communication overlap, recomputation. `feature_pairs` finds published cases that are the same run
@@ -61,7 +63,7 @@ CORPUS_DIR = Path(__file__).resolve().parents[2] / "validation" / "references" /
 
 
 def skip_reason(run: dict) -> str:
-    """Why a corpus row without a scenario is not scored."""
+    """Why a corpus row is not scored (it has a `skip`, or no scenario)."""
     lay = run["layout"]
     if run.get("skip"):
         return run["skip"]  # the row's own reason: what its recipe does that clustersim cannot say
@@ -85,7 +87,7 @@ def corpus_runs(directory: Path = CORPUS_DIR) -> tuple[list[dict], list[dict]]:
             raise ValueError(f"{file.name}: release {doc['release']!r} has no split in CORPUS_SPLIT")
         for run in doc["runs"]:
             cid = f"corpus/{file.stem}:{run['id']}"
-            if "scenario" not in run:
+            if "scenario" not in run or run.get("skip"):
                 skipped.append({"id": f"{file.stem}:{run['id']}", "system": run["layout"]["system"], "precision": run["layout"]["precision"],
                                 "reason": skip_reason(run)})
                 continue
