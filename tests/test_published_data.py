@@ -390,3 +390,19 @@ def test_torchao_readme_row_runs_the_benchmark_scripts_layout():
     p, t = sc.parallel, sc.training
     assert sc.gpus == 8 and (p.dp, p.zero) == (8, 3) and (t.micro_batch, t.global_batch, t.seq_len) == (1, 8, 8192)
     assert t.recompute == "selective" and t.precision == "bf16" and dict(sc.framework.options)["compile"] is True
+
+
+def test_async_tp_rows_pair_vanilla_and_async_tp_on_tp_overlap_alone():
+    """torchtitan's async TP benchmark (2025-06): at each layout the vanilla and async TP rows differ only in
+    parallel.overlap_tp (what the framework's async_tp sets), FSDP over the DP ranks and TP 8 inside a node."""
+    from simulator.scenario import scenario_from_mapping
+    from simulator.validate.corpus import _flat, _pair_kind
+    runs = {r["id"]: r["scenario"] for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_async_tp.yaml").read_text())["runs"]}
+    for base, dp, batch in (("llama3-70b-256-h100-tp8-bf16", 32, 16), ("llama3-8b-64-h100-tp8-bf16", 8, 12)):
+        assert _pair_kind(_flat(runs[base]), _flat(runs[base + "-async-tp"])) == "tp_overlap"
+        for rid in (base, base + "-async-tp"):
+            sc = scenario_from_mapping(runs[rid], base_dir=ROOT)
+            p, t = sc.parallel, sc.training
+            assert (p.dp, p.tp, p.zero, sc.gpus) == (dp, 8, 3, dp * 8), rid
+            assert (t.micro_batch, t.global_batch, t.seq_len) == (batch, batch * dp, 8192), rid
+            assert p.overlap_tp is rid.endswith("async-tp"), rid
