@@ -388,3 +388,45 @@ def test_torchtitan_default_and_compiled_rows_pair_on_compile():
     from simulator.validate.corpus import _flat, _pair_kind
     a = {r["id"]: _flat(r["scenario"]) for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_sagemaker.yaml").read_text())["runs"]}
     assert _pair_kind(a["llama3-8b-32-h100-default-2024"], a["llama3-8b-32-h100-compile-2024"]) == "compile"
+
+
+def test_crusoe_torchtitan_rows_run_fsdp2_over_every_gpu_with_the_tables_local_batch():
+    """Crusoe's table (crusoecloud/torchtitan README): each row's GPU count and per-GPU batch size are the scenario's,
+    FSDP2 over all GPUs, one micro-batch per step, op-level SAC (what the logged memory allows, see the header)."""
+    from simulator.scenario import scenario_from_mapping
+    runs = yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_crusoe.yaml").read_text())["runs"]
+    assert len(runs) == 11
+    for r in runs:
+        sc = scenario_from_mapping(r["scenario"], base_dir=ROOT)
+        gpus = int(r["where"].split(" (")[1].split(" GPU)")[0])
+        batch = int(r["where"].split("batch ")[1].split(":")[0])
+        p, t = sc.parallel, sc.training
+        assert sc.gpus == gpus and (p.dp, p.tp, p.pp, p.cp, p.zero) == (gpus, 1, 1, 1, 3), r["id"]
+        assert (t.micro_batch, t.global_batch, t.seq_len, t.recompute) == (batch, batch * gpus, 8192, "selective"), r["id"]
+        assert sc.model.name == "llama3-8b" and sc.framework.name == "torchtitan" and dict(sc.framework.options)["compile"] is False, r["id"]
+
+
+def test_torchao_readme_row_runs_the_benchmark_scripts_layout():
+    """torchao's float8 README bf16 row: 8 H100, batch 1, seq 8192, torch.compile, FSDP2, per-op SAC."""
+    from simulator.scenario import scenario_from_mapping
+    (r,) = yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_torchao.yaml").read_text())["runs"]
+    sc = scenario_from_mapping(r["scenario"], base_dir=ROOT)
+    p, t = sc.parallel, sc.training
+    assert sc.gpus == 8 and (p.dp, p.zero) == (8, 3) and (t.micro_batch, t.global_batch, t.seq_len) == (1, 8, 8192)
+    assert t.recompute == "selective" and t.precision == "bf16" and dict(sc.framework.options)["compile"] is True
+
+
+def test_async_tp_rows_pair_vanilla_and_async_tp_on_tp_overlap_alone():
+    """torchtitan's async TP benchmark (2025-06): at each layout the vanilla and async TP rows differ only in
+    parallel.overlap_tp (what the framework's async_tp sets), FSDP over the DP ranks and TP 8 inside a node."""
+    from simulator.scenario import scenario_from_mapping
+    from simulator.validate.corpus import _flat, _pair_kind
+    runs = {r["id"]: r["scenario"] for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_async_tp.yaml").read_text())["runs"]}
+    for base, dp, batch in (("llama3-70b-256-h100-tp8-bf16", 32, 16), ("llama3-8b-64-h100-tp8-bf16", 8, 12)):
+        assert _pair_kind(_flat(runs[base]), _flat(runs[base + "-async-tp"])) == "tp_overlap"
+        for rid in (base, base + "-async-tp"):
+            sc = scenario_from_mapping(runs[rid], base_dir=ROOT)
+            p, t = sc.parallel, sc.training
+            assert (p.dp, p.tp, p.zero, sc.gpus) == (dp, 8, 3, dp * 8), rid
+            assert (t.micro_batch, t.global_batch, t.seq_len) == (batch, batch * dp, 8192), rid
+            assert p.overlap_tp is rid.endswith("async-tp"), rid
