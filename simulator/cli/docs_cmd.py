@@ -43,9 +43,9 @@ overrides any key by its dotted path (`--set parallel.tp=4`, `--set model.layers
 as YAML.
 
 The top level holds `name` (free text), `framework` (the training framework the scenario runs: `megatron`, the
-default, `torchtitan`, `deepspeed` or `nanotron`, or `{name: ..., <option>: ...}`; what each means by the keys
-below, its options and the keys it fixes are in docs/frameworks.md), `model` (a preset, a path to a Hugging
-Face `config.json`, or a mapping: see "Model"), and the sections `training`, `cluster` and `parallel` below.
+default, `torchtitan`, `deepspeed`, `nanotron` or `composer`, or `{name: ..., <option>: ...}`; what each means by
+the keys below, its options and the keys it fixes are in docs/frameworks.md), `model` (a preset, a path to a
+Hugging Face `config.json`, or a mapping: see "Model"), and the sections `training`, `cluster` and `parallel` below.
 
 Besides the per-key checks, the layout as a whole must hold together (`scenario.validate_layout`):
 - dp x tp x pp x cp equals the GPUs (nodes x gpus_per_node); `order` names each of tp, cp, ep, dp, pp once;

@@ -16,8 +16,10 @@ framework.<option>=...` sets one from the command line. The default is `""" + DE
 - the scenario keys it fixes unless the scenario sets them (a key the scenario sets always wins; an option given
   under `framework:` that disagrees with a key the scenario sets is an error, a `--set` override wins over the
   file's options);
-- the attention kernel family it runs, how it splits layers over pipeline stages, and the stack's measured
-  efficiencies.
+- the attention kernel family it runs, which FP8 casts its linears run, how it splits layers over pipeline
+  stages, the parallel dimensions it lacks (refused above 1), and the stack's measured efficiencies (a constant
+  of a kernel library that several frameworks run, such as Transformer Engine's FP8 GEMM efficiency, is kept
+  once in `simulator/frameworks/<library>.yaml` and named by each framework file that uses it).
 
 The report prints the framework, the options in force and what it made of the scenario's words.
 """
@@ -59,7 +61,9 @@ def render_frameworks() -> str:
         if fw.sp_with_tp is not None:
             fixed.append(("parallel.sp", "tp > 1" if fw.sp_with_tp.value else "false", fw.sp_with_tp.source))
         fixed += [("attention kernel", fw.attention_kernel.value, fw.attention_kernel.source),
+                  ("FP8 casts (training.precision fp8)", fw.fp8_recipe.value, fw.fp8_recipe.source),
                   ("pipeline split", fw.pp_split.value, fw.pp_split.source)]
+        fixed += [(key, f"1 ({why.value}; above 1 is refused)", why.source) for key, why in fw.lacks.items()]
         if fw.selective_recompute is not None:
             fixed.append(("training.recompute: selective means", fw.selective_recompute.value, fw.selective_recompute.source))
         lines += ["| fixes | to | source |", "|---|---|---|"]

@@ -6,8 +6,9 @@ Two steps, because a sweep changes the layout of a scenario already read:
    `efficiency`, wherever the scenario does not say otherwise. A key the scenario sets and an option
    sets differently is an error (two answers to one question). Returns the mapping and a `FrameworkChoice`.
 2. `layout_rules(choice, parallel, model)`, on every layout (`scenario.validate_layout`): what the layout's
-   words mean in that framework: `parallel.zero` as the framework's sharding policy (`spec.ZeroMeaning`),
-   FSDP's reshard default under pipelining, and the pipeline split (`pp_split.py`). It is idempotent, so a
+   words mean in that framework: the parallel dimensions it lacks (refused above 1, `spec.Framework.lacks`),
+   `parallel.zero` as the framework's sharding policy (`spec.ZeroMeaning`), FSDP's reshard default under
+   pipelining, and the pipeline split (`pp_split.py`). It is idempotent, so a
    layout validated twice means the same thing.
 
 Precedence, highest first: a key the scenario sets; an option given under `framework:`; the option's
@@ -222,6 +223,10 @@ def layout_rules(choice: FrameworkChoice, parallel, model):
     `ScenarioError` for a stage or split the framework does not have."""
     fw = choice.spec
     p = parallel
+    for key, why in fw.lacks.items():
+        size = getattr(p, key.split(".")[1])
+        if size != 1:
+            raise ScenarioError(key, f"{size} under framework {fw.name}: {why.value} ({why.source})", "1")
     meaning = fw.zero.get(str(p.zero))
     policy = _policy(meaning, p.pp) if meaning is not None else None
     if policy is None:

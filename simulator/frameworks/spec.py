@@ -1,5 +1,5 @@
 """What a training framework does, as data: one YAML file per framework in this package (`megatron.yaml`,
-`torchtitan.yaml`, `deepspeed.yaml`, `nanotron.yaml`), read strictly into a `Framework`.
+`torchtitan.yaml`, `deepspeed.yaml`, `nanotron.yaml`, `composer.yaml`), read strictly into a `Framework`.
 
 A framework file says, each entry with its source (a file and line of the framework, a doc, a paper):
 - `zero`: what the words `parallel.zero: N` mean there (Megatron's "ZeRO-2" is its distributed optimizer,
@@ -10,16 +10,20 @@ A framework file says, each entry with its source (a file and line of the framew
 - `defaults`: the scenario keys the framework fixes unless the scenario says otherwise (bucket sizes,
   gradient accumulation, pipeline sends), as dotted keys;
 - `attention_kernel`: the attention kernel family it runs (`costs.ATTENTION_KERNELS`);
+- `fp8_recipe`: which FP8 casts its linears run (`FP8_RECIPES`; `plan/opgraph.py` prices each);
 - `pp_split`: how it splits layers over pipeline stages (`even`: layers divisible by stages, or an error;
   `cost-balanced`: nanotron's cumulative compute-cost thresholds; `remainder-first`: torchtitan's, the
   embedding and the output counted as a layer each; `pp_split.py`);
-- `efficiency`: the stack's measured efficiencies (`cluster.efficiency` keys), fitted where the source says.
+- `efficiency`: the stack's measured efficiencies (`cluster.efficiency` keys), fitted where the source says. An
+  entry may name a constant of a kernel library instead of a number (`value: transformer_engine.gemm_fp8`):
+  the constant lives once in `<library>.yaml` here (`SHARED_CONSTANTS`) and every framework running those
+  kernels refers to it, so a number fitted on one framework's runs is transferred, not copied.
 
 `resolve.py` applies a framework to a scenario mapping; nothing else reads these files.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
@@ -29,7 +33,7 @@ from ..inputs import read_yaml_file
 from ..schema import from_mapping
 
 DIRECTORY = Path(__file__).resolve().parent
-FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "nanotron")
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed", "nanotron", "composer")
 """The frameworks clustersim prices, one `<name>.yaml` each; `megatron` is the default."""
 DEFAULT_FRAMEWORK = "megatron"
 POLICY_NAMES = ("ddp", "zero1", "zero2", "zero3")
@@ -38,6 +42,15 @@ SETTABLE_SECTIONS = ("training", "parallel", "cluster")
 """Top-level scenario sections a framework default or option may set."""
 PP_SPLITS = ("even", "cost-balanced", "remainder-first")
 SELECTIVE_RECOMPUTES = ("core_attn", "op")
+FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "torchao_tensorwise")
+"""FP8 cast pricings (`plan/opgraph.py` FP8_CASTS has one each): Transformer Engine's fused cast(-transpose)
+kernels with delayed scaling, the weights' FP8 copies cached across a step's micro-batches (`te_delayed`: the
+caller passes `is_first_microbatch`) or cast on every forward (`te_delayed_uncached`: it does not); torchao's
+dynamic tensorwise casts (`torchao_tensorwise`)."""
+LACKABLE = ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep")
+"""Parallel dimensions a framework may lack (`Framework.lacks`): a layout under it must keep them at 1."""
+SHARED_CONSTANTS = ("transformer_engine",)
+"""Kernel libraries whose constants (`<name>.yaml` here) framework files may name as an efficiency value."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,13 +114,20 @@ class Framework:
     options: dict[str, Option] = field(default_factory=dict)
     defaults: dict[str, Sourced] = field(default_factory=dict)
     attention_kernel: Sourced
+    fp8_recipe: Sourced
+    """Which FP8 casts `training.precision: fp8` runs (`FP8_RECIPES`)."""
     pp_split: Sourced
     efficiency: dict[str, Sourced] = field(default_factory=dict)
+    """`cluster.efficiency` key -> a number, or the name of a shared constant (`<library>.<key>`, resolved
+    when the file is read: the value and both sources)."""
     selective_recompute: Optional[Sourced] = None
     """What `training.recompute: selective` means: `core_attn` (Megatron's selective recompute, its
     `recompute_modules`; null means this too), or `op` (torchtitan's op-level SAC, `plan/op_sac.py`)."""
     sp_with_tp: Optional[Sourced] = None
     """true: sequence parallelism comes with TP (`parallel.sp` follows tp > 1 unless the scenario sets it)."""
+    lacks: dict[str, Sourced] = field(default_factory=dict)
+    """Parallel dimensions (`LACKABLE`) the framework does not have, each with the source that shows it (value:
+    what the report says instead); a layout with that dimension above 1 is refused."""
     notes: list[str] = field(default_factory=list)
     """What the file knows the framework does and clustersim does not price yet, said in the report."""
 
@@ -120,11 +140,16 @@ def _check(fw: Framework, where: str) -> Framework:
     """Cross-field checks of a framework file (a malformed shipped file is a bug the tests catch)."""
     if fw.pp_split.value not in PP_SPLITS:
         raise ScenarioError(f"{where}.pp_split", f"{fw.pp_split.value!r}", " | ".join(PP_SPLITS))
+    if fw.fp8_recipe.value not in FP8_RECIPES:
+        raise ScenarioError(f"{where}.fp8_recipe", f"{fw.fp8_recipe.value!r}", " | ".join(FP8_RECIPES))
     if fw.selective_recompute is not None and fw.selective_recompute.value not in SELECTIVE_RECOMPUTES:
         raise ScenarioError(f"{where}.selective_recompute", f"{fw.selective_recompute.value!r}", " | ".join(SELECTIVE_RECOMPUTES))
     for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets is not None)]:
         if key.split(".")[0] not in SETTABLE_SECTIONS or key.count(".") < 1:
             raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}")
+    for key in fw.lacks:
+        if key not in LACKABLE:
+            raise ScenarioError(f"{where}.lacks.{key}", "not a parallel dimension a framework may lack", " | ".join(LACKABLE))
     for n, o in fw.options.items():
         if o.requires is not None and o.requires not in fw.options:
             raise ScenarioError(f"{where}.options.{n}.requires", f"{o.requires!r} is not an option", ", ".join(fw.options))
@@ -134,6 +159,40 @@ def _check(fw: Framework, where: str) -> Framework:
     return fw
 
 
+@dataclass(frozen=True, kw_only=True)
+class KernelLibrary:
+    """Constants of a kernel library that several frameworks run (`transformer_engine.yaml`)."""
+    name: str
+    title: str
+    constants: dict[str, Sourced]
+    """`cluster.efficiency` key -> its value for this library's kernels, with where it was fitted or read."""
+
+
+@lru_cache(maxsize=None)
+def shared_constants(library: str) -> dict[str, Sourced]:
+    """The constants of kernel library `library` (`<library>.yaml` here), each a value with its source."""
+    path = DIRECTORY / f"{library}.yaml"
+    raw = read_yaml_file(path, f"constants file {path.name}")
+    return from_mapping(KernelLibrary, raw, f"constants file {path.name}").constants
+
+
+def _resolve_shared(fw: Framework, where: str) -> Framework:
+    """`fw` with each efficiency entry that names a shared constant replaced by the constant's value, its
+    source first and the framework's reason for using it after."""
+    out = {}
+    for key, entry in fw.efficiency.items():
+        if isinstance(entry.value, str):
+            library, _, name = entry.value.partition(".")
+            table = shared_constants(library) if library in SHARED_CONSTANTS else {}
+            if name not in table:
+                raise ScenarioError(f"{where}.efficiency.{key}", f"{entry.value!r} is not a shared constant",
+                                    ", ".join(f"{lib}.<key>" for lib in SHARED_CONSTANTS))
+            const = table[name]
+            entry = Sourced(value=const.value, source=f"{entry.value}: {const.source}. Here: {entry.source}")
+        out[key] = entry
+    return replace(fw, efficiency=out)
+
+
 @lru_cache(maxsize=None)
 def load_framework(name: str) -> Framework:
     """The framework file `<name>.yaml` shipped in this package."""
@@ -141,4 +200,5 @@ def load_framework(name: str) -> Framework:
         raise ScenarioError("framework", f"{name!r} is not a framework clustersim prices", " | ".join(FRAMEWORKS))
     path = DIRECTORY / f"{name}.yaml"
     raw = read_yaml_file(path, f"framework file {path.name}")
-    return _check(from_mapping(Framework, raw, f"framework file {path.name}"), f"framework file {path.name}")
+    where = f"framework file {path.name}"
+    return _check(_resolve_shared(from_mapping(Framework, raw, where), where), where)

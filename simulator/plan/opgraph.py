@@ -8,7 +8,7 @@ dimension's stream. Memory-bound byte counts: docs/modeling.md §7.3 (derived).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 from ..scenario import Scenario
@@ -189,8 +189,12 @@ casts the output gradient the same way, and the backward's GEMMs take transposed
 weight and gradient (read 1 + write 1). pytorch/ao torchao/float8/float8_linear.py @024fe94: Float8Linear.forward
 calls cast_input_to_float8 and cast_weight_to_float8_t on every call; manual_float8_matmul_with_args_in_float8
 saves both FP8 tensors and multiplies by their .t() in backward."""
-FP8_CASTS = {"torchtitan": TORCHAO_TENSORWISE}
-"""The framework's FP8 recipe; any other framework runs Transformer Engine's (`TE_DELAYED`)."""
+TE_DELAYED_UNCACHED = replace(TE_DELAYED, weight_per_step=False)
+"""Transformer Engine's delayed scaling where the caller does not pass `is_first_microbatch` (LLM Foundry's MPT
+calls its te.Linear modules as plain modules): TE casts the weight again on every forward (TransformerEngine v0.10
+transformer_engine/pytorch/module/linear.py:87, `update_fp8_weights = is_first_microbatch is None or ...`)."""
+FP8_CASTS = {"te_delayed": TE_DELAYED, "te_delayed_uncached": TE_DELAYED_UNCACHED, "torchao_tensorwise": TORCHAO_TENSORWISE}
+"""A framework file's `fp8_recipe` (frameworks/spec.py FP8_RECIPES) -> the casts it prices."""
 
 
 def fp8_cast(sc: Scenario, g: Compute) -> Compute | None:
@@ -202,7 +206,7 @@ def fp8_cast(sc: Scenario, g: Compute) -> Compute | None:
     if g.dtype != "fp8" or g.kind != "gemm":
         return None
     m, n, k = g.shape
-    casts = FP8_CASTS.get(sc.framework.name, TE_DELAYED)
+    casts = FP8_CASTS[sc.framework.spec.fp8_recipe.value]
     per_elt = casts.per_element()
     act, weight, grad = m * k * g.repeat, k * n * g.repeat, m * n * g.repeat
     nbytes = per_elt * (act + (weight / sc.micro_batches if casts.weight_per_step else weight))
