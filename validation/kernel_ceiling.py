@@ -1,7 +1,8 @@
 """The default kernel pricing against every published kernel point: each point of a GPU in
 simulator/cost/kernel_data.json (the data the default prices from) is priced by `CostModel.spec_compute_time` on a
 topology with that GPU, twice: by the published curves (`new`, the default) and by the spec-based constants alone
-(`old`, `published_kernels=False`). No fitting here, only the table.
+(`old`, `published_kernels=False`). No fitting here, only the table: GEMMs are priced by the published curve
+itself, before the share of it a training step sustains (`simulator/cost/sustained.py`, printed per GPU).
 
     python validation/kernel_ceiling.py [--gpu "H100 SXM5 80GB"] [--json]
 
@@ -61,6 +62,20 @@ def attention_op(p) -> Compute:
                    (p.batch_heads, p.s_q, p.s_kv, p.d_head, frac, p.phase))
 
 
+class PublishedCurve(CostModel):
+    """The default pricing with GEMMs at the published curve's own speed (no training-step share)."""
+
+    def sustained_gemm_fraction(self) -> float:
+        return 1.0
+
+
+def sustained_line(gpu: str) -> str:
+    """What the default prices a GEMM at inside a training step on this GPU, against the curve above."""
+    frac = CostModel(topology=load_topology(TOPOLOGY_OF_GPU[gpu])).sustained_gemm_fraction()
+    return (f"in a training step GEMMs are priced at {frac:.3f} of this curve's speed (simulator/cost/sustained.py)"
+            if frac < 1.0 else "in a training step GEMMs are priced at this curve's speed")
+
+
 def rows(gpu: str) -> list[dict]:
     topology = load_topology(TOPOLOGY_OF_GPU[gpu])
     pts = gpu_points(gpu)
@@ -68,9 +83,10 @@ def rows(gpu: str) -> list[dict]:
     for q in pts["gemm"]:
         p = SimpleNamespace(**q)
         op = gemm_op(p)
-        new, old = CostModel(topology=topology), CostModel(topology=topology, published_kernels=False)
+        new, old = PublishedCurve(topology=topology), CostModel(topology=topology, published_kernels=False)
         out.append({"kind": "gemm", "what": f"{p.dtype} {p.m}x{p.n}x{p.k}", "published_tflops": p.tflops,
-                    "published_s": op.flops / (p.tflops * 1e12), "new_s": new.spec_compute_time(op),
+                    "published_s": op.flops / (p.tflops * 1e12),
+                    "new_s": new.spec_compute_time(op),
                     "old_s": old.spec_compute_time(op), "held_out": not used_in_fit(q),
                     "role": "ceiling" if q.get("max_achievable") else ("fit" if used_in_fit(q) else "held out"),
                     "source": p.source})
@@ -140,7 +156,7 @@ def main(argv=None) -> int:
     if a.json:
         print(json.dumps(out, indent=1))
     else:
-        print("\n\n".join(f"== {g}\n{table(rs)}\n\n{summary(rs)}" for g, rs in out.items()))
+        print("\n\n".join(f"== {g}\n{table(rs)}\n\n{summary(rs)}\n{sustained_line(g)}" for g, rs in out.items()))
     return 0
 
 
