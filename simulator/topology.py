@@ -62,9 +62,9 @@ class GPUSpec:
     tdp_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
     """Rated board power (W) at which `peak_tflops` holds (H100 SXM 700, A100 SXM 400); null = not stated."""
     sms: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_SMS})
-    """Streaming multiprocessors on the die (H100 SXM 132, A100 108, B200 148): communication kernels that
-    run on SMs take their share of them from the compute beside (`cost/ep_sm_share.py`); null = not stated
-    (their SM cost is then not priced)."""
+    """Streaming multiprocessors on the die (H100 SXM 132, A100 108, B200 148): an expert all-to-all's
+    kernels hold some of them, which the compute overlapped with it loses (`cost/ep_sm_share.py`);
+    null = not stated (that SM cost is then not priced)."""
     power_limit_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
     """The power cap the cluster runs its GPUs at (`nvidia-smi -pl`), at most `tdp_w`; null = the rated
     power. Tensor-core work slows in proportion (`compute_clock_fraction`); HBM bandwidth does not."""
