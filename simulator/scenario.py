@@ -234,7 +234,8 @@ class Parallel:
     """How routed tokens reach their experts' ranks. alltoall: one NCCL all-to-all, a copy per (token,
     expert) (Megatron's alltoall dispatcher). deepep: DeepEP's kernels, a token sent once to each node
     it reaches over InfiniBand and forwarded within the node over NVLink, dispatched in FP8 under
-    precision fp8, combined in BF16 (DeepSeek-V3 report §3.2.2, §3.3.4; Megatron's flex dispatcher)."""
+    precision fp8, combined in BF16 (DeepSeek-V3 report §3.2.2, §3.3.4; Megatron's flex dispatcher).
+    Compute overlapped with either runs on the SMs its kernels leave (`cost/ep_sm_share.py`)."""
     ep_overlap: bool = False
     """Megatron's EP all-to-all overlap (`--overlap-moe-expert-parallel-comm`, `plan/ep_overlap.py`): in the 1F1B steady
     state a forward and another micro-batch's backward run as one pass, each one's all-to-alls under the other's compute;

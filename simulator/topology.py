@@ -38,6 +38,8 @@ its 1,400 W ran ~617 TFLOP/s against ~1,600-2,174 at 1,400 W (0.28-0.39 of it, a
 cubic; facebookexperimental/triton PR #2023, 2026-07-14), and an H100 capped at 600 W of 700 loses 10-15 %
 of pre-training step throughput (factryze.ai "Power capping", read 2026-11-25; 14 % linear, 5 % cubic).
 Memory-bound kernels are not slowed (HBM runs its own clock)."""
+MAX_SMS = 1024
+"""Streaming multiprocessors per GPU: 7x B200's 148; a larger figure is not one GPU."""
 MAX_LATENCY_US = 1e7
 """Any latency, us: 10 s (the slowest measured, a degraded pipeline send, is 250 ms)."""
 FIBRE_KM_PER_S = 299_792.458 * 2 / 3
@@ -59,6 +61,10 @@ class GPUSpec:
     """Where each figure comes from; figures not checked against a primary source say "unverified"."""
     tdp_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
     """Rated board power (W) at which `peak_tflops` holds (H100 SXM 700, A100 SXM 400); null = not stated."""
+    sms: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_SMS})
+    """Streaming multiprocessors on the die (H100 SXM 132, A100 108, B200 148): an expert all-to-all's
+    kernels hold some of them, which the compute overlapped with it loses (`cost/ep_sm_share.py`);
+    null = not stated (that SM cost is then not priced)."""
     power_limit_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
     """The power cap the cluster runs its GPUs at (`nvidia-smi -pl`), at most `tdp_w`; null = the rated
     power. Tensor-core work slows in proportion (`compute_clock_fraction`); HBM bandwidth does not."""

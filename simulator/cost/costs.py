@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import collectives
+from .ep_sm_share import ep_sm_share
 from .kernel_data import GpuKernels, gpu_kernels
 from .sustained import sustained_fraction
 from ..plan.layout import GroupShape
@@ -70,6 +71,9 @@ class CostModel:
     mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""
     attention_kernel: str = "cudnn"
     """The attention kernel family the framework runs (`frameworks/*.yaml` attention_kernel: flash2 | flash3 | cudnn)."""
+    ep_dispatcher: str = "alltoall"
+    """`parallel.ep_dispatcher`: whose kernels run the expert all-to-alls, and so how many SMs they hold
+    beside compute (`sm_share`, `ep_sm_share.py`)."""
     published_kernels: bool = True
     """Price GEMMs and attention from the GPU's published kernel points (`kernel_data.py`); False: the spec-based
     constants only (validation/kernel_ceiling.py's comparison column)."""
@@ -247,12 +251,15 @@ class CostModel:
         e = self.efficiency
         return e.get("tp_host_s", 0.0) + group.size * e.get("tp_host_per_rank_s", 0.0)
 
-    def sm_share(self, group: GroupShape) -> float:
+    def sm_share(self, group: GroupShape, op: Comm | None = None) -> float:
         """Share of the compute rate a collective on `group` takes while it runs beside compute
-        (`sm_share.slowed_end`): `comm_sm_share` for any group of more than one rank (NCCL's kernels hold
-        their SMs for the whole collective, inside a node or across)."""
+        (`sm_share.slowed_end`), for any group of more than one rank (the kernels hold their SMs for the
+        whole collective, inside a node or across): an expert all-to-all, the SMs of its dispatcher's
+        kernels over the GPU's (`ep_sm_share.ep_sm_share`); any other, `comm_sm_share`."""
         if group.size <= 1:
             return 0.0
+        if op is not None and op.dim == "ep" and op.collective == "all_to_all":
+            return ep_sm_share(self.ep_dispatcher, self.topology.gpu.sms)
         return self.efficiency.get("comm_sm_share", 0.0)
 
     def p2p_time(self, nbytes: float, same_node: bool) -> float:
@@ -267,6 +274,7 @@ def build_cost_model(sc) -> CostModel:
         profile = load_profile(sc.cluster.profile)
     return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
                      efficiency=dict(sc.cluster.efficiency), attention_kernel=sc.framework.attention_kernel,
+                     ep_dispatcher=sc.parallel.ep_dispatcher,
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
 
 

@@ -169,7 +169,7 @@ class OpTimes:
         key = ("sm", op)
         u = self._cache.get(key)
         if u is None:
-            u = self._cache[key] = self.cost.sm_share(self.shape(op.group or op.dim))
+            u = self._cache[key] = self.cost.sm_share(self.shape(op.group or op.dim), op)
         return u
 
     def use(self, op: Comm) -> tuple:
@@ -214,8 +214,7 @@ class PassScheduler:
         self.host, self.host_dim = t0, None
         """When the host has issued every op so far (`OpTimes.host`): nothing starts before it is issued."""
         self.beside: list = []
-        self.share = 0.0
-        """In-flight collectives (start, end, dim) and the compute share they take (`sm_share.py`)."""
+        """In-flight collectives (start, end, dim, share of the compute rate they take) (`sm_share.py`)."""
         self.anchor, self.anchor_dim = t0, None
         self.end, self.end_dim = t0, None
         self.compute_s = self.recompute_s = self.flops = 0.0
@@ -271,7 +270,7 @@ class PassScheduler:
                 end = start + dur
                 if self.beside:  # slowed by the collectives beside it: exposed time of theirs
                     self.beside = [x for x in self.beside if x[1] > start]
-                    end, slowed = beside_end(start, dur, self.beside, self.share)
+                    end, slowed = beside_end(start, dur, self.beside)
                     if slowed:
                         self.exposed[slowed] += end - start - dur
                 free["compute"] = end
@@ -306,8 +305,7 @@ class PassScheduler:
                 dims[i] = op.dim
                 sm = times.sm_share(op) if dur > 0 else 0.0
                 if sm > 0:
-                    self.share = sm
-                    self.beside.append((start, end, op.dim))
+                    self.beside.append((start, end, op.dim, sm))
                 self.comm[op.dim] += dur
                 if dur > 0:
                     self.count[op.dim] += 1

@@ -3,8 +3,10 @@ channel, resident for the whole collective, whether its data crosses NVLink or w
 GEMM that overlaps one runs on the SMs left over.
 
 A compute op progresses at rate 1 - s while a collective of its rank is in flight beside it and at full
-rate otherwise, s = `cluster.efficiency.comm_sm_share` (`CostModel.sm_share`; 0 by default: no
-slowdown). Counted: the TP / CP / EP collectives inside a pass (`evaluate/passes.py`) and the gradient
+rate otherwise, s = the collective's share (`CostModel.sm_share`): `cluster.efficiency.comm_sm_share`
+(0 by default: no slowdown), and for the expert all-to-alls the SMs their dispatcher's kernels hold over
+the GPU's (`cost/ep_sm_share.py`). Where collectives of different shares are in flight together the
+largest counts (the SMs they hold might add up; not priced). Counted: the TP / CP / EP collectives inside a pass (`evaluate/passes.py`) and the gradient
 buckets overlapped with the backward that releases them (`overlap_dp`: on every pass that releases them,
 i.e. ZeRO-2's every backward; both evaluators, `evaluate/analytic.py` and `engine/sim.py`); not yet:
 ZeRO's parameter gathers overlapped with forwards, ZeRO-3's per-layer traffic, PP sends. This is why Megatron's `--tp-comm-overlap` moves the TP transfers to copy
@@ -19,14 +21,20 @@ def slowed_end(start: float, work: float, busy: list[tuple], share: float) -> fl
     start + work / (1 - share) if the op ends first, else start + work + share * (e - start)."""
     if share <= 0.0 or work <= 0.0 or not busy:
         return start + work
-    rate = 1.0 - share
+    return _run(start, work, [(b, e, share) for b, e in _union(busy, start)])
+
+
+def _run(start: float, work: float, spans: list[tuple[float, float, float]]) -> float:
+    """End of `work` seconds of compute from `start` over sorted disjoint (begin, end, share) spans: rate
+    1 - share inside a span, 1 between them."""
     t, left = start, work
-    for b, e in _union(busy, start):
+    for b, e, share in spans:
         if b > t:  # full speed until the next collective
             if t + left <= b:
                 return t + left
             left -= b - t
             t = b
+        rate = 1.0 - share
         cap = (e - t) * rate
         if left <= cap:
             return t + left / rate
@@ -46,10 +54,15 @@ def in_turn(jobs: list[tuple[float, float]], free: float = 0.0) -> list[tuple[fl
     return out
 
 
-def beside_end(start: float, work: float, beside: list[tuple[float, float, str]], share: float) -> tuple[float, str | None]:
-    """`slowed_end` over collectives (begin, end, dim), and the dimension charged for the slowdown (the
-    collective overlapping the op longest; None when it was not slowed)."""
-    end = slowed_end(start, work, beside, share)
+def beside_end(start: float, work: float, beside: list[tuple[float, float, str, float]]) -> tuple[float, str | None]:
+    """`slowed_end` over collectives (begin, end, dim, share), each at its own share (the largest where
+    several are in flight), and the dimension charged for the slowdown (the collective overlapping the op
+    longest; None when it was not slowed)."""
+    shares = {x[3] for x in beside}
+    if len(shares) == 1:
+        end = slowed_end(start, work, beside, shares.pop())
+    else:
+        end = _run(start, work, _largest(beside, start)) if work > 0.0 else start
     if end <= start + work:
         return start + work, None
     return end, max(beside, key=lambda x: min(x[1], end) - max(x[0], start))[2]
@@ -64,3 +77,20 @@ def _union(busy: list[tuple], start: float) -> list[tuple[float, float]]:
         else:
             out.append([b, e])
     return [(b, e) for b, e in out]
+
+
+def _largest(busy: list[tuple], start: float) -> list[tuple[float, float, float]]:
+    """(begin, end, share) of `busy` (begin, end, dim, share) after `start` as sorted disjoint spans, each
+    at the largest share in flight over it."""
+    live = [(max(x[0], start), x[1], x[3]) for x in busy if x[1] > start and x[3] > 0.0]
+    cuts = sorted({c for b, e, _ in live for c in (b, e)})
+    out: list[list[float]] = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        s = max((sh for b, e, sh in live if b <= lo and e >= hi), default=0.0)
+        if s <= 0.0:
+            continue
+        if out and out[-1][1] == lo and out[-1][2] == s:
+            out[-1][1] = hi
+        else:
+            out.append([lo, hi, s])
+    return [(b, e, s) for b, e, s in out]

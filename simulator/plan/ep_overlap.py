@@ -20,6 +20,7 @@ sub-modules on a compute and a communication stream (models/common/model_chunk_s
 :500-580: combine_bwd | dispatch_fwd -> dispatch_bwd | combine_fwd on the communication stream beside
 pre_dispatch_fwd | mlp_bwd -> mlp_fwd | pre_dispatch_bwd); `plan/overlap.py` cuts both passes at their
 blocking collectives and alternates the segments, the same interleaving up to the order of segments.
+The compute beside an in-flight all-to-all runs on the SMs its kernels leave (`cost/ep_sm_share.py`).
 
 Memory: the extra warm-up forward holds one micro-batch more on every rank than the schedule without the
 overlap (`ep_overlap_inflight`).

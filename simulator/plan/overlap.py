@@ -9,8 +9,9 @@ B's compute up to its first all-to-all while the dispatch is in flight, then F's
 collective is in flight, and so on. Each pass keeps its own dependencies (a block's first ops wait
 for the same pass's previous block, as between blocks of a plain pass), so neither waits on the
 other except through the shared compute stream and the shared collective streams. The SM cost of
-the collectives running beside compute is the cost model's (`evaluate/sm_share.py`; the report gives
-20 of the H800's 132 SMs to communication).
+the collectives running beside compute is the cost model's (`evaluate/sm_share.py`; for the expert
+all-to-alls the SMs their dispatcher's kernels hold, `cost/ep_sm_share.py`: the report gives 20 of the
+H800's 132 SMs to communication).
 
 Nothing here is timed: the order is structural, the evaluators' list scheduler times it.
 """
