@@ -66,6 +66,10 @@ def render_frameworks() -> str:
         fixed += [(key, f"1 ({why.value}; above 1 is refused)", why.source) for key, why in fw.lacks.items()]
         if fw.selective_recompute is not None:
             fixed.append(("training.recompute: selective means", fw.selective_recompute.value, fw.selective_recompute.source))
+        if fw.tp_overlap is not None:
+            fixed.append(("parallel.overlap_tp overlaps", fw.tp_overlap.value, fw.tp_overlap.source))
+        if fw.tp_wgrad_input is not None:
+            fixed.append(("column-parallel weight gradient's input", fw.tp_wgrad_input.value, fw.tp_wgrad_input.source))
         lines += ["| fixes | to | source |", "|---|---|---|"]
         lines += [f"| `{k}` | {_cell(_value(v))} | {_cell(src)} |" for k, v, src in fixed]
         lines.append("")

@@ -11,6 +11,8 @@ A framework file says, each entry with its source (a file and line of the framew
   gradient accumulation, pipeline sends), as dotted keys;
 - `attention_kernel`: the attention kernel family it runs (`costs.ATTENTION_KERNELS`);
 - `fp8_recipe`: which FP8 casts its linears run (`FP8_RECIPES`; `plan/opgraph.py` prices each);
+- `tp_overlap`: what `parallel.overlap_tp` overlaps there (`TP_OVERLAPS`; `plan/tp_overlap.py` prices each);
+- `tp_wgrad_input`: whether a column-parallel linear's weight gradient re-gathers its SP input (`TP_WGRAD_INPUTS`);
 - `pp_split`: how it splits layers over pipeline stages (`even`: layers divisible by stages, or an error;
   `cost-balanced`: nanotron's cumulative compute-cost thresholds; `remainder-first`: torchtitan's, the
   embedding and the output counted as a layer each; `pp_split.py`);
@@ -47,6 +49,15 @@ FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "torchao_tensorwise")
 kernels with delayed scaling, the weights' FP8 copies cached across a step's micro-batches (`te_delayed`: the
 caller passes `is_first_microbatch`) or cast on every forward (`te_delayed_uncached`: it does not); torchao's
 dynamic tensorwise casts (`torchao_tensorwise`)."""
+TP_OVERLAPS = ("userbuffers", "micro_pipeline")
+"""What `parallel.overlap_tp` overlaps (`plan/tp_overlap.py`): every SP all-gather and reduce-scatter beside its
+GEMM, the backward's and the weight gradient's included (`userbuffers`: Transformer Engine's userbuffers under
+Megatron's --tp-comm-overlap; null means this), or only the pairs PyTorch's micro-pipeline TP pass matches
+(`micro_pipeline`: torchtitan's async TP)."""
+TP_WGRAD_INPUTS = ("regather", "saved")
+"""Where a column-parallel linear's weight gradient gets its gathered SP input: all-gathered again in the
+backward (`regather`: Megatron, KOR22 §4.2.2; null means this), or the forward's gathered tensor, kept by
+autograd or re-made by the recompute's own all-gather (`saved`: DTensor TP)."""
 LACKABLE = ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep")
 """Parallel dimensions a framework may lack (`Framework.lacks`): a layout under it must keep them at 1."""
 SHARED_CONSTANTS = ("transformer_engine",)
@@ -125,6 +136,10 @@ class Framework:
     `recompute_modules`; null means this too), or `op` (torchtitan's op-level SAC, `plan/op_sac.py`)."""
     sp_with_tp: Optional[Sourced] = None
     """true: sequence parallelism comes with TP (`parallel.sp` follows tp > 1 unless the scenario sets it)."""
+    tp_overlap: Optional[Sourced] = None
+    """What `parallel.overlap_tp` overlaps (`TP_OVERLAPS`); null: `userbuffers`."""
+    tp_wgrad_input: Optional[Sourced] = None
+    """Where the column-parallel weight gradient's gathered input comes from (`TP_WGRAD_INPUTS`); null: `regather`."""
     lacks: dict[str, Sourced] = field(default_factory=dict)
     """Parallel dimensions (`LACKABLE`) the framework does not have, each with the source that shows it (value:
     what the report says instead); a layout with that dimension above 1 is refused."""
@@ -144,6 +159,10 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.fp8_recipe", f"{fw.fp8_recipe.value!r}", " | ".join(FP8_RECIPES))
     if fw.selective_recompute is not None and fw.selective_recompute.value not in SELECTIVE_RECOMPUTES:
         raise ScenarioError(f"{where}.selective_recompute", f"{fw.selective_recompute.value!r}", " | ".join(SELECTIVE_RECOMPUTES))
+    if fw.tp_overlap is not None and fw.tp_overlap.value not in TP_OVERLAPS:
+        raise ScenarioError(f"{where}.tp_overlap", f"{fw.tp_overlap.value!r}", " | ".join(TP_OVERLAPS))
+    if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
+        raise ScenarioError(f"{where}.tp_wgrad_input", f"{fw.tp_wgrad_input.value!r}", " | ".join(TP_WGRAD_INPUTS))
     for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets is not None)]:
         if key.split(".")[0] not in SETTABLE_SECTIONS or key.count(".") < 1:
             raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}")

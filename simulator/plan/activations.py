@@ -11,6 +11,7 @@ from ..scenario import Scenario
 from . import op_sac
 from .layer_ops import layer_forward
 from .layout import layer_recompute
+from .tp_overlap import wgrad_input_saved
 from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, FP8_STORE_BYTES, Shard, shard
 
 TOKEN_ID_BYTES = 8
@@ -146,6 +147,11 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
         terms.update(_mlp_terms(sc, z, m.ffn_hidden / z.t, T, ""))
     if m.hidden_dropout:
         terms["mlp_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
+    if wgrad_input_saved(sc) and sc.parallel.sp and z.t > 1:
+        # DTensor TP: the column linears' autograd keeps the all-gathered input, not the SP shard
+        for k in ("qkv_input", "fc1_input"):
+            if k in terms:
+                terms[k] = ab * T * h
     if "layernorm" in mods:  # the pre-norms' outputs, re-normed from their stored inputs
         for k in ("qkv_input", "fc1_input", "router_input"):
             terms.pop(k, None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import fusion, op_sac
-from .tp_overlap import chunk_tp_overlap
+from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
 from .documents import scenario_packing
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
                       LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add, shard,
@@ -274,6 +274,9 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     sp = sc.parallel.sp and z.t > 1
     async_linear = tp_linear_async(sc)
     regather = None  # async column linear: its re-gather's node, then its wgrad waits for the dgrad's reduce-scatter
+    micro_pipeline = sc.overlap_tp and overlap_mode(sc) == "micro_pipeline"
+    saved_input = wgrad_input_saved(sc)
+    last_gemm = None  # the GEMM the walk met last: the one a forward all-gather fed
     attention_done = False
     for node in reversed(fwd.nodes):
         op = node.op
@@ -292,10 +295,17 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
                 b.pending.append(rs)
                 regather = None
                 continue
-            b.comm(Comm(op.name + "_bwd", op.dim, _BWD_COMM[op.collective], op.bytes, op.blocking))
-            if op.collective == "all_gather" and sp:
+            blocking = op.blocking
+            if micro_pipeline and op.dim == "tp" and op.collective == "all_gather" and not _one_linear(sc, last_gemm):
+                # the dgrad's reduce-scatter reads the sum of several linears' dgrads: not a matmul's output, so
+                # the micro-pipeline pass leaves it a plain collective the norm's backward waits for
+                blocking = True
+            b.comm(Comm(op.name + "_bwd", op.dim, _BWD_COMM[op.collective], op.bytes, blocking))
+            last_gemm = None
+            if op.collective == "all_gather" and sp and not saved_input:
                 # Megatron re-gathers the SP input for the weight gradient (KOR22 §4.2.2), overlapped with dgrad
-                wgrad_ag.append(Comm(op.name + "_wgrad", "tp", "all_gather", op.bytes, blocking=not sc.overlap_tp))
+                wgrad_ag.append(Comm(op.name + "_wgrad", "tp", "all_gather", op.bytes,
+                                     blocking=not sc.overlap_tp or micro_pipeline))
             continue
         if op.name.startswith("cp_merge"):
             continue  # the ring backward's blocks use the merged log-sum-exp; no backward of their own
@@ -309,6 +319,8 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
                 b.extend(sub)
             _attention_backward(sc, z, b)
             continue
+        if op.kind == "gemm":
+            last_gemm = op.name
         dgrad, wgrad = backward_of(op, z)
         if async_linear and op.name in COLUMN_LINEARS and wgrad is not None:
             # re-gather the SP input under the dgrad GEMM; the wgrad comes with the reduce-scatter (above)
@@ -330,7 +342,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         if key and key in ag:
             # the re-gather reads the saved SP-sharded input: with overlap_tp it starts at once, behind earlier
             # W GEMMs; without, it runs in line like every other TP collective
-            w.comm(ag.pop(key), after_compute=not sc.overlap_tp)
+            w.comm(ag.pop(key), after_compute=not sc.overlap_tp or micro_pipeline)
             w.pending = [len(w.nodes) - 1]
         w.compute(op)
     acc = grad_accum_op(sc, sum(layer_rank_params(sc, layer)))
@@ -338,9 +350,19 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         w.compute(acc)
     passes = fusion.apply(sc, LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes)))
     if sc.overlap_tp and sp:  # each TP collective rides its GEMM in t chunks (tp_overlap.py)
-        return LayerPasses(layer, chunk_tp_overlap(passes.F, z.t), chunk_tp_overlap(passes.B, z.t),
-                           chunk_tp_overlap(passes.W, z.t))
+        mode = overlap_mode(sc)
+        # a weight gradient reads the gathered input as its right operand: the micro-pipeline pass does not fuse it
+        w_nodes = passes.W if mode == "micro_pipeline" else chunk_tp_overlap(passes.W, z.t, mode)
+        return LayerPasses(layer, chunk_tp_overlap(passes.F, z.t, mode), chunk_tp_overlap(passes.B, z.t, mode), w_nodes)
     return passes
+
+
+def _one_linear(sc: Scenario, gemm_name: str | None) -> bool:
+    """Whether the plan GEMM `gemm_name` is one linear of the framework (its dgrad a single matmul's output):
+    torchtitan's gated MLP runs w1 and w3 as two (`op_sac.LINEARS`); its Llama 3 QKV is one fused linear."""
+    if gemm_name not in COLUMN_LINEARS:
+        return False
+    return not (sc.model.gated_mlp and op_sac.LINEARS.get(gemm_name, 1) > 1)
 
 
 def grad_accum_op(sc: Scenario, params: float) -> Compute | None:

@@ -24,6 +24,29 @@ Published end-to-end gains this bounds: async TP ~8 % on Llama 3 8B and 70B (PyT
 w/ TorchTitan: Introducing Async Tensor Parallelism", 2024), 1.04-1.16x in torchtitan's
 benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md.
 
+PyTorch's micro-pipeline TP (torchtitan's async TP: `torch._inductor.config._micro_pipeline_tp`, framework
+file `tp_overlap: micro_pipeline`) decomposes differently at both ends and matches fewer pairs. Read in torch
+2.13.0 (the logic is the same in the 2025-06 source the published async-TP runs used, torch 38410cf9):
+- `torch/distributed/_symmetric_memory/__init__.py:146-323` (`_pipelined_multi_all_gather_and_consume`): each
+  rank copies its shard into its symmetric buffer and all ranks barrier (:262-263), the local shard's GEMM
+  chunk runs at once (:269), then each of the t - 1 remote shards is pulled (a copy-engine copy,
+  `copy_` from a peer's buffer; "Use copy engine-based copy whenever possible", :1668) and its GEMM chunk
+  runs (:271-281). Nothing of the transfer is exposed ahead of the GEMM but the local copy; all of it
+  moves under the GEMM chunks.
+- `:325-440` (`_pipelined_produce_and_all2all`) with `_fused_matmul_reduce_scatter_impl` (:1254-1340): the
+  GEMM chunk for each remote rank is computed and pulled by it (:367-436), the local chunk last (:438), then
+  one reduction kernel sums the t stacked partials (`reduce_fn`, :1305/:1331): it reads the whole GEMM
+  output and writes 1/t of it. That kernel, not a last transfer chunk, is what stays exposed.
+So `micro_pipeline` prices: all-gather -> GEMM as the local copy (2/t of the collective's bytes through HBM,
+exposed), then the whole transfer beside the GEMM's t chunks, the last chunk after it; GEMM -> reduce-scatter
+as the first chunk, the whole transfer beside the other t - 1, then the reduction (bytes x (1 + 1/t)) exposed.
+A TP collective it does not fuse stays as compiled vanilla TP runs it (blocking: its wait sits right before its
+first use, and `reorder_for_compute_comm_overlap` is off by default, torch 2.13.0 `_inductor/config.py:402`).
+Which pairs it fuses is decided in `plan/layer_ops.py` (the pass matches only an all-gather whose output is a
+GEMM's left operand and a reduce-scatter whose input is one GEMM's output: not the weight gradient's input,
+not a sum of several linears' dgrads). The transfers are priced as the NCCL collective of the same bytes
+(the copy engines' peer-copy bandwidth is not a published figure here).
+
 `chunk_tp_overlap` rewrites a pass's node list (built with non-blocking TP collectives) into that pattern, so
 both evaluators price it from the plan.
 """
@@ -32,6 +55,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .opgraph import Comm, Compute, Node
+
+MODES = ("userbuffers", "micro_pipeline")
+"""How the chunks are exchanged (the framework file's `tp_overlap`; module docstring)."""
+
+
+def overlap_mode(sc) -> str:
+    """The scenario's framework's `tp_overlap` (`userbuffers` when its file says nothing)."""
+    entry = sc.framework.spec.tp_overlap
+    return entry.value if entry is not None else "userbuffers"
+
+
+def wgrad_input_saved(sc) -> bool:
+    """Whether the framework's column-parallel weight gradient reads the forward's gathered input (DTensor TP:
+    autograd keeps it, or the recompute's all-gather re-makes it) instead of all-gathering it again."""
+    entry = sc.framework.spec.tp_wgrad_input
+    return entry is not None and entry.value == "saved"
 
 
 def _part(op, frac: float, name: str, rows_of: int | None = None, repeat: int | None = None):
@@ -54,10 +93,13 @@ def _is_gemm(op) -> bool:
     return isinstance(op, Compute) and op.kind == "gemm"
 
 
-def chunk_tp_overlap(nodes: tuple[Node, ...] | list[Node], t: int) -> tuple[Node, ...]:
+def chunk_tp_overlap(nodes: tuple[Node, ...] | list[Node], t: int, mode: str = "userbuffers") -> tuple[Node, ...]:
     """The node list with every (all-gather -> GEMM) and (GEMM -> reduce-scatter) pair of non-blocking TP
-    collectives replaced by its t-chunk ring-exchange pattern (module docstring). Other nodes keep their
-    order; dependencies are renumbered (an old node's dependents wait for the new node that completes it)."""
+    collectives replaced by its t-chunk pattern, as `mode` exchanges the chunks (module docstring). Other nodes
+    keep their order; dependencies are renumbered (an old node's dependents wait for the new node that
+    completes it)."""
+    if mode not in MODES:
+        raise ValueError(f"tp overlap mode {mode!r}: expected one of {', '.join(MODES)}")
     if t <= 1:
         return tuple(nodes)
     nodes = list(nodes)
@@ -73,7 +115,12 @@ def chunk_tp_overlap(nodes: tuple[Node, ...] | list[Node], t: int) -> tuple[Node
             new.add(after[d] if d in after and upto > d else done[d])
         return tuple(sorted(new))
 
+    held: list[int] = []  # unfused collectives made blocking: the next compute waits for them
+
     def add(op, dep: tuple[int, ...], tag: str) -> int:
+        if isinstance(op, Compute) and held:
+            dep = tuple(dep) + tuple(held)
+            held.clear()
         out.append(Node(op, tuple(sorted(set(dep))), tag))
         return len(out) - 1
 
@@ -82,6 +129,34 @@ def chunk_tp_overlap(nodes: tuple[Node, ...] | list[Node], t: int) -> tuple[Node
         node = nodes[i]
         op = node.op
         nxt = nodes[i + 1] if i + 1 < len(nodes) else None
+        if _is_tp(op, "all_gather") and nxt is not None and _is_gemm(nxt.op) and mode == "micro_pipeline":
+            g = nxt
+            # local shard into the symmetric buffer (read + write 1/t), then its GEMM chunk with no wait
+            head = add(Compute(op.name + "_local_copy", "elementwise", 0.0, 2.0 * op.bytes / t, "bf16", (int(op.bytes / t),)),
+                       deps(node.deps, i), node.tag)
+            rest = add(replace(op, name=op.name + "_pulls"), (head,), node.tag)
+            first = add(_part(g.op, head_frac, g.op.name + "_local", rows_of=t),
+                        deps(tuple(d for d in g.deps if d != i), i + 1) + (head,), g.tag)
+            prev = first
+            if t > 2:
+                prev = add(_part(g.op, (t - 2.0) / t, g.op.name + "_chunks", rows_of=t, repeat=g.op.repeat * (t - 2)),
+                           (first,), g.tag)
+            last = add(_part(g.op, head_frac, g.op.name + "_last", rows_of=t), (prev, rest), g.tag)
+            done[i], done[i + 1] = rest, last
+            i += 2
+            continue
+        if _is_gemm(op) and nxt is not None and _is_tp(nxt.op, "reduce_scatter") and mode == "micro_pipeline":
+            r = nxt
+            first = add(_part(op, head_frac, op.name + "_first", rows_of=t), deps(node.deps, i), node.tag)
+            rest = add(replace(r.op, name=r.op.name + "_pulls"), (first,), r.tag)
+            grest = add(_part(op, rest_frac, op.name + "_chunks", rows_of=t, repeat=op.repeat * (t - 1)), (first,), node.tag)
+            # one kernel sums the t stacked partials: reads the whole GEMM output, writes 1/t of it
+            red = add(Compute(r.op.name + "_reduce", "elementwise", 0.0, r.op.bytes * (1.0 + 1.0 / t), "bf16",
+                              (int(r.op.bytes / t),)), (grest, rest), r.tag)
+            done[i], done[i + 1] = grest, red
+            after[i] = red
+            i += 2
+            continue
         if _is_tp(op, "all_gather") and nxt is not None and _is_gemm(nxt.op):
             g = nxt
             head = add(replace(op, name=op.name + "_chunk0", bytes=op.bytes * head_frac, blocking=True),
@@ -103,6 +178,12 @@ def chunk_tp_overlap(nodes: tuple[Node, ...] | list[Node], t: int) -> tuple[Node
             done[i], done[i + 1] = grest, last
             after[i] = last
             i += 2
+            continue
+        if mode == "micro_pipeline" and (_is_tp(op, "all_gather") or _is_tp(op, "reduce_scatter")):
+            # a collective the pass did not fuse runs as compiled vanilla TP runs it: its wait right before its use
+            done[i] = add(replace(op, blocking=True), deps(node.deps, i), node.tag)
+            held.append(done[i])
+            i += 1
             continue
         done[i] = add(op, deps(node.deps, i), node.tag)
         i += 1
