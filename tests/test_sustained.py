@@ -51,3 +51,17 @@ def test_the_fraction_never_speeds_a_gpu_up():
 def test_the_report_says_the_gemms_are_derated_and_why():
     src = CostModel(load_topology("dgx-h100")).kernel_source()
     assert "sustain" in src and "fitted" in src and "sustained.py" in src
+
+
+def test_a_profiles_gemm_times_take_the_same_share_as_the_published_points():
+    """A calibration profile times GEMMs in a loop too: on an H100 a step is priced at the same share of them."""
+    from simulator.cost.profile import load_profile
+    from simulator.plan.opgraph import Compute
+    prof = load_profile("calibrate/profiles/h100-sxm-published.json")
+    op = Compute("g", "gemm", 2.0 * 8192 * 8192 * 8192, 3 * 8192 * 8192 * 2.0, "bf16", (8192, 8192, 8192))
+    measured = prof.compute_time(op)
+    assert measured is not None
+    cm = CostModel(load_topology("dgx-h100"), profile=prof)
+    assert cm.compute_time(op) == pytest.approx(measured / cm.sustained_gemm_fraction())
+    a100 = CostModel(load_topology("dgx-a100"), profile=prof)
+    assert a100.compute_time(op) == pytest.approx(measured), "no share where the GPU has none"

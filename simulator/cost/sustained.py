@@ -24,9 +24,10 @@ Llama 3 405B on 8K / 16K H100 +27.6 / +27.7 / +13.2 % -> -3.3 / -2.6 / -2.8 %; t
 +50.7..+58.0 % -> +16.4..+22.3 % (its FP8/BF16 pair's ratio error -4.2 -> +2.9 %); LLM Foundry's MPT at sequence
 512 (BF16) +42 / +43 % -> +5 / +7 %.
 
-Not derated: A100 (its spec 0.78 already sits under the A100's published ceilings, and Megatron's A100 papers read
-+2..+12 % with it), Blackwell (no training run on a fit split), and GEMM times from a calibration profile (measured
-on the user's GPU by microbenchmark, as the published points were: not derated yet, said in docs/modeling.md).
+GEMM times from a calibration profile are microbenchmarks too (calibrate times one shape in a loop): on a GPU
+listed here they take the same share (`CostModel.compute_time`). Not derated: A100 (its spec 0.78 already sits
+under the A100's published ceilings, and Megatron's A100 papers read +2..+12 % with it) and Blackwell (no
+training run on a fit split).
 """
 from __future__ import annotations
 
