@@ -145,3 +145,18 @@ def test_megatrons_fitted_fp8_gemm_efficiency_prices_fp8_gemms_only():
     published = titan.kernels().gemm["fp8"].peak_efficiency * titan.sustained_gemm_fraction()
     assert titan.gemm_curve("fp8")[0] == published, "torchtitan keeps the published FP8 curve (as sustained in training)"
     assert mega.gemm_curve("bf16") == titan.gemm_curve("bf16")
+
+
+@pytest.mark.parametrize("name,head_dtype", [("megatron", "bf16"), ("torchtitan", "fp8")])
+def test_the_lm_head_runs_in_fp8_only_where_the_framework_converts_its_output_layer(name, head_dtype):
+    """Megatron's output layer is not a TE module (BF16 under FP8); torchtitan's float8 converter swaps it too."""
+    from simulator.plan.step_ops import head_backward, head_forward
+    raw = mapping(name, zero=3 if name == "torchtitan" else 1)
+    raw["training"]["precision"] = "fp8"
+    sc = scenario_from_mapping(raw)
+    fwd = [n.op for n in head_forward(sc) if n.op.name == "lm_head"]
+    b, w = head_backward(sc)
+    grads = [n.op for n in (*b, *w) if n.op.name.startswith("lm_head_")]
+    assert len(fwd) == 1 and len(grads) == 2
+    assert {op.dtype for op in fwd + grads} == {head_dtype}
+    assert load_framework(name).fp8_output_layer.value is (head_dtype == "fp8")

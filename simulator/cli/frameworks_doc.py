@@ -68,6 +68,9 @@ def render_frameworks() -> str:
             fixed.append(("training.recompute: selective means", fw.selective_recompute.value, fw.selective_recompute.source))
         if fw.tp_overlap is not None:
             fixed.append(("parallel.overlap_tp overlaps", fw.tp_overlap.value, fw.tp_overlap.source))
+        if fw.fp8_output_layer is not None:
+            fixed.append(("LM head under training.precision fp8", "fp8" if fw.fp8_output_layer.value else "bf16",
+                          fw.fp8_output_layer.source))
         if fw.tp_wgrad_input is not None:
             fixed.append(("column-parallel weight gradient's input", fw.tp_wgrad_input.value, fw.tp_wgrad_input.source))
         lines += ["| fixes | to | source |", "|---|---|---|"]

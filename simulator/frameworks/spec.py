@@ -140,6 +140,8 @@ class Framework:
     """What `parallel.overlap_tp` overlaps (`TP_OVERLAPS`); null: `userbuffers`."""
     tp_wgrad_input: Optional[Sourced] = None
     """Where the column-parallel weight gradient's gathered input comes from (`TP_WGRAD_INPUTS`); null: `regather`."""
+    fp8_output_layer: Optional[Sourced] = None
+    """true: `training.precision: fp8` runs the output layer (LM head) in FP8 as well; null or false: it stays BF16."""
     lacks: dict[str, Sourced] = field(default_factory=dict)
     """Parallel dimensions (`LACKABLE`) the framework does not have, each with the source that shows it (value:
     what the report says instead); a layout with that dimension above 1 is refused."""
@@ -161,6 +163,8 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.selective_recompute", f"{fw.selective_recompute.value!r}", " | ".join(SELECTIVE_RECOMPUTES))
     if fw.tp_overlap is not None and fw.tp_overlap.value not in TP_OVERLAPS:
         raise ScenarioError(f"{where}.tp_overlap", f"{fw.tp_overlap.value!r}", " | ".join(TP_OVERLAPS))
+    if fw.fp8_output_layer is not None and not isinstance(fw.fp8_output_layer.value, bool):
+        raise ScenarioError(f"{where}.fp8_output_layer", f"{fw.fp8_output_layer.value!r}", "true | false")
     if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
         raise ScenarioError(f"{where}.tp_wgrad_input", f"{fw.tp_wgrad_input.value!r}", " | ".join(TP_WGRAD_INPUTS))
     for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets is not None)]:

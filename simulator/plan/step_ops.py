@@ -10,7 +10,8 @@ from bisect import bisect_left
 from typing import Sequence
 
 from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
-from .opgraph import CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, NORM_PASSES, Comm, Compute, Node, OpList, Shard, elementwise, gemm, shard, tp_collective
+from .opgraph import (CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, Comm, Compute,
+                      Node, OpList, Shard, elementwise, gemm, shard, tp_collective)
 from ..params import final_norm_params, norm_params
 from ..scenario import Scenario
 from .sharded_params import autocast_head_params, param_bytes, rank_params
@@ -37,6 +38,16 @@ def embedding_backward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]
     return tuple(seq.nodes)
 
 
+def head_gemm(sc: Scenario, z: Shard, v: int) -> Compute:
+    """The LM head's GEMM (tokens x vocab shard x hidden). Under FP8 it stays BF16 unless the framework runs its
+    output layer in FP8 (`fp8_output_layer`: Megatron's output layer is a plain ColumnParallelLinear, not a TE
+    module; torchtitan's float8 converter swaps every nn.Linear its empty `filter_fqns` does not name)."""
+    fw = sc.framework.spec.fp8_output_layer
+    if z.dtype == "fp8" and not (fw is not None and fw.value):
+        z = replace(z, gb=GEMM_BYTES["bf16"], dtype="bf16")
+    return gemm("lm_head", z.T, v, z.h, z)
+
+
 def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
     """Final norm, LM head (vocab-parallel), cross-entropy in fp32 with its TP all-reduces of per-token
     max / sum / target logit (Megatron vocab_parallel_cross_entropy)."""
@@ -51,7 +62,7 @@ def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
     if cast is not None:
         seq.compute(cast)
     loss = sc.training.loss
-    head = gemm("lm_head", z.T, v, z.h, z)
+    head = head_gemm(sc, z, v)
     if loss == "cut":  # the logits stay on chip: only the log-sum-exp per token is written
         seq.compute(replace(head, name="lm_head_cce", bytes=head.bytes - z.T * v * z.ab + CCE_LSE_BYTES * z.T))
     else:
@@ -69,7 +80,7 @@ def head_backward(sc: Scenario, z: Shard | None = None) -> tuple[tuple[Node, ...
     m = sc.model
     v = -(-m.vocab // z.t)
     b = OpList()
-    head = gemm("lm_head", z.T, v, z.h, z)
+    head = head_gemm(sc, z, v)
     loss = sc.training.loss
     if loss == "cut":
         # Cut Cross-Entropy's backward recomputes each block of logits on chip (a recomputation: HFU, not MFU)
