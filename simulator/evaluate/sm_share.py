@@ -21,7 +21,7 @@ def slowed_end(start: float, work: float, busy: list[tuple], share: float) -> fl
     start + work / (1 - share) if the op ends first, else start + work + share * (e - start)."""
     if share <= 0.0 or work <= 0.0 or not busy:
         return start + work
-    return _run(start, work, [(b, e, share) for b, e in _union(busy, start)])
+    return _run(start, work, _spans([(x[0], x[1], share) for x in busy], start))
 
 
 def _run(start: float, work: float, spans: list[tuple[float, float, float]]) -> float:
@@ -58,35 +58,34 @@ def beside_end(start: float, work: float, beside: list[tuple[float, float, str, 
     """`slowed_end` over collectives (begin, end, dim, share), each at its own share (the largest where
     several are in flight), and the dimension charged for the slowdown (the collective overlapping the op
     longest; None when it was not slowed)."""
-    shares = {x[3] for x in beside}
-    if len(shares) == 1:
-        end = slowed_end(start, work, beside, shares.pop())
-    else:
-        end = _run(start, work, _largest(beside, start)) if work > 0.0 else start
+    end = _run(start, work, _spans([(x[0], x[1], x[3]) for x in beside], start)) if work > 0.0 else start
     if end <= start + work:
         return start + work, None
     return end, max(beside, key=lambda x: min(x[1], end) - max(x[0], start))[2]
 
 
-def _union(busy: list[tuple], start: float) -> list[tuple[float, float]]:
-    """The in-flight time of `busy` after `start`, as sorted disjoint intervals."""
+def _spans(busy: list[tuple[float, float, float]], start: float) -> list[tuple[float, float, float]]:
+    """The in-flight time of `busy` (begin, end, share) after `start` as sorted disjoint (begin, end, share)
+    spans, each at the largest share in flight over it; touching or overlapping collectives of one share make
+    one span. One sweep over the sorted begin and end times."""
+    opens: dict[float, list[float]] = {}
+    closes: dict[float, list[float]] = {}
+    for b, e, sh in busy:
+        b = max(b, start)
+        if e > b and sh > 0.0:
+            opens.setdefault(b, []).append(sh)
+            closes.setdefault(e, []).append(sh)
+    active: dict[float, int] = {}
     out: list[list[float]] = []
-    for b, e in sorted((max(x[0], start), x[1]) for x in busy if x[1] > start):
-        if out and b <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([b, e])
-    return [(b, e) for b, e in out]
-
-
-def _largest(busy: list[tuple], start: float) -> list[tuple[float, float, float]]:
-    """(begin, end, share) of `busy` (begin, end, dim, share) after `start` as sorted disjoint spans, each
-    at the largest share in flight over it."""
-    live = [(max(x[0], start), x[1], x[3]) for x in busy if x[1] > start and x[3] > 0.0]
-    cuts = sorted({c for b, e, _ in live for c in (b, e)})
-    out: list[list[float]] = []
+    cuts = sorted({*opens, *closes})
     for lo, hi in zip(cuts, cuts[1:]):
-        s = max((sh for b, e, sh in live if b <= lo and e >= hi), default=0.0)
+        for sh in closes.get(lo, ()):
+            active[sh] -= 1
+            if not active[sh]:
+                del active[sh]
+        for sh in opens.get(lo, ()):
+            active[sh] = active.get(sh, 0) + 1
+        s = max(active, default=0.0)
         if s <= 0.0:
             continue
         if out and out[-1][1] == lo and out[-1][2] == s:
