@@ -68,6 +68,16 @@ class GPUSpec:
     power_limit_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
     """The power cap the cluster runs its GPUs at (`nvidia-smi -pl`), at most `tdp_w`; null = the rated
     power. Tensor-core work slows in proportion (`compute_clock_fraction`); HBM bandwidth does not."""
+    chip: Optional[str] = None
+    """The GPU whose published kernel measurements price this one (a GPU of `simulator/cost/kernel_data.json`,
+    e.g. "H100 SXM5 80GB"), for a variant of the same chip at the same rated peaks that differs in memory,
+    power limit or links (H800; Meta's Grand Teton H100 with 96 GB HBM2e): its GEMM curve, attention tables
+    and in-training GEMM share apply, at this GPU's own HBM bandwidth and power limit. null = `name`."""
+
+    @property
+    def kernel_chip(self) -> str:
+        """The name the published kernel data and the sustained GEMM share are looked up by: `chip`, else `name`."""
+        return self.chip or self.name
 
     @property
     def compute_clock_fraction(self) -> float:

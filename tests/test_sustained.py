@@ -35,10 +35,10 @@ def test_gpus_without_a_fitted_value_keep_their_published_speed(topology):
     assert "sustain" not in cm.kernel_source()
 
 
-@pytest.mark.parametrize("topology", ["hgx-h200", "h800"])
+@pytest.mark.parametrize("topology", ["hgx-h200", "h800", "grand-teton-h100"])
 def test_the_other_gh100_parts_take_the_h100_value(topology):
     cm = CostModel(load_topology(topology))
-    assert cm.topology.gpu.name in SUSTAINED_GEMM
+    assert cm.topology.gpu.kernel_chip in SUSTAINED_GEMM
     assert cm.gemm_curve("bf16")[0] == pytest.approx(0.55)
 
 

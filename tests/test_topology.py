@@ -142,3 +142,50 @@ def test_a_power_limit_needs_the_rated_power_and_cannot_exceed_it():
     raw["gpu"]["power_limit_w"] = 500
     with pytest.raises(ScenarioError, match="tdp_w"):
         topology_from_mapping(raw)
+
+
+# ----------------------------------------------------------------------------------- chip variants
+
+def _variant(**gpu):
+    import yaml
+    raw = yaml.safe_load((ROOT / "topologies" / "dgx-h100.yaml").read_text())
+    raw["gpu"].update(gpu)
+    return topology_from_mapping(raw)
+
+
+def test_a_variant_of_a_chip_is_priced_by_that_chips_published_kernels():
+    from simulator.cost.costs import CostModel
+    from simulator.plan.opgraph import Compute
+    big = Compute("g", "gemm", 2 * 8192 ** 3, 3 * 2 * 8192 ** 2, "bf16", (8192, 8192, 8192))
+    h100 = CostModel(topology=load_topology("dgx-h100"))
+    renamed = CostModel(topology=_variant(name="H100 SXM5 96GB HBM2e"))
+    variant = CostModel(topology=_variant(name="H100 SXM5 96GB HBM2e", chip="H100 SXM5 80GB"))
+    assert renamed.kernels() is None, "a name the data file lacks has no published points of its own"
+    assert variant.compute_time(big) == pytest.approx(h100.compute_time(big))
+    assert variant.sustained_gemm_fraction() == h100.sustained_gemm_fraction() < 1.0
+    assert "H100 SXM5 80GB, the chip of H100 SXM5 96GB HBM2e" in variant.kernel_source()
+
+
+def test_a_variant_keeps_its_own_hbm_and_power_limit():
+    from simulator.cost.costs import CostModel
+    from simulator.plan.opgraph import Compute
+    big = Compute("g", "gemm", 2 * 8192 ** 3, 3 * 2 * 8192 ** 2, "bf16", (8192, 8192, 8192))
+    copy = Compute("c", "elementwise", 0.0, 4e9, "bf16", (1,))
+    h100 = CostModel(topology=load_topology("dgx-h100"))
+    teton = CostModel(topology=load_topology("grand-teton-h100"))
+    assert teton.compute_time(big) / h100.compute_time(big) == pytest.approx(700 / 500, rel=0.01)
+    assert teton.compute_time(copy) / h100.compute_time(copy) == pytest.approx(3350 / 2400, rel=0.01)
+    assert "500 W power limit" in teton.kernel_source()
+
+
+def test_a_chip_without_published_kernels_is_a_clear_error():
+    from simulator.cost.costs import CostModel
+    with pytest.raises(ScenarioError, match="gpu.chip.*no published kernel data.*H100 SXM5 80GB"):
+        CostModel(topology=_variant(name="H100 SXM5 96GB HBM2e", chip="H100 PCIe"))
+
+
+def test_the_h800_is_priced_as_the_h100_chip():
+    from simulator.cost.costs import CostModel
+    h800, h100 = CostModel(topology=load_topology("h800")), CostModel(topology=load_topology("dgx-h100"))
+    assert h800.kernels().gemm["bf16"] == h100.kernels().gemm["bf16"]
+    assert h800.sustained_gemm_fraction() == h100.sustained_gemm_fraction()

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from . import collectives
 from .ep_sm_share import ep_sm_share
-from .kernel_data import GpuKernels, gpu_kernels
+from .kernel_data import GpuKernels, gpu_kernels, published_gpus
 from .sustained import sustained_fraction
+from ..errors import ScenarioError
 from ..plan.layout import GroupShape
 from ..plan.opgraph import Comm, Compute
 from ..topology import Topology
@@ -81,6 +82,12 @@ class CostModel:
     _kernels: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     """The published curves of the GPU, once looked up (`kernels`); not carried over by dataclasses.replace."""
 
+    def __post_init__(self) -> None:
+        chip = self.topology.gpu.chip
+        if chip is not None and chip not in published_gpus():
+            raise ScenarioError(f"topology {self.topology.name}: gpu.chip", f"{chip!r} has no published kernel data",
+                                " | ".join(published_gpus()))
+
     # ------------------------------------------------------------------ compute
     def peak_flops(self, dtype: str) -> float:
         return self.topology.peak_flops(dtype)
@@ -95,8 +102,8 @@ class CostModel:
             # Published points were measured at rated power: efficiencies are fractions of the datasheet peak,
             # which a power limit then scales like the peak itself (gpu.power_limit_w).
             peaks = tuple(sorted((d, self.topology.nominal_peak_flops(d)) for d in gpu.peak_tflops))
-            self._kernels["kernels"] = gpu_kernels(gpu.name, peaks, hbm, GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S,
-                                                   KERNEL_OVERHEAD_S)
+            self._kernels["kernels"] = gpu_kernels(gpu.kernel_chip, peaks, hbm, GEMM_PEAK_EFFICIENCY,
+                                                   GEMM_HALF_EFFICIENCY_S, KERNEL_OVERHEAD_S)
         return self._kernels["kernels"]
 
     def gemm_curve(self, dtype: str) -> tuple[float, float]:
@@ -120,7 +127,8 @@ class CostModel:
             return 1.0
         k = self.kernels()
         bf16 = k.gemm.get("bf16") if k is not None else None
-        return sustained_fraction(self.topology.gpu.name, bf16.peak_efficiency if bf16 is not None else GEMM_PEAK_EFFICIENCY)
+        return sustained_fraction(self.topology.gpu.kernel_chip,
+                                  bf16.peak_efficiency if bf16 is not None else GEMM_PEAK_EFFICIENCY)
 
     def gemm_efficiency(self, flops: float, dtype: str = "bf16") -> float:
         """eta_max * F / (F + F_half), F_half = peak * knee (`gemm_curve`)."""
@@ -156,11 +164,17 @@ class CostModel:
             gemm = "; ".join(x for x in (f"GEMM {', '.join(fitted)} fitted to measured shapes" if fitted else "",
                                          f"GEMM {', '.join(capped)} spec constants under a published ceiling"
                                          if capped else "") if x) or "GEMM spec constants"
-            base = (f"published kernel points for {self.topology.gpu.name} ({gemm}; attention "
+            gpu = self.topology.gpu
+            chip = gpu.name if gpu.chip in (None, gpu.name) else f"{gpu.chip}, the chip of {gpu.name}"
+            base = (f"published kernel points for {chip} ({gemm}; attention "
                     f"{self.attention_kernel + ' tables' if self.attention_kernel in att else 'spec constants'})")
         frac = self.sustained_gemm_fraction()
         if frac < 1.0 and "gemm" not in self.efficiency:
             base += f"; GEMMs at {frac:.2f} of that speed, as training steps sustain it on this GPU (fitted, cost/sustained.py)"
+        g = self.topology.gpu
+        if g.compute_clock_fraction < 1.0:
+            base += (f"; tensor-core work at {g.compute_clock_fraction:.2f} of its rated speed under the "
+                     f"{g.power_limit_w:g} W power limit (of {g.tdp_w:g} W)")
         return base + (f", overridden by cluster.efficiency {', '.join(over)}" if over else "")
 
     def spec_compute_time(self, op: Compute) -> float:

@@ -195,6 +195,11 @@ def gpu_points(gpu_name: str, path: str = str(DATA_FILE)) -> dict:
     return {"gemm": list(entry.get("gemm", [])), "attention": list(entry.get("attention", []))}
 
 
+def published_gpus(path: str = str(DATA_FILE)) -> list[str]:
+    """The GPUs the data file has points for (the names a topology's `gpu.chip` may give)."""
+    return sorted(load_data(path)["gpus"])
+
+
 @lru_cache(maxsize=16)
 def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float, default_knee_s: float,
                 overhead_s: float, path: str = str(DATA_FILE)) -> GpuKernels | None:

@@ -18,7 +18,8 @@ The number is *fitted*, on one fit split, and transferred:
   validation 15.1 %, median 7.5 %, against 7.6 % with the flat constant);
 - transferred, not fitted: the same fraction for every dtype (FP8 GEMMs are priced by their published curve
   times the fraction, where a framework does not fit its own, as Megatron's `gemm_fp8` does) and for every
-  framework; to H200 and H800, the same GH100 die at the same 700 W (no H200 / H800 training run was fitted).
+  framework; to H200, the same GH100 die at the same 700 W, and to the H100's variants that name it as their
+  `gpu.chip` (H800; no H200 / H800 training run was fitted).
 Checked on the published validation rows (`python -m simulator validate --set published`), none used to fit:
 Llama 3 405B on 8K / 16K H100 +27.6 / +27.7 / +13.2 % -> -3.3 / -2.6 / -2.8 %; torchtitan's Llama 3 8B on 32 H100
 +50.7..+58.0 % -> +16.4..+22.3 % (its FP8/BF16 pair's ratio error -4.2 -> +2.9 %); LLM Foundry's MPT at sequence
@@ -48,10 +49,9 @@ SUSTAINED_GEMM = {
     "H100 SXM5 80GB": H100_SUSTAINED,
     "H200 SXM 141GB": SustainedGemm(H100_SUSTAINED.bf16_peak_efficiency,
                                     "H100's fitted value: the same GH100 die at the same 700 W (not fitted on H200 runs)"),
-    "H800 SXM5 80GB": SustainedGemm(H100_SUSTAINED.bf16_peak_efficiency,
-                                    "H100's fitted value: the H800 is the H100 die with reduced NVLink (not fitted on H800 runs)"),
 }
-"""topology `gpu.name` -> the sustained BF16 GEMM efficiency; GPUs not listed keep the published curve."""
+"""topology `gpu.kernel_chip` (its `gpu.chip`, else its name) -> the sustained BF16 GEMM efficiency; GPUs not listed
+keep the published curve. Variants of a listed chip (H800, Grand Teton's 96 GB H100) name it as their `gpu.chip`."""
 
 
 def sustained_fraction(gpu_name: str, bf16_peak_efficiency: float) -> float:
