@@ -275,11 +275,33 @@ def test_every_expressible_moe_row_is_scored_or_skipped_with_what_its_recipe_doe
     rows = [f"{f.stem}:{r['id']}" for f in CORPUS_FILES for r in yaml.safe_load(f.read_text())["runs"]
             if r["label"].startswith(("Qwen3", "DeepSeekV3")) and r["layout"]["system"] in ("DGX-H100", "DGX-GB200")
             and r["layout"]["precision"] in EXPRESSIBLE_PRECISIONS]
-    assert len(rows) == 9
+    assert len(rows) == 12
     for rid in rows:
         reason = reasons.get(rid, "")
         assert rid in scored or ("Megatron-Bridge@" in reason and (".py:" in reason or ".yaml:" in reason)), rid
     assert "megatron_bridge_25_09:qwen3-30b-a3b-dgx-h100-16gpu-fp8" in scored
+
+
+def test_the_25_09_blackwell_cells_are_two_runs_and_each_fp8_cs_run_is_scored_or_skipped_by_the_recipe():
+    """NeMo 25.09's GB200 / B200 tables print "a (b)" cells: a is FP8-CS, b FP8-MX (the page's footnote). Every printed
+    row gives an FP8-CS run and, where it has a parenthesised figure, an FP8-MX run of the same printed row; an FP8-CS
+    run is scored, or skipped with the v0.1.0rc4 recipe lines that say why."""
+    from simulator.validate.accuracy import corpus_cases
+    doc = yaml.safe_load((CORPUS / "megatron_bridge_25_09.yaml").read_text())
+    runs = [r for r in doc["runs"] if r["layout"]["system"] in ("DGX-GB200", "DGX-B200")]
+    printed = lambda r: r["where"].split("(row as printed: ")[1]  # noqa: E731
+    cs = {(r["layout"]["system"], printed(r)): r for r in runs if r["layout"]["precision"] == "FP8-CS"}
+    mx = [r for r in runs if r["layout"]["precision"] == "FP8-MX"]
+    assert len(cs) + len(mx) == len(runs) == 21
+    for r in mx:
+        assert (r["layout"]["system"], printed(r)) in cs, r["id"]
+        assert f"({r['measured']['tokens_per_s_per_gpu']})" in printed(r), r["id"]
+    scored = {c.id.removeprefix("corpus/megatron_bridge_25_09:") for c in corpus_cases()[0]}
+    for r in cs.values():
+        assert r["id"] in scored or "Megatron-Bridge@6725f7049504c3bcf9a65c5aee40aa118bc7a869" in r["skip"], r["id"]
+    assert {r["id"] for r in cs.values()} & scored == {
+        "llama3-8b-dgx-gb200-8gpu-fp8-cs", "qwen3-30b-a3b-dgx-gb200-8gpu-fp8-cs", "llama3-8b-dgx-b200-8gpu-fp8-cs",
+        "llama31-405b-dgx-b200-128gpu-fp8-cs", "qwen3-30b-a3b-dgx-b200-8gpu-fp8-cs", "qwen3-235b-a22b-dgx-b200-64gpu-fp8-cs"}
 
 
 def test_the_qwen3_30b_row_runs_the_recipes_expert_layout():
