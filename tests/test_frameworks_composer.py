@@ -86,13 +86,13 @@ def test_fp8_speeds_mpt_up_under_composer_and_slows_it_under_torchtitan():
 
 
 def test_te_fp8_gemm_efficiency_lives_once_and_both_te_frameworks_name_it():
-    constant = shared_constants("transformer_engine")["gemm_fp8"].value
+    constant = shared_constants("transformer_engine")["gemm_fp8_vs_bf16"].value
     for name in ("megatron", "composer"):
         raw = yaml.safe_load((FRAMEWORK_DIR / f"{name}.yaml").read_text())
-        assert raw["efficiency"]["gemm_fp8"]["value"] == "transformer_engine.gemm_fp8", "named, not a copied number"
-        entry = load_framework(name).efficiency["gemm_fp8"]
-        assert entry.value == constant and entry.source.startswith("transformer_engine.gemm_fp8: fitted")
-    assert "gemm_fp8" not in load_framework("torchtitan").efficiency
+        assert raw["efficiency"]["gemm_fp8_vs_bf16"]["value"] == "transformer_engine.gemm_fp8_vs_bf16", "named, not a copied number"
+        entry = load_framework(name).efficiency["gemm_fp8_vs_bf16"]
+        assert entry.value == constant and entry.source.startswith("transformer_engine.gemm_fp8_vs_bf16: fitted")
+    assert "gemm_fp8_vs_bf16" not in load_framework("torchtitan").efficiency
 
 
 def test_a_framework_naming_an_unknown_shared_constant_is_refused():

@@ -2,7 +2,7 @@
 import pytest
 
 from simulator.cost.costs import GEMM_PEAK_EFFICIENCY, CostModel
-from simulator.cost.sustained import H100_SUSTAINED, SUSTAINED_GEMM, sustained_fraction
+from simulator.cost.sustained import B200_SUSTAINED, H100_SUSTAINED, SUSTAINED_GEMM, sustained_fraction
 from simulator.topology import load_topology
 
 
@@ -28,7 +28,7 @@ def test_a_frameworks_own_fitted_efficiency_is_not_derated_again():
     assert CostModel(load_topology("dgx-h100"), efficiency={"gemm": 0.6}).gemm_curve("bf16")[0] == 0.6
 
 
-@pytest.mark.parametrize("topology", ["dgx-a100", "dgx-b200", "gb200-nvl72", "pcie-l40s"])
+@pytest.mark.parametrize("topology", ["dgx-a100", "pcie-l40s"])
 def test_gpus_without_a_fitted_value_keep_their_published_speed(topology):
     cm = CostModel(load_topology(topology))
     assert cm.sustained_gemm_fraction() == 1.0
@@ -65,3 +65,22 @@ def test_a_profiles_gemm_times_take_the_same_share_as_the_published_points():
     assert cm.compute_time(op) == pytest.approx(measured / cm.sustained_gemm_fraction())
     a100 = CostModel(load_topology("dgx-a100"), profile=prof)
     assert a100.compute_time(op) == pytest.approx(measured), "no share where the GPU has none"
+
+
+@pytest.mark.parametrize("topology", ["dgx-b200", "gb200-nvl72"])
+def test_blackwell_gemms_sustain_the_b200_value_in_every_dtype(topology):
+    """One value for the B200 die, HGX or GB200: BF16 at 0.47 of peak, and TE's FP8 GEMMs at the same share."""
+    cm = CostModel(load_topology(topology))
+    assert cm.gemm_curve("bf16")[0] == pytest.approx(B200_SUSTAINED.bf16_peak_efficiency) == pytest.approx(0.47)
+    te = CostModel(load_topology(topology), efficiency={"gemm_fp8_vs_bf16": 1.0})
+    assert te.gemm_curve("fp8")[0] == pytest.approx(0.47)
+    assert "sustain" in cm.kernel_source()
+
+
+def test_te_fp8_takes_the_gpus_bf16_share_and_an_absolute_override_wins():
+    h100 = CostModel(load_topology("dgx-h100"), efficiency={"gemm_fp8_vs_bf16": 1.0})
+    assert h100.gemm_curve("fp8")[0] == pytest.approx(h100.gemm_curve("bf16")[0]) == pytest.approx(0.55)
+    half = CostModel(load_topology("dgx-h100"), efficiency={"gemm_fp8_vs_bf16": 0.5})
+    assert half.gemm_curve("fp8")[0] == pytest.approx(0.275)
+    both = CostModel(load_topology("dgx-h100"), efficiency={"gemm_fp8_vs_bf16": 1.0, "gemm_fp8": 0.4})
+    assert both.gemm_curve("fp8")[0] == 0.4, "a scenario's own fraction of the FP8 peak takes precedence"

@@ -114,21 +114,31 @@ class CostModel:
             return self.efficiency["gemm"], GEMM_HALF_EFFICIENCY_S
         k = self.kernels()
         curve = k.gemm.get(dtype) if k is not None else None
+        knee = curve.half_efficiency_s if curve is not None else GEMM_HALF_EFFICIENCY_S
         if dtype == "fp8" and "gemm_fp8" in self.efficiency:  # a stack's FP8 GEMMs at its own fraction, the curve's knee
-            return self.efficiency["gemm_fp8"], curve.half_efficiency_s if curve is not None else GEMM_HALF_EFFICIENCY_S
-        eta, knee = ((curve.peak_efficiency, curve.half_efficiency_s) if curve is not None
-                     else (GEMM_PEAK_EFFICIENCY, GEMM_HALF_EFFICIENCY_S))
+            return self.efficiency["gemm_fp8"], knee
+        if dtype == "fp8" and "gemm_fp8_vs_bf16" in self.efficiency:  # ... or at a multiple of the BF16 GEMMs' share
+            return self.efficiency["gemm_fp8_vs_bf16"] * self.sustained_bf16_efficiency(), knee
+        eta = curve.peak_efficiency if curve is not None else GEMM_PEAK_EFFICIENCY
         return eta * self.sustained_gemm_fraction(), knee
+
+    def _bf16_eta_max(self) -> float:
+        """The published BF16 curve's eta_max; the spec constant where there is none."""
+        k = self.kernels()
+        bf16 = k.gemm.get("bf16") if k is not None else None
+        return bf16.peak_efficiency if bf16 is not None else GEMM_PEAK_EFFICIENCY
+
+    def sustained_bf16_efficiency(self) -> float:
+        """The fraction of the BF16 dense peak large BF16 GEMMs sustain in a training step on this GPU: the BF16
+        curve's eta_max times `sustained_gemm_fraction`."""
+        return self._bf16_eta_max() * self.sustained_gemm_fraction()
 
     def sustained_gemm_fraction(self) -> float:
         """The fraction of the published GEMM speed this GPU sustains in a training step (`sustained.py`), taken
         against its BF16 curve's eta_max (the spec constant where it has none); 1 with published kernels off."""
         if not self.published_kernels:
             return 1.0
-        k = self.kernels()
-        bf16 = k.gemm.get("bf16") if k is not None else None
-        return sustained_fraction(self.topology.gpu.kernel_chip,
-                                  bf16.peak_efficiency if bf16 is not None else GEMM_PEAK_EFFICIENCY)
+        return sustained_fraction(self.topology.gpu.kernel_chip, self._bf16_eta_max())
 
     def gemm_efficiency(self, flops: float, dtype: str = "bf16") -> float:
         """eta_max * F / (F + F_half), F_half = peak * knee (`gemm_curve`)."""

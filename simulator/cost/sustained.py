@@ -9,26 +9,27 @@ LLM Foundry at short sequences). Why is not settled here (sustained clocks under
 whole step rather than a loop of one kernel, caches and HBM shared with the memory-bound kernels between GEMMs);
 what is measured is how much.
 
-The number is *fitted*, on one fit split, and transferred:
-- fitted: the playbook's fit split (nanotron, Llama 1B / 3B / 8B on one to eight H100 nodes; its one-node tp = 1
-  runs, whose step is GEMMs, FlashAttention-2 and memory-bound ops, read 1.61x fast at 0.78 of peak) put the
-  GEMMs' peak efficiency at 0.55 of the BF16 dense peak (grid 0.55 / 0.56 / 0.57: median APE 5.66 / 5.64 /
-  5.71 %; `costs.ATTENTION_HEAD_DIM_FACTOR`). It used to be nanotron's own `cluster.efficiency.gemm`; as a
-  fraction of the published curve it gives the playbook the same scores (fit MAPE 34.5 %, median 6.0 %;
-  validation 15.1 %, median 7.5 %, against 7.6 % with the flat constant);
-- transferred, not fitted: the same fraction for every dtype (FP8 GEMMs are priced by their published curve
-  times the fraction, where a framework does not fit its own, as Megatron's `gemm_fp8` does) and for every
-  framework; to H200, the same GH100 die at the same 700 W, and to the H100's variants that name it as their
-  `gpu.chip` (H800; no H200 / H800 training run was fitted).
-Checked on the published validation rows (`python -m simulator validate --set published`), none used to fit:
-Llama 3 405B on 8K / 16K H100 +27.6 / +27.7 / +13.2 % -> -3.3 / -2.6 / -2.8 %; torchtitan's Llama 3 8B on 32 H100
-+50.7..+58.0 % -> +16.4..+22.3 % (its FP8/BF16 pair's ratio error -4.2 -> +2.9 %); LLM Foundry's MPT at sequence
-512 (BF16) +42 / +43 % -> +5 / +7 %.
+Two numbers are *fitted*, each on a fit split, and transferred:
+- H100: 0.55 of the BF16 dense peak, fitted on the playbook's fit split (nanotron, Llama 1B / 3B / 8B on one to
+  eight H100 nodes; its one-node tp = 1 runs, whose step is GEMMs, FlashAttention-2 and memory-bound ops, read
+  1.61x fast at 0.78 of peak; grid 0.55 / 0.56 / 0.57: median APE 5.66 / 5.64 / 5.71 %). Independently, Megatron's
+  FP8 runs on the corpus's fit split put Transformer Engine's FP8 GEMMs at 0.55 of the FP8 peak
+  (`frameworks/transformer_engine.yaml`): on this GPU, BF16 and TE's FP8 GEMMs sustain the same share of their peak.
+- B200 (HGX and GB200 alike, one die): 0.47, fitted on the corpus fit split's Blackwell rows (NeMo 25.09 DGX-B200
+  and DGX-GB200, FP8-CS, Megatron: Llama 3 8B on 8 GB200 / 8 B200, Llama 3.1 405B on 128 B200, Qwen3 30B-A3B on 8
+  GB200 / 8 B200, Qwen3 235B-A22B on 64 B200) through TE's FP8 GEMMs at the same share of the FP8 peak (the H100
+  relation above, `gemm_fp8_vs_bf16` 1.0). Grid of the Megatron fit-split MAPE (20 runs; the H100 rows do not move):
+  none 11.0 %, 0.55 10.4, 0.50 8.85, 0.49 8.62, 0.48 8.39, 0.47 8.36, 0.46 8.43, 0.44 8.56, 0.40 8.80, 0.36 9.01 %;
+  the three dense rows alone are best at 0.48 (1.5 %), 2.2 % at 0.47. The release has no BF16 Blackwell row: BF16
+  takes the value through the same H100 relation (transferred, not fitted).
+- transferred, not fitted: the same fraction of the published curve for every dtype where no framework constant
+  applies (torchao's FP8 GEMMs take the FP8 curve times it), and for every framework; to H200, the same GH100 die
+  at the same 700 W, and to the variants that name a listed chip as their `gpu.chip` (H800).
+Not derated: A100 (its spec 0.78 already sits under the A100's published ceilings, and Megatron's A100 papers read
++2..+12 % with it). The validation rows these values are checked on are listed in docs/accuracy.md.
 
 GEMM times from a calibration profile are microbenchmarks too (calibrate times one shape in a loop): on a GPU
-listed here they take the same share (`CostModel.compute_time`). Not derated: A100 (its spec 0.78 already sits
-under the A100's published ceilings, and Megatron's A100 papers read +2..+12 % with it) and Blackwell (no
-training run on a fit split).
+listed here they take the same share (`CostModel.compute_time`).
 """
 from __future__ import annotations
 
@@ -45,10 +46,15 @@ class SustainedGemm:
 H100_SUSTAINED = SustainedGemm(
     0.55, "fitted on the Ultra-Scale Playbook's fit split (nanotron, 1B/3B/8B on H100): one-node tp = 1 runs read "
           "1.61x fast at 0.78 of peak; grid 0.55-0.57 (simulator/cost/sustained.py)")
+B200_SUSTAINED = SustainedGemm(
+    0.47, "fitted on the corpus fit split's NeMo 25.09 DGX-B200 / DGX-GB200 FP8-CS Megatron rows through TE's FP8 GEMMs "
+          "at the same share of the FP8 peak (grid 0.36-0.55: Megatron fit MAPE 8.36 % at 0.47; simulator/cost/sustained.py)")
 SUSTAINED_GEMM = {
     "H100 SXM5 80GB": H100_SUSTAINED,
     "H200 SXM 141GB": SustainedGemm(H100_SUSTAINED.bf16_peak_efficiency,
                                     "H100's fitted value: the same GH100 die at the same 700 W (not fitted on H200 runs)"),
+    "B200 (HGX/DGX, 1,000 W)": B200_SUSTAINED,
+    "B200 (GB200 superchip)": B200_SUSTAINED,
 }
 """topology `gpu.kernel_chip` (its `gpu.chip`, else its name) -> the sustained BF16 GEMM efficiency; GPUs not listed
 keep the published curve. Variants of a listed chip (H800, Grand Teton's 96 GB H100) name it as their `gpu.chip`."""
