@@ -70,7 +70,7 @@ def test_row_ids_are_unique():
 
 def test_the_table_records_when_it_was_read():
     with open(TABLE, encoding="utf-8") as f:
-        assert yaml.safe_load(f)["read_date"] == "2026-11-25"
+        assert yaml.safe_load(f)["read_date"] == "2026-11-26"
 
 
 @pytest.mark.parametrize("row", _rows(), ids=lambda r: r["id"])

@@ -19,7 +19,7 @@ Sources:
   Kokolis et al. 2024: "Revisiting Reliability in Large-Scale Machine Learning Research Clusters",
              arXiv 2410.21680 (HPCA 2025), Meta's RSC-1 (16k A100) and RSC-2 (8k A100) research clusters.
   Other published rates, each with its unit, cluster, what it counts and its per-GPU-hour conversion:
-             validation/references/reliability/cluster_failure_rates.yaml (read 2026-11-25).
+             validation/references/reliability/cluster_failure_rates.yaml (read 2026-11-25, re-read 2026-11-26).
 """
 from __future__ import annotations
 
@@ -30,12 +30,14 @@ DAY_S = 86400.0
 
 KOKOLIS_RSC1_FAILURES_PER_NODE_DAY = 6.50e-3
 """RSC-1 (about 2,000 nodes of 8 A100, 16k GPUs, 11 months): r_f = 6.50 job-interrupting failures per
-1,000 node-days (Kokolis et al. 2024, failure-model section). It gives their projected MTTF of 1.8 h at
-16,384 GPUs (2,048 nodes x 6.50e-3 per day = 13.3 per day). Their measured MTTF of 1,024-GPU jobs, 7.9 h,
-is shorter than this rate gives for 128 nodes (28.8 h), so it counts something else (not resolved here).
-Read through summaries of the paper (two public reading notes agree on every figure); the 6.50 is also in a
-sentence of the paper quoted verbatim by a third-party text extraction. The table and page were not re-read
-here (validation/references/reliability/cluster_failure_rates.yaml, row kokolis-rsc1)."""
+1,000 node-days (Kokolis et al. 2024). What it counts: every job of more than 128 GPUs that ended in
+NODE_FAIL, or in FAILED with a critical health check in its last 10 minutes, divided by those jobs'
+node-days, so infrastructure faults that end large jobs, not the user's own errors. It gives their projected
+MTTF of 1.8 h at 16,384 GPUs (2,048 nodes x 6.50e-3 per day = 13.3 per day). Their measured MTTF of
+1,024-GPU jobs, 7.9 h, is shorter than this rate gives for 128 nodes (28.8 h); not resolved here.
+Read second-hand: the paper past its abstract is not in the reference stores, so the definition and value
+come from a section-by-section walkthrough of it, agreeing reading notes and a verbatim quote of the 6.50
+(validation/references/reliability/cluster_failure_rates.yaml, row kokolis-rsc1)."""
 KOKOLIS_RSC2_FAILURES_PER_NODE_DAY = 2.34e-3
 """RSC-2 (about 1,000 nodes of 8 A100, 8k GPUs): r_f = 2.34 per 1,000 node-days (Kokolis et al. 2024)."""
 KOKOLIS_GPUS_PER_NODE = 8
