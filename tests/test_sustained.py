@@ -53,8 +53,9 @@ def test_the_report_says_the_gemms_are_derated_and_why():
     assert "sustain" in src and "fitted" in src and "sustained.py" in src
 
 
-def test_a_profiles_gemm_times_take_the_same_share_as_the_published_points():
-    """A calibration profile times GEMMs in a loop too: on an H100 a step is priced at the same share of them."""
+def test_a_profiles_gemm_times_stand_as_measured():
+    """A profile measured on the user's GPU is not derated: on an H200 a 1B replay's GEMM kernels ran faster in
+    the step than calibrate timed them (sustained.py)."""
     from simulator.cost.profile import load_profile
     from simulator.plan.opgraph import Compute
     prof = load_profile("calibrate/profiles/h100-sxm-published.json")
@@ -62,9 +63,8 @@ def test_a_profiles_gemm_times_take_the_same_share_as_the_published_points():
     measured = prof.compute_time(op)
     assert measured is not None
     cm = CostModel(load_topology("dgx-h100"), profile=prof)
-    assert cm.compute_time(op) == pytest.approx(measured / cm.sustained_gemm_fraction())
-    a100 = CostModel(load_topology("dgx-a100"), profile=prof)
-    assert a100.compute_time(op) == pytest.approx(measured), "no share where the GPU has none"
+    assert cm.sustained_gemm_fraction() < 1.0
+    assert cm.compute_time(op) == pytest.approx(measured)
 
 
 @pytest.mark.parametrize("topology", ["dgx-b200", "gb200-nvl72"])

@@ -204,11 +204,9 @@ class CostModel:
     def compute_time(self, op: Compute) -> float:
         t = None
         if self.profile is not None:
+            # a profile's GEMM times stand as measured, without the published points' in-training share: on an
+            # H200 a 1B step's GEMM kernels ran faster than calibrate's (`sustained.py`)
             t = self.profile.compute_time(op)
-            if t is not None and op.kind == "gemm":
-                # a profile's GEMMs are microbenchmarks too (calibrate times one shape in a loop): a training step
-                # on this GPU sustains the same share of them as of the published points (`sustained.py`)
-                t /= self.sustained_gemm_fraction()
         if t is not None and getattr(self.profile, "framework", None):
             # host time per op (autograd, DTensor dispatch) that the isolated kernel probes do not include
             fw = self.profile.framework_overhead(op, self.framework.get("mode", "eager"),
