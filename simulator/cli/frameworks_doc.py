@@ -2,7 +2,7 @@
 words, its options, the keys it fixes, with the source of each (`python -m simulator docs` writes it)."""
 from __future__ import annotations
 
-from ..frameworks.spec import DEFAULT_FRAMEWORK, FRAMEWORKS, load_framework
+from ..frameworks.spec import DEFAULT_FRAMEWORK, FRAMEWORK_FACTS, FRAMEWORKS, load_framework
 
 INTRO = """# Frameworks
 
@@ -16,7 +16,8 @@ framework.<option>=...` sets one from the command line. The default is `""" + DE
 - the scenario keys it fixes unless the scenario sets them (a key the scenario sets always wins; an option given
   under `framework:` that disagrees with a key the scenario sets is an error, a `--set` override wins over the
   file's options);
-- the attention kernel family it runs, which FP8 casts its linears run, how it splits layers over pipeline
+- the attention kernel family it runs (an option may choose another, as torchtitan's `sdpa_backend` does for
+  runs of older releases), which FP8 casts its linears run, how it splits layers over pipeline
   stages, the parallel dimensions it lacks (refused above 1), and the stack's measured efficiencies (a constant
   of a kernel library that several frameworks run, such as Transformer Engine's FP8 GEMM efficiency, is kept
   once in `simulator/frameworks/<library>.yaml` and named by each framework file that uses it).
@@ -54,6 +55,8 @@ def render_frameworks() -> str:
             lines += ["| option | default | sets | what | source |", "|---|---|---|---|---|"]
             for opt_name, o in fw.options.items():
                 sets = f"`{o.sets}`" if o.sets else "(read by the plan)"
+                if o.sets in FRAMEWORK_FACTS:  # not a scenario key: the file's own entry, chosen per scenario
+                    sets = f"the {o.sets.replace('_', ' ')} ({', '.join(f'{k}: {v}' for k, v in o.values.items())})"
                 lines.append(f"| `{opt_name}` | {_value(o.default)} | {sets} | {_cell(o.doc)} | {_cell(o.source)} |")
             lines.append("")
         fixed = [(k, e.value, e.source) for k, e in fw.defaults.items()]

@@ -2,7 +2,8 @@
 
 Two steps, because a sweep changes the layout of a scenario already read:
 1. `apply_framework(raw)`, on the scenario mapping before it is parsed: reads `framework:` (a name, or
-   `{name: ..., <option>: ...}`), sets each option's scenario key, then the framework's `defaults` and
+   `{name: ..., <option>: ...}`), sets each option's scenario key (or, for an option that chooses an entry of
+   the framework file such as its attention kernel, records the choice), then the framework's `defaults` and
    `efficiency`, wherever the scenario does not say otherwise. A key the scenario sets and an option
    sets differently is an error (two answers to one question). Returns the mapping and a `FrameworkChoice`.
 2. `layout_rules(choice, parallel, model)`, on every layout (`scenario.validate_layout`): what the layout's
@@ -24,7 +25,7 @@ from ..errors import ScenarioError
 from ..inputs import short
 from ..plan.schedules import schedule_spec
 from .pp_split import cost_balanced_layers, remainder_first_layers
-from .spec import DEFAULT_FRAMEWORK, FRAMEWORKS, POLICY_NAMES, Framework, load_framework
+from .spec import DEFAULT_FRAMEWORK, FRAMEWORK_FACTS, FRAMEWORKS, POLICY_NAMES, Framework, load_framework
 
 MAX_OPTION_NUMBER = 1e12
 """Largest numeric option (bucket sizes in elements: 10^12 is far above any model's parameters per rank)."""
@@ -45,6 +46,8 @@ class FrameworkChoice:
     per-stage rules leave them alone)."""
     asked_zero: int = 0
     """`parallel.zero` as the scenario wrote it (the report says what it meant here)."""
+    chosen: tuple[tuple[str, Any], ...] = ()
+    """Framework-file entries (`spec.FRAMEWORK_FACTS`) an option chose, entry -> value; one not here is the file's."""
 
     @property
     def spec(self) -> Framework:
@@ -52,7 +55,8 @@ class FrameworkChoice:
 
     @property
     def attention_kernel(self) -> str:
-        return self.spec.attention_kernel.value
+        """The attention kernel family priced: an option's choice (torchtitan's `sdpa_backend`), else the file's."""
+        return dict(self.chosen).get("attention_kernel", self.spec.attention_kernel.value)
 
     def option(self, name: str) -> Any:
         return dict(self.options).get(name)
@@ -165,7 +169,7 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
     name, given = _split(raw.pop("framework", None))
     fw = load_framework(name)
     user = _scenario_keys(raw)
-    resolved = {}
+    resolved, chosen = {}, {}
     for opt_name, value in given.items():
         if opt_name not in fw.options:
             allowed = ", ".join(["name", *fw.options]) if fw.options else "name (this framework has no options)"
@@ -185,6 +189,9 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
         target = opt.values.get(value, opt.values.get(str(value).lower())) if opt.values else value
         if opt.scale is not None:
             target = float(value) * opt.scale
+        if opt.sets in FRAMEWORK_FACTS:
+            chosen[opt.sets] = target
+            continue
         if opt.sets in user:
             if opt_name in given and not _same_meaning(fw, opt.sets, target, _get(raw, opt.sets)):
                 raise ScenarioError(f"framework.{opt_name}", f"{short(value)} sets {opt.sets} to {short(target)} but the "
@@ -202,9 +209,10 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
         if _get(raw, f"cluster.efficiency.{key}") is KeyError:
             _put(raw, f"cluster.efficiency.{key}", entry.value)
     zero = _get(raw, "parallel.zero", 0)
-    fixed = user | {fw.options[o].sets for o in given if fw.options[o].sets is not None}
+    fixed = user | {fw.options[o].sets for o in given if fw.options[o].sets not in (None, *FRAMEWORK_FACTS)}
     choice = FrameworkChoice(name=name, options=tuple(resolved.items()), given=tuple(given),
-                             scenario_keys=frozenset(fixed), asked_zero=zero if isinstance(zero, int) and not isinstance(zero, bool) else 0)
+                             scenario_keys=frozenset(fixed), asked_zero=zero if isinstance(zero, int) and not isinstance(zero, bool) else 0,
+                             chosen=tuple(sorted(chosen.items())))
     return raw, choice
 
 

@@ -9,7 +9,8 @@ A framework file says, each entry with its source (a file and line of the framew
   each with the framework's own default and the scenario key it sets;
 - `defaults`: the scenario keys the framework fixes unless the scenario says otherwise (bucket sizes,
   gradient accumulation, pipeline sends), as dotted keys;
-- `attention_kernel`: the attention kernel family it runs (`costs.ATTENTION_KERNELS`);
+- `attention_kernel`: the attention kernel family it runs (`ATTENTION_KERNELS`); an option may choose another
+  (`FRAMEWORK_FACTS`: torchtitan's `sdpa_backend`, where the SDPA backend it runs first changed across releases);
 - `fp8_recipe`: which FP8 casts its linears run (`FP8_RECIPES`; `plan/opgraph.py` prices each);
 - `tp_overlap`: what `parallel.overlap_tp` overlaps there (`TP_OVERLAPS`; `plan/tp_overlap.py` prices each);
 - `tp_wgrad_input`: whether a column-parallel linear's weight gradient re-gathers its SP input (`TP_WGRAD_INPUTS`);
@@ -42,6 +43,12 @@ POLICY_NAMES = ("ddp", "zero1", "zero2", "zero3")
 """`plan/policy.py` policies a `zero` entry may name (ZeRO-3 without reshard is `reshard_after_forward`)."""
 SETTABLE_SECTIONS = ("training", "parallel", "cluster")
 """Top-level scenario sections a framework default or option may set."""
+FRAMEWORK_FACTS = ("attention_kernel",)
+"""Entries of the framework file an option may choose instead of a scenario key (`Option.sets` names one): the
+file's value is the option's default, another choice replaces it for the scenario (`FrameworkChoice`)."""
+ATTENTION_KERNELS = ("flash2", "flash3", "cudnn")
+"""Attention kernel families with published tables (`cost/kernel_data.py` FAMILIES; a test keeps the two equal:
+the scenario layer does not import the cost layer)."""
 PP_SPLITS = ("even", "cost-balanced", "remainder-first")
 SELECTIVE_RECOMPUTES = ("core_attn", "op")
 FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "torchao_tensorwise")
@@ -93,8 +100,9 @@ class Option:
     default: Any = None
     """The framework's own default (null: the option leaves the key to the scenario unless given)."""
     sets: Optional[str] = None
-    """Dotted scenario key (`parallel.overlap_dp`); null: no scenario key says it, the plan reads the option
-    itself (`FrameworkChoice.option`: torchtitan's `compile`)."""
+    """Dotted scenario key (`parallel.overlap_dp`), or an entry of the framework file (`FRAMEWORK_FACTS`:
+    `attention_kernel`) the option chooses for this scenario; null: no scenario key says it, the plan reads the
+    option itself (`FrameworkChoice.option`: torchtitan's `compile`)."""
     values: Optional[dict] = None
     """Option value -> key value; null: the option's value is the key's."""
     choices: Optional[list[Any]] = None
@@ -167,9 +175,15 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.fp8_output_layer", f"{fw.fp8_output_layer.value!r}", "true | false")
     if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
         raise ScenarioError(f"{where}.tp_wgrad_input", f"{fw.tp_wgrad_input.value!r}", " | ".join(TP_WGRAD_INPUTS))
-    for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets is not None)]:
+    if fw.attention_kernel.value not in ATTENTION_KERNELS:
+        raise ScenarioError(f"{where}.attention_kernel", f"{fw.attention_kernel.value!r}", " | ".join(ATTENTION_KERNELS))
+    for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets not in (None, *FRAMEWORK_FACTS))]:
         if key.split(".")[0] not in SETTABLE_SECTIONS or key.count(".") < 1:
-            raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}")
+            raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}, "
+                                f"or one of {', '.join(FRAMEWORK_FACTS)}")
+    for n, o in fw.options.items():
+        if o.sets in FRAMEWORK_FACTS:
+            _check_fact_option(fw, n, o, f"{where}.options.{n}")
     for key in fw.lacks:
         if key not in LACKABLE:
             raise ScenarioError(f"{where}.lacks.{key}", "not a parallel dimension a framework may lack", " | ".join(LACKABLE))
@@ -180,6 +194,20 @@ def _check(fw: Framework, where: str) -> Framework:
         if n not in ("0", "1", "2", "3"):
             raise ScenarioError(f"{where}.zero.{n}", "not a ZeRO stage", "0 | 1 | 2 | 3")
     return fw
+
+
+def _check_fact_option(fw: Framework, name: str, o: Option, where: str) -> None:
+    """An option choosing a file entry names its words (`choices`), maps each to an allowed value (`values`),
+    and its default maps to the file's own value: the file says one thing, the option only departs from it."""
+    allowed = {"attention_kernel": ATTENTION_KERNELS}[o.sets]
+    if not o.choices or not o.values or set(o.values) != set(o.choices):
+        raise ScenarioError(where, f"sets {o.sets} without a value for each choice", "choices and values with the same words")
+    bad = [v for v in o.values.values() if v not in allowed]
+    if bad:
+        raise ScenarioError(f"{where}.values", f"{bad[0]!r} is not a {o.sets}", " | ".join(allowed))
+    if o.values.get(o.default) != getattr(fw, o.sets).value:
+        raise ScenarioError(f"{where}.default", f"{o.default!r} means {o.values.get(o.default)!r}, the file says "
+                            f"{o.sets} {getattr(fw, o.sets).value!r}", "the option's word for the file's value")
 
 
 @dataclass(frozen=True, kw_only=True)

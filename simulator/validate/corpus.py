@@ -43,7 +43,7 @@ PRESET_LABELS = {"LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B", "LLAMA3-8B", "LLAMA
 FEATURES = ("precision", "cp", "schedule", "tp_overlap", "recompute")
 
 PAIR_KEYS = (
-    ("same recipe, another release", (), ()),
+    ("same recipe, another release", (), ("framework.sdpa_backend",)),
     ("precision", ("training.precision",), ("framework.tp_comm_overlap", "parallel.overlap_tp")),
     ("recompute", ("training.recompute", "training.recompute_layers"), ("parallel.sp",)),
     ("tp_overlap", ("framework.tp_comm_overlap", "parallel.overlap_tp"), ()),
@@ -55,8 +55,9 @@ PAIR_KEYS = (
 )
 """Pair kinds: (kind, the keys that define it, keys that may change with it). A pair is of the first kind one of
 whose defining keys differs and whose keys cover the whole difference (`name` never counts); 'same recipe,
-another release' (nothing differs) is the measurements' spread across releases. `parallel.cp_comm` (ring or
-all-gather attention) only means something where cp > 1, so a cp pair may name it on one side only."""
+another release' (nothing differs but what the release itself changed: torchtitan's SDPA backend) is the
+measurements' spread across releases. `parallel.cp_comm` (ring or all-gather attention) only means something
+where cp > 1, so a cp pair may name it on one side only."""
 
 
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "validation" / "references" / "corpus"
