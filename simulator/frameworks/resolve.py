@@ -52,6 +52,10 @@ class FrameworkChoice:
 
     @property
     def attention_kernel(self) -> str:
+        """The family an option's value runs (`spec.Option.attention_kernel`), else the framework's."""
+        for name, opt in self.spec.options.items():
+            if opt.attention_kernel is not None and self.option(name) in opt.attention_kernel:
+                return opt.attention_kernel[self.option(name)]
         return self.spec.attention_kernel.value
 
     def option(self, name: str) -> Any:

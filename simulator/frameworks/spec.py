@@ -105,6 +105,10 @@ class Option:
     scale: Optional[float] = None
     """The option takes a positive number and sets the key to number x scale (DeepSpeed's bucket sizes in
     elements -> clustersim's MB)."""
+    attention_kernel: Optional[dict] = None
+    """Option value -> the attention kernel family that value runs (`kernel_data.FAMILIES`), in place of the
+    framework's `attention_kernel` (MPT's attn_impl: flash -> flash2, triton -> triton_fa); a value it does not
+    name, or null: the framework's."""
     source: str
 
 
@@ -176,6 +180,9 @@ def _check(fw: Framework, where: str) -> Framework:
     for n, o in fw.options.items():
         if o.requires is not None and o.requires not in fw.options:
             raise ScenarioError(f"{where}.options.{n}.requires", f"{o.requires!r} is not an option", ", ".join(fw.options))
+        if o.attention_kernel is not None and not set(o.attention_kernel) <= set(fw.option_choices(n)):
+            raise ScenarioError(f"{where}.options.{n}.attention_kernel", f"names {sorted(o.attention_kernel)}",
+                                f"values of the option: {' | '.join(map(str, fw.option_choices(n)))}")
     for n, z in fw.zero.items():
         if n not in ("0", "1", "2", "3"):
             raise ScenarioError(f"{where}.zero.{n}", "not a ZeRO stage", "0 | 1 | 2 | 3")
