@@ -120,7 +120,7 @@ class GpuKernels:
         t = self.transfers.get(family)
         if t is not None and any(k[0] == t.base for k in self.attention):
             return (f"{family} = {t.base} tables x its published ratio to {t.base} on the {t.gpu} "
-                    f"(a transfer, cost/kernel_data.json transfers)")
+                    f"(a transfer, simulator/cost/kernel_data.json transfers)")
         return None
 
     def attention_efficiency(self, family: str, phase: str, causal: bool, d_head: float, seq: float) -> float | None:
@@ -231,6 +231,8 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                 if table == "attention" and p["family"] not in FAMILIES:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].family", f"{p['family']!r} is unknown",
                                         " | ".join(FAMILIES))
+    if not isinstance(data.get("transfers", {}), dict):
+        raise ScenarioError(f"{where}: transfers", "expected an object", "family -> {base, gpu, phase, rule, points}")
     for family, t in data.get("transfers", {}).items():
         at = f"{where}: transfers.{family}"
         if family not in FAMILIES or not isinstance(t, dict) or t.get("base") not in FAMILIES or t.get("base") == family:
