@@ -113,7 +113,31 @@ def test_composer_options_set_what_the_rows_ran():
     sc = scenario_from_mapping(mpt("composer"))
     assert sc.training.attention == "flash" and sc.parallel.reshard_after_forward is True
     assert sc.training.grad_dtype == "fp32" and sc.training.loss == "fused"
-    assert sc.framework.attention_kernel == "flash2"
+    assert sc.framework.attention_kernel == "triton_fa"
+    sc = scenario_from_mapping(mpt({"name": "composer", "attn_impl": "flash"}))
+    assert sc.training.attention == "flash" and sc.framework.attention_kernel == "flash2"
+
+
+def test_attn_impl_triton_prices_attention_with_the_triton_table_and_flash_with_flash2():
+    """MPT's causal head-dim-128 attention at 8k: the default (triton) runs at triton_fa's efficiency, FA2's tables
+    times the published Triton / FA2 ratio (FA2 paper Fig. 4d, 78 / 182 at 8k), attn_impl flash at FA2's own."""
+    from simulator.cost.costs import build_cost_model
+    op = Compute("attn", "attention", 1e12, 0.0, "bf16", (60, 8192, 8192, 128, 0.5, "fwd"))
+    triton = build_cost_model(scenario_from_mapping(mpt("composer")))
+    flash = build_cost_model(scenario_from_mapping(mpt({"name": "composer", "attn_impl": "flash"})))
+    assert triton.attention_kernel == "triton_fa" and flash.attention_kernel == "flash2"
+    assert triton.attention_efficiency(op) / flash.attention_efficiency(op) == pytest.approx(78 / 182)
+    assert "triton_fa = flash2 tables" in triton.kernel_source()
+
+
+def test_an_option_naming_a_kernel_for_a_value_it_lacks_is_refused():
+    from dataclasses import replace as dc_replace
+    from simulator.frameworks.spec import _check
+    fw = load_framework("composer")
+    bad = dc_replace(fw.options["attn_impl"], attention_kernel={"xformers": "flash2"})
+    with pytest.raises(ScenarioError) as e:
+        _check(dc_replace(fw, options={**fw.options, "attn_impl": bad}), "framework file composer.yaml")
+    assert e.value.path == "framework file composer.yaml.options.attn_impl.attention_kernel"
 
 
 @pytest.mark.parametrize("framework, parallel, path", [

@@ -1,6 +1,6 @@
-"""torchtitan's `sdpa_backend` option: an option that chooses an entry of the framework file (its attention kernel
-family) rather than a scenario key, so that runs of older torchtitan / PyTorch releases are priced with the kernel
-they ran (spec.FRAMEWORK_FACTS, resolve.FrameworkChoice.chosen)."""
+"""torchtitan's `sdpa_backend` option: an option whose value runs another attention kernel family than the framework
+file names (spec.Option.attention_kernel, as MPT's attn_impl), so that runs of older torchtitan / PyTorch releases are
+priced with the kernel they ran."""
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,11 +65,10 @@ def test_the_framework_kernel_families_are_the_kernel_tables_families():
 
 
 @pytest.mark.parametrize("change, path", [
-    ({"default": "flash"}, "options.sdpa_backend.default"),
-    ({"values": {"cudnn": "cudnn", "flash": "fa2"}}, "options.sdpa_backend.values"),
-    ({"values": {"cudnn": "cudnn"}}, "options.sdpa_backend"),
+    ({"attention_kernel": {"cudnn": "cudnn", "flash": "fa2"}}, "options.sdpa_backend.attention_kernel"),
+    ({"attention_kernel": {"cudnn": "cudnn", "flash3": "flash3"}}, "options.sdpa_backend.attention_kernel"),
 ])
-def test_an_option_choosing_the_attention_kernel_must_agree_with_the_file_and_name_known_kernels(change, path):
+def test_an_option_choosing_the_attention_kernel_names_its_own_values_and_known_kernels(change, path):
     fw = load_framework("torchtitan")
     bad = replace(fw, options={**fw.options, "sdpa_backend": replace(fw.options["sdpa_backend"], **change)})
     with pytest.raises(ScenarioError) as e:

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from simulator.cost.costs import (ATTENTION_EFFICIENCY, GEMM_HALF_EFFICIENCY_S, GEMM_PEAK_EFFICIENCY, CostModel)
-from simulator.cost.kernel_data import AttentionTable, gpu_points, load_data, used_in_fit
+from simulator.cost.kernel_data import FAMILIES, AttentionTable, gpu_points, load_data, transfer_of, used_in_fit
 from simulator.errors import ScenarioError
 from simulator.plan.opgraph import Compute
 from simulator.topology import load_topology
@@ -129,3 +129,62 @@ def test_published_profiles_and_the_default_data_hold_the_same_points(profile, g
     att = {(p["family"], p["phase"], p["causal"], p["d_head"], p["seq"]): p["tflops"] for p in pts["attention"]}
     assert {(p.dtype, p.m, p.n, p.k): p.tflops for p in prof.gemm} == gemm
     assert {(fam[p.backend], p.phase, p.causal, p.d_head, p.s_q): p.tflops for p in prof.attention} == att
+
+
+def test_triton_fa_points_load_beside_flash2_at_the_same_shapes():
+    """FA2 paper Fig. 4 (A100, fwd+bwd): every Triton point has FA2's at its shape, each with its source."""
+    t = load_data()["transfers"]["triton_fa"]
+    assert t["base"] == "flash2" and t["gpu"] == "A100 SXM4 80GB" and t["phase"] == "fwd_bwd"
+    shapes = {fam: {(p["causal"], p["d_head"], p["seq"]) for p in t["points"] if p["family"] == fam}
+              for fam in ("triton_fa", "flash2")}
+    assert shapes["triton_fa"] == shapes["flash2"] and len(shapes["flash2"]) == 21
+    assert all(p["source"] and p["url"].startswith("http") for p in t["points"])
+    ratio = transfer_of("triton_fa").ratios[(True, 128)]
+    assert ratio.seqs[-1] == 16384 and ratio.efficiencies[-1] == pytest.approx(80 / 189)
+
+
+@pytest.mark.parametrize("phase,causal,d_head,seq", [("fwd", True, 128, 8192), ("bwd", True, 128, 32768),
+                                                     ("fwd", True, 96, 2048), ("bwd", False, 64, 4096)])
+def test_triton_fa_on_h100_is_flash2_times_its_published_ratio(phase, causal, d_head, seq):
+    k = CostModel(load_topology("dgx-h100")).kernels()
+    ratio = transfer_of("triton_fa").ratio(causal, d_head, seq)
+    assert 0.4 < ratio < 0.7
+    assert k.attention_efficiency("triton_fa", phase, causal, d_head, seq) == pytest.approx(
+        k.attention_efficiency("flash2", phase, causal, d_head, seq) * ratio)
+
+
+def test_the_triton_transfer_agrees_with_flashattention_1_on_h100():
+    """Cross-check against a number the transfer does not use: flash_attn_triton.py's docstring calls the kernel
+    'slightly slower than CUDA forward + backward' (FlashAttention-1), and the FA2 paper's H100 figure (Fig. 7d,
+    the flash-attention README's assets/flash2_h100_fwd_bwd_benchmark.png) prints FlashAttention-1 at 135 and 137
+    TFLOP/s forward+backward, causal, head dim 128, at 8k and 16k."""
+    k = CostModel(load_topology("dgx-h100")).kernels()
+    for seq, fa1 in ((8192, 135.0), (16384, 137.0)):
+        fwd, bwd = (k.attention_efficiency("triton_fa", ph, True, 128, seq) * 989.4 for ph in ("fwd", "bwd"))
+        assert 3.5 / (1 / fwd + 2.5 / bwd) == pytest.approx(fa1, rel=0.05)
+
+
+def test_a_family_with_a_transfer_but_no_base_table_prices_by_the_constants():
+    """The A100 has no per-phase FlashAttention-2 table: triton_fa there falls back like flash2 (no point of the
+    transfer prices a phase by itself)."""
+    k = CostModel(load_topology("dgx-a100")).kernels()
+    assert k.attention_efficiency("triton_fa", "fwd", True, 128, 4096) is None
+    assert k.attention_source("triton_fa") is None
+
+
+def test_every_framework_runs_a_known_attention_family():
+    from simulator.frameworks.spec import FRAMEWORKS, load_framework
+    for name in FRAMEWORKS:
+        fw = load_framework(name)
+        named = [fw.attention_kernel.value] + [f for o in fw.options.values() for f in (o.attention_kernel or {}).values()]
+        assert set(named) <= set(FAMILIES), name
+
+
+def test_a_transfer_point_of_another_family_is_a_clear_error(tmp_path):
+    bad = tmp_path / "k.json"
+    p = {"family": "cudnn", "dtype": "fp16", "phase": "fwd_bwd", "causal": True, "d_head": 128, "seq": 512,
+         "tflops": 1.0, "source": "s", "url": "http://x"}
+    bad.write_text(json.dumps({"gpus": {}, "transfers": {"triton_fa": {"base": "flash2", "gpu": "A", "phase": "fwd_bwd",
+                                                                        "rule": "r", "points": [p]}}}))
+    with pytest.raises(ScenarioError, match="family 'cudnn'"):
+        load_data(str(bad))

@@ -2,7 +2,7 @@
 words, its options, the keys it fixes, with the source of each (`python -m simulator docs` writes it)."""
 from __future__ import annotations
 
-from ..frameworks.spec import DEFAULT_FRAMEWORK, FRAMEWORK_FACTS, FRAMEWORKS, load_framework
+from ..frameworks.spec import DEFAULT_FRAMEWORK, FRAMEWORKS, load_framework
 
 INTRO = """# Frameworks
 
@@ -55,8 +55,9 @@ def render_frameworks() -> str:
             lines += ["| option | default | sets | what | source |", "|---|---|---|---|---|"]
             for opt_name, o in fw.options.items():
                 sets = f"`{o.sets}`" if o.sets else "(read by the plan)"
-                if o.sets in FRAMEWORK_FACTS:  # not a scenario key: the file's own entry, chosen per scenario
-                    sets = f"the {o.sets.replace('_', ' ')} ({', '.join(f'{k}: {v}' for k, v in o.values.items())})"
+                if o.attention_kernel:  # the attention kernel family each value runs, beside any key it sets
+                    kernels = ", ".join(f"{k}: {v}" for k, v in o.attention_kernel.items())
+                    sets = f"{sets if o.sets else ''}{'; ' if o.sets else ''}the attention kernel ({kernels})"
                 lines.append(f"| `{opt_name}` | {_value(o.default)} | {sets} | {_cell(o.doc)} | {_cell(o.source)} |")
             lines.append("")
         fixed = [(k, e.value, e.source) for k, e in fw.defaults.items()]

@@ -71,7 +71,8 @@ class CostModel:
     """How the step runs on the host, for the profile's `framework` table (Profile.framework_overhead):
     mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""
     attention_kernel: str = "cudnn"
-    """The attention kernel family the framework runs (`frameworks/*.yaml` attention_kernel: flash2 | flash3 | cudnn)."""
+    """The attention kernel family the framework runs (`frameworks/*.yaml` attention_kernel, or an option's:
+    `kernel_data.FAMILIES`)."""
     ep_dispatcher: str = "alltoall"
     """`parallel.ep_dispatcher`: whose kernels run the expert all-to-alls, and so how many SMs they hold
     beside compute (`sm_share`, `ep_sm_share.py`)."""
@@ -168,7 +169,6 @@ class CostModel:
         if k is None:
             base = f"spec-based constants (no published kernel points for {self.topology.gpu.name})"
         else:
-            att = sorted({f for f, *_ in k.attention})
             fitted = sorted(d for d, c in k.gemm.items() if c.points)
             capped = sorted(d for d, c in k.gemm.items() if not c.points)
             gemm = "; ".join(x for x in (f"GEMM {', '.join(fitted)} fitted to measured shapes" if fitted else "",
@@ -177,7 +177,7 @@ class CostModel:
             gpu = self.topology.gpu
             chip = gpu.name if gpu.chip in (None, gpu.name) else f"{gpu.chip}, the chip of {gpu.name}"
             base = (f"published kernel points for {chip} ({gemm}; attention "
-                    f"{self.attention_kernel + ' tables' if self.attention_kernel in att else 'spec constants'})")
+                    f"{k.attention_source(self.attention_kernel) or 'spec constants'})")
         frac = self.sustained_gemm_fraction()
         if frac < 1.0 and "gemm" not in self.efficiency:
             base += f"; GEMMs at {frac:.2f} of that speed, as training steps sustain it on this GPU (fitted, cost/sustained.py)"

@@ -12,11 +12,15 @@ source. From them:
   keeps the spec-based eta_max where that is below the ceiling (BF16 on A100, H200 and GB200's B200 here). BF16 on H100
   and on HGX B200 is fitted to OpenXLA's published per-shape matmul table (1024-4096 per side) and a few points at
   larger shapes.
-- an attention efficiency table per kernel family (flash2, flash3, cudnn): the published TFLOP/s over peak,
+- an attention efficiency table per kernel family (flash2, flash3, cudnn, triton_fa): the published TFLOP/s over peak,
   interpolated linearly in log2(sequence length) and in head dim between published head dims; outside the
   published range the nearest point's value. Where a family has no point for the op's mask (no causal backward
   figure is published) the other mask's points are used; a head dim a mask's table lacks takes the other mask's
   ratio between head dims.
+- a transfer (`transfers` in the data file) for a family published on one GPU only, next to another family at the
+  same shapes: on a GPU with the other (base) family's table and no points of its own, the family runs at the base
+  family's efficiency times its published ratio to it at the op's mask, head dim and sequence length (`Transfer`).
+  MPT's Triton FlashAttention (`triton_fa`) is published only beside FlashAttention-2 on an A100 (FA2 paper, Fig. 4).
 
 A GPU, dtype or family without points is priced by the spec-based constants in costs.py (`kernel_source` says
 which). No fitting to training throughput happens here: only kernel points.
@@ -24,7 +28,7 @@ which). No fitting to training throughput happens here: only kernel points.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -42,7 +46,9 @@ and its k = 512 row by writing a large output; the curve's one knee cannot follo
 (tokens x hidden sizes) have every side in the thousands."""
 KNEE_GRID_S = tuple(0.25e-6 * 1.25 ** i for i in range(32))
 """Knee times tried by the fit: 0.25 us to ~250 us in 25 % steps."""
-FAMILIES = ("flash2", "flash3", "cudnn")
+FAMILIES = ("flash2", "flash3", "cudnn", "triton_fa")
+"""Attention kernel families: FlashAttention-2 and -3, cuDNN's fused attention, and the Triton FlashAttention MPT
+runs (LLM Foundry's flash_attn_triton.py, `attn_impl: triton`)."""
 
 
 @dataclass(frozen=True)
@@ -74,21 +80,60 @@ class AttentionTable:
 
 
 @dataclass(frozen=True)
+class Transfer:
+    """A family priced through another one (`base`): its published TFLOP/s over the base family's at the same shapes
+    on the GPU that measured both (`gpu`), by mask and head dim, each an AttentionTable of ratios by sequence length."""
+    base: str
+    gpu: str
+    ratios: dict
+    """(causal, d_head) -> AttentionTable of family / base TFLOP/s"""
+
+    def ratio(self, causal: bool, d_head: float, seq: float) -> float:
+        """The op's mask's ratio (else the other mask's), linear in head dim between the published ones and the
+        nearest one's beyond them, linear in log2(seq) as the tables are."""
+        masks = {c for c, _ in self.ratios}
+        mask = causal if causal in masks else next(iter(masks))
+        dims = sorted(d for c, d in self.ratios if c == mask)
+        d = min(max(d_head, dims[0]), dims[-1])
+        hi = next(i for i, x in enumerate(dims) if x >= d)
+        if dims[hi] == d:
+            return self.ratios[(mask, dims[hi])].at(seq)
+        d0, d1 = dims[hi - 1], dims[hi]
+        r0 = self.ratios[(mask, d0)].at(seq)
+        return r0 + (d - d0) / (d1 - d0) * (self.ratios[(mask, d1)].at(seq) - r0)
+
+
+@dataclass(frozen=True)
 class GpuKernels:
     gpu: str
     gemm: dict
     """dtype -> GemmCurve"""
     attention: dict
     """(family, phase, causal, d_head) -> AttentionTable"""
+    transfers: dict = field(default_factory=dict)
+    """family -> Transfer, for the families this GPU has no points of (`transfer_of`)."""
+
+    def attention_source(self, family: str) -> str | None:
+        """What prices `family`'s attention on this GPU, for the report; None: no table (the spec constants)."""
+        if any(k[0] == family for k in self.attention):
+            return f"{family} tables"
+        t = self.transfers.get(family)
+        if t is not None and any(k[0] == t.base for k in self.attention):
+            return (f"{family} = {t.base} tables x its published ratio to {t.base} on the {t.gpu} "
+                    f"(a transfer, simulator/cost/kernel_data.json transfers)")
+        return None
 
     def attention_efficiency(self, family: str, phase: str, causal: bool, d_head: float, seq: float) -> float | None:
         """The family's published efficiency at this shape; None when the family has no points for the phase.
         The op's mask's table when the family has one (else the other mask's), linear in head dim between its
         published head dims; beyond them, the nearest head dim's value times the other mask's ratio between the
-        two head dims where that mask has both (cuDNN's causal forward is published at head dim 128 only)."""
+        two head dims where that mask has both (cuDNN's causal forward is published at head dim 128 only). A family
+        without points here but with a `Transfer`: the base family's efficiency times the published ratio."""
         masks = {k[2] for k in self.attention if k[0] == family and k[1] == phase}
         if not masks:
-            return None
+            t = self.transfers.get(family)
+            base = self.attention_efficiency(t.base, phase, causal, d_head, seq) if t is not None else None
+            return None if base is None else base * t.ratio(causal, d_head, seq)
         mask = causal if causal in masks else next(iter(masks))
         value = self._at_dims(family, phase, mask, d_head, seq)
         dims = self._dims(family, phase, mask)
@@ -186,7 +231,43 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                 if table == "attention" and p["family"] not in FAMILIES:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].family", f"{p['family']!r} is unknown",
                                         " | ".join(FAMILIES))
+    if not isinstance(data.get("transfers", {}), dict):
+        raise ScenarioError(f"{where}: transfers", "expected an object", "family -> {base, gpu, phase, rule, points}")
+    for family, t in data.get("transfers", {}).items():
+        at = f"{where}: transfers.{family}"
+        if family not in FAMILIES or not isinstance(t, dict) or t.get("base") not in FAMILIES or t.get("base") == family:
+            raise ScenarioError(at, "needs a known family with a different known base family",
+                                f"a family of {' | '.join(FAMILIES)} -> {{base, gpu, phase, rule, points}}")
+        missing = [f for f in ("gpu", "phase", "rule", "points") if f not in t]
+        if missing:
+            raise ScenarioError(at, f"lacks {', '.join(missing)}", "base, gpu, phase, rule, points")
+        for i, p in enumerate(t["points"]):
+            lacks = [f for f in need["attention"] if f not in p]
+            if lacks:
+                raise ScenarioError(f"{at}.points[{i}]", f"lacks {', '.join(lacks)}", ", ".join(need["attention"]))
+            if p["family"] not in (family, t["base"]) or p["phase"] != t["phase"]:
+                raise ScenarioError(f"{at}.points[{i}]", f"family {p['family']!r}, phase {p['phase']!r}",
+                                    f"family {family} or {t['base']}, phase {t['phase']}")
+            if not (isinstance(p["tflops"], (int, float)) and p["tflops"] > 0):
+                raise ScenarioError(f"{at}.points[{i}].tflops", f"{p['tflops']!r}", "a positive number")
     return data
+
+
+def transfer_of(family: str, path: str = str(DATA_FILE)) -> Transfer | None:
+    """The published ratio of `family` to its base family, by mask, head dim and sequence length (shapes where
+    the source gives both); None when the data file has no transfer for it."""
+    t = load_data(path).get("transfers", {}).get(family)
+    if t is None:
+        return None
+    speed: dict = {}
+    for p in t["points"]:
+        speed.setdefault((bool(p["causal"]), int(p["d_head"]), p["dtype"], float(p["seq"])), {})[p["family"]] = p["tflops"]
+    groups: dict = {}
+    for (causal, d_head, _, seq), fams in speed.items():
+        if family in fams and t["base"] in fams:
+            groups.setdefault((causal, d_head), {})[seq] = fams[family] / fams[t["base"]]
+    ratios = {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
+    return Transfer(t["base"], t["gpu"], ratios) if ratios else None
 
 
 def gpu_points(gpu_name: str, path: str = str(DATA_FILE)) -> dict:
@@ -224,4 +305,7 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
         key = (p["family"], p["phase"], bool(p["causal"]), int(p["d_head"]))
         groups.setdefault(key, {})[float(p["seq"])] = p["tflops"] * 1e12 / peak[p["dtype"]]
     attention = {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
-    return GpuKernels(gpu_name, gemm, attention)
+    own = {k[0] for k in attention}
+    transfers = {f: t for f in load_data(path).get("transfers", {}) if f not in own
+                 for t in [transfer_of(f, path)] if t is not None}
+    return GpuKernels(gpu_name, gemm, attention, transfers)

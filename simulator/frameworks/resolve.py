@@ -25,7 +25,7 @@ from ..errors import ScenarioError
 from ..inputs import short
 from ..plan.schedules import schedule_spec
 from .pp_split import cost_balanced_layers, remainder_first_layers
-from .spec import DEFAULT_FRAMEWORK, FRAMEWORK_FACTS, FRAMEWORKS, POLICY_NAMES, Framework, load_framework
+from .spec import DEFAULT_FRAMEWORK, FRAMEWORKS, POLICY_NAMES, Framework, load_framework
 
 MAX_OPTION_NUMBER = 1e12
 """Largest numeric option (bucket sizes in elements: 10^12 is far above any model's parameters per rank)."""
@@ -46,8 +46,6 @@ class FrameworkChoice:
     per-stage rules leave them alone)."""
     asked_zero: int = 0
     """`parallel.zero` as the scenario wrote it (the report says what it meant here)."""
-    chosen: tuple[tuple[str, Any], ...] = ()
-    """Framework-file entries (`spec.FRAMEWORK_FACTS`) an option chose, entry -> value; one not here is the file's."""
 
     @property
     def spec(self) -> Framework:
@@ -55,8 +53,11 @@ class FrameworkChoice:
 
     @property
     def attention_kernel(self) -> str:
-        """The attention kernel family priced: an option's choice (torchtitan's `sdpa_backend`), else the file's."""
-        return dict(self.chosen).get("attention_kernel", self.spec.attention_kernel.value)
+        """The family an option's value runs (`spec.Option.attention_kernel`), else the framework's."""
+        for name, opt in self.spec.options.items():
+            if opt.attention_kernel is not None and self.option(name) in opt.attention_kernel:
+                return opt.attention_kernel[self.option(name)]
+        return self.spec.attention_kernel.value
 
     def option(self, name: str) -> Any:
         return dict(self.options).get(name)
@@ -169,7 +170,7 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
     name, given = _split(raw.pop("framework", None))
     fw = load_framework(name)
     user = _scenario_keys(raw)
-    resolved, chosen = {}, {}
+    resolved = {}
     for opt_name, value in given.items():
         if opt_name not in fw.options:
             allowed = ", ".join(["name", *fw.options]) if fw.options else "name (this framework has no options)"
@@ -189,9 +190,6 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
         target = opt.values.get(value, opt.values.get(str(value).lower())) if opt.values else value
         if opt.scale is not None:
             target = float(value) * opt.scale
-        if opt.sets in FRAMEWORK_FACTS:
-            chosen[opt.sets] = target
-            continue
         if opt.sets in user:
             if opt_name in given and not _same_meaning(fw, opt.sets, target, _get(raw, opt.sets)):
                 raise ScenarioError(f"framework.{opt_name}", f"{short(value)} sets {opt.sets} to {short(target)} but the "
@@ -209,10 +207,9 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
         if _get(raw, f"cluster.efficiency.{key}") is KeyError:
             _put(raw, f"cluster.efficiency.{key}", entry.value)
     zero = _get(raw, "parallel.zero", 0)
-    fixed = user | {fw.options[o].sets for o in given if fw.options[o].sets not in (None, *FRAMEWORK_FACTS)}
+    fixed = user | {fw.options[o].sets for o in given if fw.options[o].sets is not None}
     choice = FrameworkChoice(name=name, options=tuple(resolved.items()), given=tuple(given),
-                             scenario_keys=frozenset(fixed), asked_zero=zero if isinstance(zero, int) and not isinstance(zero, bool) else 0,
-                             chosen=tuple(sorted(chosen.items())))
+                             scenario_keys=frozenset(fixed), asked_zero=zero if isinstance(zero, int) and not isinstance(zero, bool) else 0)
     return raw, choice
 
 

@@ -9,8 +9,8 @@ A framework file says, each entry with its source (a file and line of the framew
   each with the framework's own default and the scenario key it sets;
 - `defaults`: the scenario keys the framework fixes unless the scenario says otherwise (bucket sizes,
   gradient accumulation, pipeline sends), as dotted keys;
-- `attention_kernel`: the attention kernel family it runs (`ATTENTION_KERNELS`); an option may choose another
-  (`FRAMEWORK_FACTS`: torchtitan's `sdpa_backend`, where the SDPA backend it runs first changed across releases);
+- `attention_kernel`: the attention kernel family it runs (`ATTENTION_KERNELS`); an option's value may run another
+  (`Option.attention_kernel`: torchtitan's `sdpa_backend`, MPT's `attn_impl`);
 - `fp8_recipe`: which FP8 casts its linears run (`FP8_RECIPES`; `plan/opgraph.py` prices each);
 - `tp_overlap`: what `parallel.overlap_tp` overlaps there (`TP_OVERLAPS`; `plan/tp_overlap.py` prices each);
 - `tp_wgrad_input`: whether a column-parallel linear's weight gradient re-gathers its SP input (`TP_WGRAD_INPUTS`);
@@ -43,10 +43,7 @@ POLICY_NAMES = ("ddp", "zero1", "zero2", "zero3")
 """`plan/policy.py` policies a `zero` entry may name (ZeRO-3 without reshard is `reshard_after_forward`)."""
 SETTABLE_SECTIONS = ("training", "parallel", "cluster")
 """Top-level scenario sections a framework default or option may set."""
-FRAMEWORK_FACTS = ("attention_kernel",)
-"""Entries of the framework file an option may choose instead of a scenario key (`Option.sets` names one): the
-file's value is the option's default, another choice replaces it for the scenario (`FrameworkChoice`)."""
-ATTENTION_KERNELS = ("flash2", "flash3", "cudnn")
+ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "triton_fa")
 """Attention kernel families with published tables (`cost/kernel_data.py` FAMILIES; a test keeps the two equal:
 the scenario layer does not import the cost layer)."""
 PP_SPLITS = ("even", "cost-balanced", "remainder-first")
@@ -100,9 +97,8 @@ class Option:
     default: Any = None
     """The framework's own default (null: the option leaves the key to the scenario unless given)."""
     sets: Optional[str] = None
-    """Dotted scenario key (`parallel.overlap_dp`), or an entry of the framework file (`FRAMEWORK_FACTS`:
-    `attention_kernel`) the option chooses for this scenario; null: no scenario key says it, the plan reads the
-    option itself (`FrameworkChoice.option`: torchtitan's `compile`)."""
+    """Dotted scenario key (`parallel.overlap_dp`); null: no scenario key says it, the plan reads the option
+    itself (`FrameworkChoice.option`: torchtitan's `compile`; `attention_kernel` below)."""
     values: Optional[dict] = None
     """Option value -> key value; null: the option's value is the key's."""
     choices: Optional[list[Any]] = None
@@ -113,6 +109,10 @@ class Option:
     scale: Optional[float] = None
     """The option takes a positive number and sets the key to number x scale (DeepSpeed's bucket sizes in
     elements -> clustersim's MB)."""
+    attention_kernel: Optional[dict] = None
+    """Option value -> the attention kernel family that value runs (`kernel_data.FAMILIES`), in place of the
+    framework's `attention_kernel` (MPT's attn_impl: flash -> flash2, triton -> triton_fa); a value it does not
+    name, or null: the framework's."""
     source: str
 
 
@@ -177,37 +177,26 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.tp_wgrad_input", f"{fw.tp_wgrad_input.value!r}", " | ".join(TP_WGRAD_INPUTS))
     if fw.attention_kernel.value not in ATTENTION_KERNELS:
         raise ScenarioError(f"{where}.attention_kernel", f"{fw.attention_kernel.value!r}", " | ".join(ATTENTION_KERNELS))
-    for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets not in (None, *FRAMEWORK_FACTS))]:
+    for key in [*fw.defaults, *(o.sets for o in fw.options.values() if o.sets is not None)]:
         if key.split(".")[0] not in SETTABLE_SECTIONS or key.count(".") < 1:
-            raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}, "
-                                f"or one of {', '.join(FRAMEWORK_FACTS)}")
-    for n, o in fw.options.items():
-        if o.sets in FRAMEWORK_FACTS:
-            _check_fact_option(fw, n, o, f"{where}.options.{n}")
+            raise ScenarioError(f"{where}", f"sets {key!r}", f"a dotted key under {', '.join(SETTABLE_SECTIONS)}")
     for key in fw.lacks:
         if key not in LACKABLE:
             raise ScenarioError(f"{where}.lacks.{key}", "not a parallel dimension a framework may lack", " | ".join(LACKABLE))
     for n, o in fw.options.items():
         if o.requires is not None and o.requires not in fw.options:
             raise ScenarioError(f"{where}.options.{n}.requires", f"{o.requires!r} is not an option", ", ".join(fw.options))
+        if o.attention_kernel is not None and not set(o.attention_kernel) <= set(fw.option_choices(n)):
+            raise ScenarioError(f"{where}.options.{n}.attention_kernel", f"names {sorted(o.attention_kernel)}",
+                                f"values of the option: {' | '.join(map(str, fw.option_choices(n)))}")
+        bad = [v for v in (o.attention_kernel or {}).values() if v not in ATTENTION_KERNELS]
+        if bad:
+            raise ScenarioError(f"{where}.options.{n}.attention_kernel", f"{bad[0]!r}", " | ".join(ATTENTION_KERNELS))
     for n, z in fw.zero.items():
         if n not in ("0", "1", "2", "3"):
             raise ScenarioError(f"{where}.zero.{n}", "not a ZeRO stage", "0 | 1 | 2 | 3")
     return fw
 
-
-def _check_fact_option(fw: Framework, name: str, o: Option, where: str) -> None:
-    """An option choosing a file entry names its words (`choices`), maps each to an allowed value (`values`),
-    and its default maps to the file's own value: the file says one thing, the option only departs from it."""
-    allowed = {"attention_kernel": ATTENTION_KERNELS}[o.sets]
-    if not o.choices or not o.values or set(o.values) != set(o.choices):
-        raise ScenarioError(where, f"sets {o.sets} without a value for each choice", "choices and values with the same words")
-    bad = [v for v in o.values.values() if v not in allowed]
-    if bad:
-        raise ScenarioError(f"{where}.values", f"{bad[0]!r} is not a {o.sets}", " | ".join(allowed))
-    if o.values.get(o.default) != getattr(fw, o.sets).value:
-        raise ScenarioError(f"{where}.default", f"{o.default!r} means {o.values.get(o.default)!r}, the file says "
-                            f"{o.sets} {getattr(fw, o.sets).value!r}", "the option's word for the file's value")
 
 
 @dataclass(frozen=True, kw_only=True)
