@@ -57,7 +57,8 @@ def render_frameworks() -> str:
                 sets = f"`{o.sets}`" if o.sets else "(read by the plan)"
                 if o.attention_kernel:  # the attention kernel family each value runs, beside any key it sets
                     kernels = ", ".join(f"{k}: {v}" for k, v in o.attention_kernel.items())
-                    sets = f"{sets if o.sets else ''}{'; ' if o.sets else ''}the attention kernel ({kernels})"
+                    picks = f"the attention kernel ({kernels})"
+                    sets = f"{sets}; {picks}" if o.sets else picks
                 lines.append(f"| `{opt_name}` | {_value(o.default)} | {sets} | {_cell(o.doc)} | {_cell(o.source)} |")
             lines.append("")
         fixed = [(k, e.value, e.source) for k, e in fw.defaults.items()]

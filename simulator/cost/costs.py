@@ -165,26 +165,25 @@ class CostModel:
     def kernel_source(self) -> str:
         """Where this model's kernel speeds come from, for the report: published points or the spec constants."""
         k = self.kernels()
+        gpu = self.topology.gpu
         over = sorted(x for x in self.efficiency if x == "gemm" or x.startswith("attention_"))
         if k is None:
-            base = f"spec-based constants (no published kernel points for {self.topology.gpu.name})"
+            base = f"spec-based constants (no published kernel points for {gpu.name})"
         else:
             fitted = sorted(d for d, c in k.gemm.items() if c.points)
             capped = sorted(d for d, c in k.gemm.items() if not c.points)
             gemm = "; ".join(x for x in (f"GEMM {', '.join(fitted)} fitted to measured shapes" if fitted else "",
                                          f"GEMM {', '.join(capped)} spec constants under a published ceiling"
                                          if capped else "") if x) or "GEMM spec constants"
-            gpu = self.topology.gpu
             chip = gpu.name if gpu.chip in (None, gpu.name) else f"{gpu.chip}, the chip of {gpu.name}"
             base = (f"published kernel points for {chip} ({gemm}; attention "
                     f"{k.attention_source(self.attention_kernel) or 'spec constants'})")
         frac = self.sustained_gemm_fraction()
         if frac < 1.0 and "gemm" not in self.efficiency:
             base += f"; GEMMs at {frac:.2f} of that speed, as training steps sustain it on this GPU (fitted, cost/sustained.py)"
-        g = self.topology.gpu
-        if g.compute_clock_fraction < 1.0:
-            base += (f"; tensor-core work at {g.compute_clock_fraction:.2f} of its rated speed under the "
-                     f"{g.power_limit_w:g} W power limit (of {g.tdp_w:g} W)")
+        if gpu.compute_clock_fraction < 1.0:
+            base += (f"; tensor-core work at {gpu.compute_clock_fraction:.2f} of its rated speed under the "
+                     f"{gpu.power_limit_w:g} W power limit (of {gpu.tdp_w:g} W)")
         return base + (f", overridden by cluster.efficiency {', '.join(over)}" if over else "")
 
     def spec_compute_time(self, op: Compute) -> float:

@@ -93,14 +93,21 @@ class Transfer:
         nearest one's beyond them, linear in log2(seq) as the tables are."""
         masks = {c for c, _ in self.ratios}
         mask = causal if causal in masks else next(iter(masks))
-        dims = sorted(d for c, d in self.ratios if c == mask)
-        d = min(max(d_head, dims[0]), dims[-1])
-        hi = next(i for i, x in enumerate(dims) if x >= d)
-        if dims[hi] == d:
-            return self.ratios[(mask, dims[hi])].at(seq)
-        d0, d1 = dims[hi - 1], dims[hi]
-        r0 = self.ratios[(mask, d0)].at(seq)
-        return r0 + (d - d0) / (d1 - d0) * (self.ratios[(mask, d1)].at(seq) - r0)
+        return at_head_dim({d: t for (c, d), t in self.ratios.items() if c == mask}, d_head, seq)
+
+
+def at_head_dim(tables: dict, d_head: float, seq: float) -> float:
+    """`tables` (head dim -> AttentionTable) at `seq`, linear in head dim between the published head dims and the
+    nearest one's value beyond them."""
+    dims = sorted(tables)
+    if d_head <= dims[0]:
+        return tables[dims[0]].at(seq)
+    if d_head >= dims[-1]:
+        return tables[dims[-1]].at(seq)
+    hi = next(i for i, d in enumerate(dims) if d >= d_head)
+    d0, d1 = dims[hi - 1], dims[hi]
+    e0 = tables[d0].at(seq)
+    return e0 + (d_head - d0) / (d1 - d0) * (tables[d1].at(seq) - e0)
 
 
 @dataclass(frozen=True)
@@ -148,16 +155,7 @@ class GpuKernels:
         return sorted(k[3] for k in self.attention if k[:3] == (family, phase, mask))
 
     def _at_dims(self, family, phase, mask, d_head, seq) -> float:
-        dims = self._dims(family, phase, mask)
-        if d_head <= dims[0]:
-            return self.attention[(family, phase, mask, dims[0])].at(seq)
-        if d_head >= dims[-1]:
-            return self.attention[(family, phase, mask, dims[-1])].at(seq)
-        hi = next(i for i, d in enumerate(dims) if d >= d_head)
-        d0, d1 = dims[hi - 1], dims[hi]
-        w = (d_head - d0) / (d1 - d0)
-        e0 = self.attention[(family, phase, mask, d0)].at(seq)
-        return e0 + w * (self.attention[(family, phase, mask, d1)].at(seq) - e0)
+        return at_head_dim({k[3]: t for k, t in self.attention.items() if k[:3] == (family, phase, mask)}, d_head, seq)
 
 
 def used_in_fit(point: dict) -> bool:
@@ -223,11 +221,7 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
     for gpu, entry in data["gpus"].items():
         for table, fields in need.items():
             for i, p in enumerate(entry.get(table, [])):
-                missing = [f for f in fields if f not in p]
-                if missing:
-                    raise ScenarioError(f"{where}: gpus.{gpu}.{table}[{i}]", f"lacks {', '.join(missing)}", ", ".join(fields))
-                if not (isinstance(p["tflops"], (int, float)) and p["tflops"] > 0):
-                    raise ScenarioError(f"{where}: gpus.{gpu}.{table}[{i}].tflops", f"{p['tflops']!r}", "a positive number")
+                _check_point(p, fields, f"{where}: gpus.{gpu}.{table}[{i}]")
                 if table == "attention" and p["family"] not in FAMILIES:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].family", f"{p['family']!r} is unknown",
                                         " | ".join(FAMILIES))
@@ -242,15 +236,20 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
         if missing:
             raise ScenarioError(at, f"lacks {', '.join(missing)}", "base, gpu, phase, rule, points")
         for i, p in enumerate(t["points"]):
-            lacks = [f for f in need["attention"] if f not in p]
-            if lacks:
-                raise ScenarioError(f"{at}.points[{i}]", f"lacks {', '.join(lacks)}", ", ".join(need["attention"]))
+            _check_point(p, need["attention"], f"{at}.points[{i}]")
             if p["family"] not in (family, t["base"]) or p["phase"] != t["phase"]:
                 raise ScenarioError(f"{at}.points[{i}]", f"family {p['family']!r}, phase {p['phase']!r}",
                                     f"family {family} or {t['base']}, phase {t['phase']}")
-            if not (isinstance(p["tflops"], (int, float)) and p["tflops"] > 0):
-                raise ScenarioError(f"{at}.points[{i}].tflops", f"{p['tflops']!r}", "a positive number")
     return data
+
+
+def _check_point(p: dict, fields: tuple, at: str) -> None:
+    """A published point has every field its table reads and a positive TFLOP/s."""
+    missing = [f for f in fields if f not in p]
+    if missing:
+        raise ScenarioError(at, f"lacks {', '.join(missing)}", ", ".join(fields))
+    if not (isinstance(p["tflops"], (int, float)) and p["tflops"] > 0):
+        raise ScenarioError(f"{at}.tflops", f"{p['tflops']!r}", "a positive number")
 
 
 def transfer_of(family: str, path: str = str(DATA_FILE)) -> Transfer | None:

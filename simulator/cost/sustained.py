@@ -33,9 +33,9 @@ GPU check (an H200, 2026-11-26: `validation/replay_gpu.py`, Llama 3.2 1B on one 
 step's GEMM kernels faster than calibrate's loop timed them (152.5 ms of GEMM kernels in a traced step against
 177.5 ms summed from the profile; the LM head's GEMM at 856 TFLOP/s in the step, 683 in a loop). In the loop the
 GPU sat at its 700 W limit at 1,500-1,700 MHz; a step that mixes memory-bound kernels between its GEMMs draws less.
-Priced with the share, that replay read +31 % slow; without it +10.6 / +8.8 % (no / full recompute). So the share is not the GPU's alone: it
-is what the fitted multi-GPU runs sustained, and it stays on the published points, which those runs were fitted
-with.
+Priced with the share, that replay read +31 % slow; without it +10.6 / +8.8 % (no / full recompute). So the share
+is not the GPU's alone: it is what the fitted multi-GPU runs sustained, and it stays on the published points,
+which those runs were fitted with.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Two steps, because a sweep changes the layout of a scenario already read:
 1. `apply_framework(raw)`, on the scenario mapping before it is parsed: reads `framework:` (a name, or
-   `{name: ..., <option>: ...}`), sets each option's scenario key (or, for an option that chooses an entry of
-   the framework file such as its attention kernel, records the choice), then the framework's `defaults` and
+   `{name: ..., <option>: ...}`), sets each option's scenario key (an option may also pick the attention kernel,
+   `spec.Option.attention_kernel`, read by `FrameworkChoice.attention_kernel`), then the framework's `defaults` and
    `efficiency`, wherever the scenario does not say otherwise. A key the scenario sets and an option
    sets differently is an error (two answers to one question). Returns the mapping and a `FrameworkChoice`.
 2. `layout_rules(choice, parallel, model)`, on every layout (`scenario.validate_layout`): what the layout's

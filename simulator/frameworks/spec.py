@@ -18,7 +18,7 @@ A framework file says, each entry with its source (a file and line of the framew
   `cost-balanced`: nanotron's cumulative compute-cost thresholds; `remainder-first`: torchtitan's, the
   embedding and the output counted as a layer each; `pp_split.py`);
 - `efficiency`: the stack's measured efficiencies (`cluster.efficiency` keys), fitted where the source says. An
-  entry may name a constant of a kernel library instead of a number (`value: transformer_engine.gemm_fp8`):
+  entry may name a constant of a kernel library instead of a number (`value: transformer_engine.gemm_fp8_vs_bf16`):
   the constant lives once in `<library>.yaml` here (`SHARED_CONSTANTS`) and every framework running those
   kernels refers to it, so a number fitted on one framework's runs is transferred, not copied.
 
@@ -196,7 +196,6 @@ def _check(fw: Framework, where: str) -> Framework:
         if n not in ("0", "1", "2", "3"):
             raise ScenarioError(f"{where}.zero.{n}", "not a ZeRO stage", "0 | 1 | 2 | 3")
     return fw
-
 
 
 @dataclass(frozen=True, kw_only=True)
