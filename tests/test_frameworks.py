@@ -162,3 +162,12 @@ def test_the_lm_head_runs_in_fp8_only_where_the_framework_converts_its_output_la
     assert len(fwd) == 1 and len(grads) == 2
     assert {op.dtype for op in fwd + grads} == {head_dtype}
     assert load_framework(name).fp8_output_layer.value is (head_dtype == "fp8")
+
+
+def test_a_framework_file_with_a_non_boolean_grad_accum_cast_is_refused():
+    from dataclasses import replace
+    from simulator.frameworks.spec import Sourced, _check
+    fw = replace(load_framework("deepspeed"), grad_accum_cast=Sourced(value="yes", source="a test"))
+    with pytest.raises(ScenarioError) as e:
+        _check(fw, "deepspeed.yaml")
+    assert "grad_accum_cast" in str(e.value) and "true | false" in str(e.value)

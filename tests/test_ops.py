@@ -183,6 +183,25 @@ def test_unfused_accumulation_in_fp32_training_moves_12_bytes_per_param():
     assert len(acc) == 1 and acc[0].bytes == pytest.approx(12 * 855_654_400 / 8, rel=1e-3)
 
 
+def test_deepspeed_bf16_optimizer_casts_each_gradient_to_fp32_then_adds_it_every_micro_batch():
+    """DeepSpeed's BF16_Optimizer (bf16 weights, fp32 accumulation): `hp_grad.add_(lp.grad.to(fp32))` after
+    every micro-batch, a cast (read 2 + write 4 B/param) and an fp32 add (read 8 + write 4): 18 B/param,
+    against Megatron's accumulation fused into the weight-gradient GEMM (none)."""
+    sc = load_scenario("scenarios/70b_512gpu.yaml", ["framework=deepspeed", "training.grad_dtype=fp32"])
+    assert not sc.training.grad_accum_fused and sc.framework.spec.grad_accum_cast.value is True
+    acc = [n.op for n in layer_passes(sc, 0).W if n.op.name == "grad_accum_fp32"]
+    assert len(acc) == 1 and acc[0].bytes == pytest.approx(18 * 855_654_400 / 8, rel=1e-3)
+
+
+def test_deepspeed_bf16_gradients_accumulate_through_autograd_in_bf16():
+    """Without fp32 accumulation DeepSpeed's gradients add up in `.grad` (bf16): read 2 + 2, write 2 B/param."""
+    sc = load_scenario("scenarios/70b_512gpu.yaml", ["framework=deepspeed"])
+    assert sc.training.grad_dtype == "bf16"
+    acc = [n.op for n in layer_passes(sc, 0).W if n.op.name.startswith("grad_accum")]
+    assert [a.name for a in acc] == ["grad_accum_bf16"]
+    assert acc[0].bytes == pytest.approx(6 * 855_654_400 / 8, rel=1e-3)
+
+
 def test_ring_steps_are_one_causal_block_then_unmasked_half_blocks_merged_in_forward_only():
     sc = load_scenario("scenarios/8b_8gpu.yaml", ["parallel.cp=4", "parallel.dp=2"])
     z = shard(sc)

@@ -150,6 +150,10 @@ class Framework:
     """Where the column-parallel weight gradient's gathered input comes from (`TP_WGRAD_INPUTS`); null: `regather`."""
     fp8_output_layer: Optional[Sourced] = None
     """true: `training.precision: fp8` runs the output layer (LM head) in FP8 as well; null or false: it stays BF16."""
+    grad_accum_cast: Optional[Sourced] = None
+    """true: unfused accumulation of bf16 gradients into fp32 (`training.grad_accum_fused: false`, `grad_dtype:
+    fp32`) first casts each micro-batch's gradient to an fp32 temporary, then adds it, after every micro-batch
+    (DeepSpeed's BF16_Optimizer); null or false: one mixed-dtype add (`plan/layer_ops.grad_accum_op`)."""
     lacks: dict[str, Sourced] = field(default_factory=dict)
     """Parallel dimensions (`LACKABLE`) the framework does not have, each with the source that shows it (value:
     what the report says instead); a layout with that dimension above 1 is refused."""
@@ -173,6 +177,8 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.tp_overlap", f"{fw.tp_overlap.value!r}", " | ".join(TP_OVERLAPS))
     if fw.fp8_output_layer is not None and not isinstance(fw.fp8_output_layer.value, bool):
         raise ScenarioError(f"{where}.fp8_output_layer", f"{fw.fp8_output_layer.value!r}", "true | false")
+    if fw.grad_accum_cast is not None and not isinstance(fw.grad_accum_cast.value, bool):
+        raise ScenarioError(f"{where}.grad_accum_cast", f"{fw.grad_accum_cast.value!r}", "true | false")
     if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
         raise ScenarioError(f"{where}.tp_wgrad_input", f"{fw.tp_wgrad_input.value!r}", " | ".join(TP_WGRAD_INPUTS))
     if fw.attention_kernel.value not in ATTENTION_KERNELS:

@@ -371,7 +371,8 @@ def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
     None when it is fused (Megatron's gradient_accumulation_fusion). Memory-bound: read the new gradient
     (weight dtype), read and write the accumulator (grad dtype): 2 + 4 + 4 = 10 B/param for bf16 into
     fp32, 12 for fp32 training. Under `training.autocast` every micro-batch casts its bf16 gradient to
-    fp32 (6 B/param) and all but the first add it into `.grad` (12): 6 + 12 (m-1)/m B/param on average."""
+    fp32 (6 B/param) and all but the first add it into `.grad` (12): 6 + 12 (m-1)/m B/param on average. A
+    framework that casts then adds (`_casts_then_adds`) moves 6 + 12 B/param every micro-batch."""
     tr = sc.training
     if tr.autocast and params > 0:
         m = sc.micro_batches
@@ -379,9 +380,21 @@ def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
         return Compute("grad_accum_fp32", "elementwise", 0.0, moved, "fp32", (int(params),))
     if tr.grad_accum_fused or params <= 0:
         return None
+    if _casts_then_adds(sc):
+        return Compute("grad_accum_fp32", "elementwise", 0.0, params * (AUTOCAST_CAST_BYTES + AUTOCAST_GRAD_ADD_BYTES),
+                       "fp32", (int(params),))
     moved = params * (param_bytes(sc) + 2 * tr.grad_bytes)
     dtype = "bf16" if tr.grad_bytes == 2 else "fp32"
     return Compute(f"grad_accum_{dtype}", "elementwise", 0.0, moved, dtype, (int(params),))
+
+
+def _casts_then_adds(sc: Scenario) -> bool:
+    """Whether the framework accumulates bf16 gradients into fp32 through an explicit fp32 copy of each one
+    (`Framework.grad_accum_cast`): DeepSpeed's BF16_Optimizer runs `hp_grad.add_(lp.grad.to(fp32))` for every
+    parameter after every micro-batch's backward, a cast (6 B/param) and an fp32 add (12), the first
+    micro-batch included (its accumulator starts at zero)."""
+    flag = sc.framework.spec.grad_accum_cast
+    return bool(flag and flag.value) and sc.training.grad_bytes == 4 and param_bytes(sc) == 2
 
 
 AUTOCAST_CAST_BYTES = 6
