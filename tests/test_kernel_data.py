@@ -4,7 +4,8 @@ import json
 import pytest
 
 from simulator.cost.costs import (ATTENTION_EFFICIENCY, GEMM_HALF_EFFICIENCY_S, GEMM_PEAK_EFFICIENCY, CostModel)
-from simulator.cost.kernel_data import FAMILIES, AttentionTable, gpu_points, load_data, transfer_of, used_in_fit
+from simulator.cost.kernel_data import (FAMILIES, AttentionTable, Transfer, gpu_points, load_data, transfer_of,
+                                        used_in_fit)
 from simulator.errors import ScenarioError
 from simulator.plan.opgraph import Compute
 from simulator.topology import load_topology
@@ -143,14 +144,61 @@ def test_triton_fa_points_load_beside_flash2_at_the_same_shapes():
     assert ratio.seqs[-1] == 16384 and ratio.efficiencies[-1] == pytest.approx(80 / 189)
 
 
-@pytest.mark.parametrize("phase,causal,d_head,seq", [("fwd", True, 128, 8192), ("bwd", True, 128, 32768),
-                                                     ("fwd", True, 96, 2048), ("bwd", False, 64, 4096)])
-def test_triton_fa_on_h100_is_flash2_times_its_published_ratio(phase, causal, d_head, seq):
+SHAPES = [(True, 128, 8192), (True, 128, 32768), (True, 96, 2048), (False, 64, 4096), (True, 128, 512)]
+
+
+def test_triton_fa_forward_gap_is_the_fa2_papers_forward_range_middle():
+    """FA2 paper §4.1: FlashAttention-2 is 'around 1.3-1.5x faster than FlashAttention in Triton in the forward pass'."""
+    gap = load_data()["transfers"]["triton_fa"]["forward_gap"]
+    assert (gap["low"], gap["value"], gap["high"]) == (1.3, 1.4, 1.5)
+    assert "1.3-1.5x" in gap["source"] and gap["url"] == "https://arxiv.org/abs/2307.08691"
+    assert transfer_of("triton_fa").forward_gap == 1.4
+
+
+@pytest.mark.parametrize("causal,d_head,seq", SHAPES)
+def test_triton_fa_forward_on_h100_is_flash2_over_the_forward_gap(causal, d_head, seq):
+    k = CostModel(load_topology("dgx-h100")).kernels()
+    assert k.attention_efficiency("triton_fa", "fwd", causal, d_head, seq) == pytest.approx(
+        k.attention_efficiency("flash2", "fwd", causal, d_head, seq) / 1.4)
+
+
+def _fwd_bwd_time(k, family, causal, d_head, seq):
+    """Forward+backward time per forward FLOP, the FA2 figures' weighting (backward 2.5x the forward's FLOPs)."""
+    return sum(w / k.attention_efficiency(family, ph, causal, d_head, seq) for ph, w in (("fwd", 1.0), ("bwd", 2.5)))
+
+
+@pytest.mark.parametrize("causal,d_head,seq", SHAPES)
+def test_triton_fa_forward_and_backward_on_h100_take_the_time_the_published_ratio_gives(causal, d_head, seq):
+    """The split moves time between the phases, never adds or removes it: fwd+bwd is flash2's over Fig. 4's ratio."""
     k = CostModel(load_topology("dgx-h100")).kernels()
     ratio = transfer_of("triton_fa").ratio(causal, d_head, seq)
     assert 0.4 < ratio < 0.7
-    assert k.attention_efficiency("triton_fa", phase, causal, d_head, seq) == pytest.approx(
-        k.attention_efficiency("flash2", phase, causal, d_head, seq) * ratio)
+    assert _fwd_bwd_time(k, "triton_fa", causal, d_head, seq) == pytest.approx(
+        _fwd_bwd_time(k, "flash2", causal, d_head, seq) / ratio)
+
+
+@pytest.mark.parametrize("causal,d_head,seq", SHAPES)
+def test_triton_fa_backward_trails_flash2_by_more_than_its_forward(causal, d_head, seq):
+    """flash_attn_triton.py's docstring: its forward is generally faster than CUDA's, its backward slower."""
+    k = CostModel(load_topology("dgx-h100")).kernels()
+    fwd, bwd = (k.attention_efficiency("triton_fa", ph, causal, d_head, seq)
+                / k.attention_efficiency("flash2", ph, causal, d_head, seq) for ph in ("fwd", "bwd"))
+    assert bwd < fwd
+
+
+def test_a_transfer_without_a_forward_gap_prices_both_phases_at_the_published_ratio():
+    t = Transfer("flash2", "A", {(True, 128): AttentionTable((512.0, 4096.0), (0.5, 0.4))})
+    for phase in ("fwd", "bwd"):
+        assert t.phase_ratio(phase, True, 128, 4096, 0.3, 0.3) == pytest.approx(0.4)
+
+
+def test_a_forward_gap_splits_a_fwd_bwd_ratio_by_the_flops_each_phase_does():
+    """Base at 0.3 forward and 0.25 backward, fwd+bwd ratio 0.5, forward gap 1.25: forward 0.8; backward takes the
+    rest of the figure's time: (1/0.3 + 2.5/0.25) / 0.5 = 26.67, minus the forward's (1/0.3) / 0.8 = 4.17, leaves
+    22.5 for 10 at the base's speed: 0.444."""
+    t = Transfer("flash2", "A", {(True, 128): AttentionTable((4096.0,), (0.5,))}, forward_gap=1.25)
+    assert t.phase_ratio("fwd", True, 128, 4096, 0.3, 0.25) == pytest.approx(0.8)
+    assert t.phase_ratio("bwd", True, 128, 4096, 0.3, 0.25) == pytest.approx(10 / 22.5)
 
 
 def test_the_triton_transfer_agrees_with_flashattention_1_on_h100():
@@ -178,6 +226,14 @@ def test_every_framework_runs_a_known_attention_family():
         fw = load_framework(name)
         named = [fw.attention_kernel.value] + [f for o in fw.options.values() for f in (o.attention_kernel or {}).values()]
         assert set(named) <= set(FAMILIES), name
+
+
+def test_a_forward_gap_without_a_number_or_a_source_is_a_clear_error(tmp_path):
+    bad = tmp_path / "k.json"
+    bad.write_text(json.dumps({"gpus": {}, "transfers": {"triton_fa": {
+        "base": "flash2", "gpu": "A", "phase": "fwd_bwd", "rule": "r", "points": [], "forward_gap": {"value": 1.4}}}}))
+    with pytest.raises(ScenarioError, match="forward_gap"):
+        load_data(str(bad))
 
 
 def test_a_transfer_point_of_another_family_is_a_clear_error(tmp_path):

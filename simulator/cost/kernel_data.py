@@ -20,7 +20,9 @@ source. From them:
 - a transfer (`transfers` in the data file) for a family published on one GPU only, next to another family at the
   same shapes: on a GPU with the other (base) family's table and no points of its own, the family runs at the base
   family's efficiency times its published ratio to it at the op's mask, head dim and sequence length (`Transfer`).
-  MPT's Triton FlashAttention (`triton_fa`) is published only beside FlashAttention-2 on an A100 (FA2 paper, Fig. 4).
+  MPT's Triton FlashAttention (`triton_fa`) is published only beside FlashAttention-2 on an A100 (FA2 paper, Fig. 4,
+  forward+backward); the paper's text gives the forward's share of the gap (`forward_gap`), which splits that sum
+  between the phases (`Transfer.phase_ratio`).
 
 A GPU, dtype or family without points is priced by the spec-based constants in costs.py (`kernel_source` says
 which). No fitting to training throughput happens here: only kernel points.
@@ -49,6 +51,9 @@ KNEE_GRID_S = tuple(0.25e-6 * 1.25 ** i for i in range(32))
 FAMILIES = ("flash2", "flash3", "cudnn", "triton_fa")
 """Attention kernel families: FlashAttention-2 and -3, cuDNN's fused attention, and the Triton FlashAttention MPT
 runs (LLM Foundry's flash_attn_triton.py, `attn_impl: triton`)."""
+BACKWARD_FLOPS_PER_FORWARD = 2.5
+"""Attention backward FLOPs over forward FLOPs as the FlashAttention papers count them (FA2 paper, arXiv 2307.08691,
+§4.1: 2 matmuls forward, 5 backward with the recomputation), the weights of a forward+backward figure's two phases."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,9 @@ class Transfer:
     gpu: str
     ratios: dict
     """(causal, d_head) -> AttentionTable of family / base TFLOP/s"""
+    forward_gap: float | None = None
+    """base / family speed in the forward pass alone, where the source gives it (the ratios are forward+backward);
+    None: the one ratio for both phases."""
 
     def ratio(self, causal: bool, d_head: float, seq: float) -> float:
         """The op's mask's ratio (else the other mask's), linear in head dim between the published ones and the
@@ -94,6 +102,24 @@ class Transfer:
         masks = {c for c, _ in self.ratios}
         mask = causal if causal in masks else next(iter(masks))
         return at_head_dim({d: t for (c, d), t in self.ratios.items() if c == mask}, d_head, seq)
+
+    def phase_ratio(self, phase: str, causal: bool, d_head: float, seq: float,
+                    base_fwd: float | None, base_bwd: float | None) -> float:
+        """The family / base speed in one phase, given the base's forward and backward efficiencies at the shape.
+
+        The published ratio R is of forward+backward time: with forward FLOPs F and backward 2.5 F
+        (`BACKWARD_FLOPS_PER_FORWARD`), the base takes t_f = F / e_f and t_b = 2.5 F / e_b, the family (t_f + t_b) / R.
+        The forward runs at r_f = 1 / forward_gap of the base; the backward takes the rest:
+        r_b = t_b / ((t_f + t_b) / R - t_f / r_f), so the two phases together take the time the figure measured.
+        Without a forward gap, or without both base phases, both phases run at R."""
+        r = self.ratio(causal, d_head, seq)
+        if self.forward_gap is None or not base_fwd or not base_bwd or phase not in ("fwd", "bwd"):
+            return r
+        r_f = 1.0 / self.forward_gap
+        if phase == "fwd":
+            return r_f
+        t_f, t_b = 1.0 / base_fwd, BACKWARD_FLOPS_PER_FORWARD / base_bwd
+        return t_b / ((t_f + t_b) / r - t_f / r_f)
 
 
 def at_head_dim(tables: dict, d_head: float, seq: float) -> float:
@@ -126,7 +152,8 @@ class GpuKernels:
             return f"{family} tables"
         t = self.transfers.get(family)
         if t is not None and any(k[0] == t.base for k in self.attention):
-            return (f"{family} = {t.base} tables x its published ratio to {t.base} on the {t.gpu} "
+            split = " (forward+backward, split by its published forward gap)" if t.forward_gap else ""
+            return (f"{family} = {t.base} tables x its published ratio to {t.base} on the {t.gpu}{split} "
                     f"(a transfer, simulator/cost/kernel_data.json transfers)")
         return None
 
@@ -135,12 +162,16 @@ class GpuKernels:
         The op's mask's table when the family has one (else the other mask's), linear in head dim between its
         published head dims; beyond them, the nearest head dim's value times the other mask's ratio between the
         two head dims where that mask has both (cuDNN's causal forward is published at head dim 128 only). A family
-        without points here but with a `Transfer`: the base family's efficiency times the published ratio."""
+        without points here but with a `Transfer`: the base family's efficiency times the published ratio, split
+        between the phases where the transfer has a forward gap (`Transfer.phase_ratio`)."""
         masks = {k[2] for k in self.attention if k[0] == family and k[1] == phase}
         if not masks:
             t = self.transfers.get(family)
             base = self.attention_efficiency(t.base, phase, causal, d_head, seq) if t is not None else None
-            return None if base is None else base * t.ratio(causal, d_head, seq)
+            if base is None:
+                return None
+            fwd, bwd = (self.attention_efficiency(t.base, ph, causal, d_head, seq) for ph in ("fwd", "bwd"))
+            return base * t.phase_ratio(phase, causal, d_head, seq, fwd, bwd)
         mask = causal if causal in masks else next(iter(masks))
         value = self._at_dims(family, phase, mask, d_head, seq)
         dims = self._dims(family, phase, mask)
@@ -226,7 +257,8 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].family", f"{p['family']!r} is unknown",
                                         " | ".join(FAMILIES))
     if not isinstance(data.get("transfers", {}), dict):
-        raise ScenarioError(f"{where}: transfers", "expected an object", "family -> {base, gpu, phase, rule, points}")
+        raise ScenarioError(f"{where}: transfers", "expected an object",
+                            "family -> {base, gpu, phase, rule, points, forward_gap (optional)}")
     for family, t in data.get("transfers", {}).items():
         at = f"{where}: transfers.{family}"
         if family not in FAMILIES or not isinstance(t, dict) or t.get("base") not in FAMILIES or t.get("base") == family:
@@ -235,6 +267,11 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
         missing = [f for f in ("gpu", "phase", "rule", "points") if f not in t]
         if missing:
             raise ScenarioError(at, f"lacks {', '.join(missing)}", "base, gpu, phase, rule, points")
+        gap = t.get("forward_gap")
+        if gap is not None and not (isinstance(gap, dict) and isinstance(gap.get("value"), (int, float))
+                                    and gap["value"] >= 1 and gap.get("source")):
+            raise ScenarioError(f"{at}.forward_gap", f"{gap!r}",
+                                "{value: base / family forward speed (a number >= 1), source: where it is published}")
         for i, p in enumerate(t["points"]):
             _check_point(p, need["attention"], f"{at}.points[{i}]")
             if p["family"] not in (family, t["base"]) or p["phase"] != t["phase"]:
@@ -266,7 +303,8 @@ def transfer_of(family: str, path: str = str(DATA_FILE)) -> Transfer | None:
         if family in fams and t["base"] in fams:
             groups.setdefault((causal, d_head), {})[seq] = fams[family] / fams[t["base"]]
     ratios = {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
-    return Transfer(t["base"], t["gpu"], ratios) if ratios else None
+    gap = t.get("forward_gap")
+    return Transfer(t["base"], t["gpu"], ratios, float(gap["value"]) if gap else None) if ratios else None
 
 
 def gpu_points(gpu_name: str, path: str = str(DATA_FILE)) -> dict:
