@@ -244,6 +244,9 @@ def _zero2_scenario(zero, m, pp=1, overlap=True):
                                                                           "zero_gather": "bucketed", "dp_bucket_mb": 25.0},
            "framework": "deepspeed"}  # DeepSpeed's ZeRO-2, with fp32 gradients
     raw["training"]["grad_dtype"] = "fp32"
+    # the gradient accumulation after each micro-batch (BF16_Optimizer's, ZeRO-1 only) is another mechanism
+    # (test_ops.py): left out so the two stages differ in their gradient syncs alone
+    raw["training"]["grad_accum_fused"] = True
     return scenario_from_mapping(raw)
 
 

@@ -193,6 +193,14 @@ def test_deepspeed_bf16_optimizer_casts_each_gradient_to_fp32_then_adds_it_every
     assert len(acc) == 1 and acc[0].bytes == pytest.approx(18 * 855_654_400 / 8, rel=1e-3)
 
 
+def test_sharded_gradients_add_no_full_size_accumulation_pass():
+    """Under ZeRO-2 each micro-batch's gradients are reduce-scattered as they come: no full-size accumulator
+    (DeepSpeed stage 2 takes its ZeRO optimizer, not BF16_Optimizer, engine.py:1316-1318)."""
+    sc = load_scenario("scenarios/70b_512gpu.yaml", ["framework=deepspeed", "training.grad_dtype=fp32", "parallel.zero=2",
+                                                   "parallel.pp=1", "parallel.dp=64"])
+    assert not [n for n in layer_passes(sc, 0).W if n.op.name.startswith("grad_accum")]
+
+
 def test_deepspeed_bf16_gradients_accumulate_through_autograd_in_bf16():
     """Without fp32 accumulation DeepSpeed's gradients add up in `.grad` (bf16): read 2 + 2, write 2 B/param."""
     sc = load_scenario("scenarios/70b_512gpu.yaml", ["framework=deepspeed"])

@@ -20,6 +20,7 @@ from ..scenario import Scenario
 from .layout import layer_recompute
 from .schedules import schedule_spec
 from .ep_dispatch import ep_message_bytes
+from .policy import scenario_policy
 from .sharded_params import autocast_layer_params, layer_rank_params, param_bytes
 
 # ----------------------------------------------------------------------------------- attention
@@ -372,13 +373,15 @@ def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
     (weight dtype), read and write the accumulator (grad dtype): 2 + 4 + 4 = 10 B/param for bf16 into
     fp32, 12 for fp32 training. Under `training.autocast` every micro-batch casts its bf16 gradient to
     fp32 (6 B/param) and all but the first add it into `.grad` (12): 6 + 12 (m-1)/m B/param on average. A
-    framework that casts then adds (`_casts_then_adds`) moves 6 + 12 B/param every micro-batch."""
+    framework that casts then adds (`_casts_then_adds`) moves 6 + 12 B/param every micro-batch. None under a
+    policy that shards gradients (ZeRO-2/3: each micro-batch's gradients are reduce-scattered as they come, and
+    a rank adds only its 1/N shard, not priced)."""
     tr = sc.training
     if tr.autocast and params > 0:
         m = sc.micro_batches
         moved = params * (AUTOCAST_CAST_BYTES + AUTOCAST_GRAD_ADD_BYTES * (m - 1) / m)
         return Compute("grad_accum_fp32", "elementwise", 0.0, moved, "fp32", (int(params),))
-    if tr.grad_accum_fused or params <= 0:
+    if tr.grad_accum_fused or params <= 0 or scenario_policy(sc).shards_grads:
         return None
     if _casts_then_adds(sc):
         return Compute("grad_accum_fp32", "elementwise", 0.0, params * (AUTOCAST_CAST_BYTES + AUTOCAST_GRAD_ADD_BYTES),
