@@ -82,7 +82,8 @@ def test_reference_corpus_files_parse_with_their_required_keys():
             assert {"id", "label", "where", "measured", "layout"} <= set(r) <= {"id", "label", "where", "measured", "layout", "scenario", "recipe", "skip", "note"}, (f.name, r.get("id"))
             assert f"{f.stem}:{r['id']}" not in ids
             ids.add(f"{f.stem}:{r['id']}")
-            assert r["measured"]["tokens_per_s_per_gpu"] > 0 and r["measured"]["model_tflops_per_gpu"] > 0
+            m = r["measured"]  # a table that prints no model TFLOP/s has it null, never derived
+            assert m["tokens_per_s_per_gpu"] > 0 and (m["model_tflops_per_gpu"] is None or m["model_tflops_per_gpu"] > 0)
             lay = r["layout"]
             assert {"system", "gpus", "precision", "global_batch", "micro_batch", "seq_len", "tp", "pp", "cp"} <= set(lay)
             assert lay["gpus"] % (lay["tp"] * lay["pp"] * lay["cp"]) == 0, (f.name, r["id"])
@@ -107,7 +108,7 @@ def test_corpus_split_is_by_release_older_fit_newer_validation():
     """The split is fixed by release (never by result) and written down in the README as in the code."""
     from simulator.validate.accuracy import corpus_cases
     from simulator.validate.corpus import CORPUS_SPLIT
-    assert CORPUS_SPLIT == {"NeMo 24.07": "fit", "NeMo 25.09 (Megatron-Bridge)": "fit",
+    assert CORPUS_SPLIT == {"NeMo Megatron 22.08": "fit", "NeMo 24.07": "fit", "NeMo 25.09 (Megatron-Bridge)": "fit",
                             "NeMo 25.11 (Megatron-Bridge)": "validation", "NeMo 26.02 (Megatron-Bridge)": "validation"}
     readme = (CORPUS / "README.md").read_text()
     for release, split in CORPUS_SPLIT.items():
