@@ -2,7 +2,7 @@
 transcribed under validation/references/corpus/, as cases of the `published` set, with their fit/validation split.
 
 Split (fixed before any result was seen, never by result; validation/references/corpus/README.md says the same):
-by release, older fit, newer validate. NeMo 24.07 and 25.09 are the fit split (constants may be tuned on them);
+by release, older fit, newer validate. NeMo Megatron 22.08 (DGX A100), 24.07 and 25.09 are the fit split (constants may be tuned on them);
 NeMo 25.11 and 26.02 are the validation split (reported, never tuned to). The papers under
 validation/references/*.yaml stay validation (their own `split`, default validation).
 
@@ -26,9 +26,10 @@ from typing import Optional
 
 import yaml
 
-CORPUS_SPLIT = {"NeMo 24.07": "fit", "NeMo 25.09 (Megatron-Bridge)": "fit",
+CORPUS_SPLIT = {"NeMo Megatron 22.08": "fit", "NeMo 24.07": "fit", "NeMo 25.09 (Megatron-Bridge)": "fit",
                 "NeMo 25.11 (Megatron-Bridge)": "validation", "NeMo 26.02 (Megatron-Bridge)": "validation"}
-"""Release -> split: the two older releases fit, the two newer validate (corpus README)."""
+"""Release -> split: the older releases fit, the two newer validate (corpus README). NeMo Megatron 22.08 (the
+launcher README's DGX A100 tables) was added as fit before any of its rows was scored: the A100's only fit data."""
 
 SYSTEM_TOPOLOGY = {"DGX-H100": "dgx-h100", "DGX-GB200": "gb200-nvl72", "DGX-B200": "dgx-b200", "DGX-A100": "dgx-a100"}
 """Systems of the performance tables that clustersim has a topology for (topologies/)."""
@@ -96,7 +97,7 @@ def corpus_runs(directory: Path = CORPUS_DIR) -> tuple[list[dict], list[dict]]:
             fw = run["scenario"].get("framework", "megatron")
             cases.append(dict(set="published", id=cid, label=run["label"], split=split, release=doc["release"],
                               framework=fw if isinstance(fw, str) else fw["name"],
-                              tokens_per_s_per_gpu=m["tokens_per_s_per_gpu"], model_tflops_per_gpu=m["model_tflops_per_gpu"],
+                              tokens_per_s_per_gpu=m["tokens_per_s_per_gpu"], model_tflops_per_gpu=m.get("model_tflops_per_gpu"),
                               mapping=run["scenario"], source=f"{doc['source']}; {run['where']}"))
     return cases, skipped
 
