@@ -76,7 +76,7 @@ def test_reference_corpus_files_parse_with_their_required_keys():
     ids = set()
     for f in CORPUS_FILES:
         doc = yaml.safe_load(f.read_text())
-        assert set(doc) == {"source", "url", "release", "accessed", "runs"}, f.name
+        assert {"source", "url", "release", "accessed", "runs"} <= set(doc) <= {"source", "url", "release", "accessed", "runs", "stack"}, f.name
         assert doc["url"].startswith("https://") and doc["runs"], f.name
         for r in doc["runs"]:
             assert {"id", "label", "where", "measured", "layout"} <= set(r) <= {"id", "label", "where", "measured", "layout", "scenario", "recipe", "skip", "note"}, (f.name, r.get("id"))
@@ -87,6 +87,14 @@ def test_reference_corpus_files_parse_with_their_required_keys():
             lay = r["layout"]
             assert {"system", "gpus", "precision", "global_batch", "micro_batch", "seq_len", "tp", "pp", "cp"} <= set(lay)
             assert lay["gpus"] % (lay["tp"] * lay["pp"] * lay["cp"]) == 0, (f.name, r["id"])
+
+
+def test_a_corpus_file_of_another_stack_is_scored_under_that_stack_priced_as_its_framework():
+    from simulator.validate.accuracy import corpus_cases
+    cases, _ = corpus_cases()
+    a100 = [c for c in cases if c.release == "NeMo Megatron 22.08"]
+    assert a100 and {c.framework for c in a100} == {"nemo-megatron 22.08 (priced as megatron)"}
+    assert all(c.framework == "megatron" for c in cases if c.release.startswith("NeMo 2"))
 
 
 def test_every_corpus_row_is_scored_or_listed_as_skipped_with_a_reason():

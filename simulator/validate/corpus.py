@@ -95,8 +95,9 @@ def corpus_runs(directory: Path = CORPUS_DIR) -> tuple[list[dict], list[dict]]:
                 continue
             m = run["measured"]
             fw = run["scenario"].get("framework", "megatron")
+            fw = fw if isinstance(fw, str) else fw["name"]
             cases.append(dict(set="published", id=cid, label=run["label"], split=split, release=doc["release"],
-                              framework=fw if isinstance(fw, str) else fw["name"],
+                              framework=f"{doc['stack']} (priced as {fw})" if doc.get("stack") else fw,
                               tokens_per_s_per_gpu=m["tokens_per_s_per_gpu"], model_tflops_per_gpu=m.get("model_tflops_per_gpu"),
                               mapping=run["scenario"], source=f"{doc['source']}; {run['where']}"))
     return cases, skipped
