@@ -24,8 +24,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .layer_ops import _gemm, backward_of, layer_passes
-from .opgraph import NORM_PASSES, Comm, Compute, LayerPasses, Node, OpList, Shard, elementwise, gemm, tp_collective
+from .opgraph import (NORM_PASSES, Comm, Compute, LayerPasses, Node, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward,
+                      gemm, tp_collective)
 from .layout import layer_recompute
+from .tp_overlap import wgrad_input_saved
 from .step_ops import embedding_backward, embedding_forward, head_backward, head_forward
 from ..scenario import Scenario
 
@@ -66,6 +68,9 @@ def _proj_backward(sc: Scenario, z: Shard, b: OpList) -> Compute | None:
     sp = sc.parallel.sp and z.t > 1
     if sp:
         b.comm(tp_collective(sc, z, "mtp_sp_allgather_eh_proj_bwd", "all_gather"))
+    cast = fp8_cast(sc, eh_proj_gemm(z))
+    if cast is not None:  # FP8: the output gradient is quantized for the dgrad and wgrad GEMMs
+        b.compute(fp8_cast_backward(cast))
     dgrad, wgrad = backward_of(eh_proj_gemm(z), z)
     b.compute(dgrad)
     if z.t > 1:
@@ -106,6 +111,10 @@ def mtp_passes(sc: Scenario, layer: int, z: Shard) -> LayerPasses:
     w = OpList()
     w.extend(_list(hw))
     w.extend(_list(inner.W))
+    if sc.parallel.sp and z.t > 1 and not wgrad_input_saved(sc):
+        # the weight gradient reads the gathered 2h input, which Megatron's column linear gathers again (KOR22 §4.2.2)
+        ag = tp_collective(sc, z, "mtp_sp_allgather_eh_proj_wgrad", "all_gather")
+        w.comm(replace(ag, bytes=2 * ag.bytes, blocking=True))
     if proj_wgrad is not None:
         w.compute(proj_wgrad)
     w.extend(_list(embedding_backward(sc, z)))
