@@ -143,3 +143,20 @@ def test_full_recompute_reruns_the_projection_and_the_block_method_skips_the_mod
         return {n.op.name for n in mtp_passes(sc, sc.model.layers, shard(sc)).B if n.tag == "R"}
     assert "mtp_eh_proj" in recomputed(["training.recompute=full"])
     assert recomputed(["training.recompute=full", "training.recompute_layers=1"]) == set()
+
+
+def test_nemo_25_09s_deepseek_v3_flops_per_token_count_the_mtp_module():
+    """The published model TFLOP/s over tokens/s of NeMo 25.09's DeepSeek-V3 rows is the model FLOPs per token
+    NVIDIA counts: 260.0-260.6 G, which is clustersim's count with the MTP module (260.6 G), 4 % above without it."""
+    import yaml
+    from pathlib import Path
+    doc = yaml.safe_load((Path(__file__).parents[1] / "validation/references/corpus/megatron_bridge_25_09.yaml").read_text())
+    rows = [r for r in doc["runs"] if r["id"].startswith("deepseekv3-") and r["layout"]["precision"] != "FP8-MX"]
+    assert len(rows) == 3
+    m = load_model("deepseek-v3")
+    with_mtp = model_flops_per_step(m, 4096, 1) / 4096
+    without = model_flops_per_step(replace(m, mtp_layers=0), 4096, 1) / 4096
+    for r in rows:
+        published = r["measured"]["model_tflops_per_gpu"] * 1e12 / r["measured"]["tokens_per_s_per_gpu"]
+        assert published == pytest.approx(with_mtp, rel=0.003), r["id"]
+        assert abs(published / without - 1) > 0.03, r["id"]
