@@ -32,6 +32,8 @@ MAX_POSITIONS = 1 << 24
 """Learned position rows (GPT-style): far above GPT-3's 2,048."""
 MAX_EXPERTS = 1 << 16
 """Routed experts per layer: 256x DeepSeek-V3's 256."""
+MAX_MTP_LAYERS = 64
+"""Multi-token prediction depth: 64x DeepSeek-V3's 1 (its report also tries D = 2; each depth is a layer)."""
 MAX_CAPACITY_FACTOR = 1024.0
 """Capacity factor: above experts / top_k it drops nothing; real runs use 1-2."""
 
@@ -107,6 +109,14 @@ class ModelSpec:
     """Mixture of experts (see `model.moe`); null = dense model."""
     mla: Optional[MLASpec] = None
     """DeepSeek latent attention (see `model.mla`); null = standard attention."""
+    mtp_layers: int = field(default=0, metadata={"min": 0, "max": MAX_MTP_LAYERS})
+    """Multi-token prediction depth D (config.json num_nextn_predict_layers; Megatron --mtp-num-layers): after
+    the main model, D sequential modules each predict one token further (DeepSeek-V3 report §2.2, Fig. 3).
+    Module k normalises the previous depth's hidden states and the embedding of the tokens shifted by k
+    (RMSNorm each), projects their concatenation 2h -> h, runs one transformer layer like the model's last
+    (MLA + MoE for DeepSeek-V3), a final norm, then the shared LM head and a cross-entropy loss. The
+    embedding and the head are the main model's; the modules sit on the last pipeline stage (`plan/mtp.py`).
+    0 = none (at most MAX_MTP_LAYERS)."""
     rope_theta: Optional[float] = field(default=None, metadata={"min": 1.0, "max": 1e12})
     """Rotary base (config.json rope_theta); null = the framework's default. Only the exports read it:
     it changes what the model learns, not what a step costs."""
@@ -151,10 +161,24 @@ class ModelSpec:
         return self.arch == "gpt"
 
     def is_moe_layer(self, i: int) -> bool:
-        """Layer i (0-based) is MoE: after the dense prefix, every layer_freq-th layer."""
+        """Layer i (0-based) is MoE: after the dense prefix, every layer_freq-th layer. Indices from `layers`
+        on are the MTP modules' layers (`mtp_layer_ids`), MoE when the model's last layer is (Megatron-LM
+        training.py num_floating_point_operations: `num_moe_layers += last_layer_is_moe * mtp_num_layers`)."""
+        if i >= self.layers:
+            i = self.layers - 1
         if not self.moe or i < self.moe.dense_layers:
             return False
         return (i - self.moe.dense_layers) % self.moe.layer_freq == 0
+
+    def is_mtp_layer(self, i: int) -> bool:
+        """Layer index i is the transformer layer of an MTP module (Hugging Face numbers DeepSeek-V3's
+        MTP module `model.layers.61`, after the 61 main layers: the same indices)."""
+        return i >= self.layers
+
+    @property
+    def mtp_layer_ids(self) -> range:
+        """Layer indices of the MTP modules' transformer layers, depth 1 first."""
+        return range(self.layers, self.layers + self.mtp_layers)
 
     @property
     def moe_layers(self) -> int:
@@ -175,6 +199,9 @@ def _check_model(m: ModelSpec, path: str) -> ModelSpec:
             raise ScenarioError(f"{path}.moe.top_groups", f"{m.moe.top_groups} exceeds groups {m.moe.groups}", f"1 .. {m.moe.groups}")
         if m.moe.dense_layers >= m.layers:
             raise ScenarioError(f"{path}.moe.dense_layers", f"{m.moe.dense_layers} leaves no MoE layer of {m.layers}")
+    if m.mtp_layers and m.layers + m.mtp_layers > MAX_LAYERS:
+        raise ScenarioError(f"{path}.mtp_layers", f"{m.mtp_layers} MTP layers after {m.layers} exceed MAX_LAYERS = {MAX_LAYERS}",
+                            f"0 .. {MAX_LAYERS - m.layers}")
     return m
 
 
@@ -254,6 +281,9 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
                       "kv_lora_rank": take("mla.kv_lora_rank", "kv_lora_rank")}
         for key, default in (("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64), ("v_head_dim", 128)):
             raw["mla"][key] = take(f"mla.{key}", key, default=default)
+    mtp = take("mtp_layers", "num_nextn_predict_layers", "mtp_num_layers")
+    if mtp is not None:
+        raw["mtp_layers"] = mtp
     if gpt:
         raw["positions"] = take("positions", "n_positions", "max_position_embeddings", default=0)
     tie = cfg.get("tie_word_embeddings")

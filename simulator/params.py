@@ -22,10 +22,12 @@ class LayerParams:
     experts: int
     """Routed experts (all of them)."""
     norms: int
+    mtp_proj: int = 0
+    """An MTP module's projection of [norm(embedding); norm(hidden)] 2h -> h (`eh_proj`, no bias); 0 for a main layer."""
 
     @property
     def total(self) -> int:
-        return self.attn + self.mlp + self.experts + self.norms
+        return self.attn + self.mlp + self.experts + self.norms + self.mtp_proj
 
 
 def attention_params(m: ModelSpec) -> int:
@@ -55,14 +57,35 @@ def norm_params(m: ModelSpec) -> int:
     return 2 * m.hidden * (1 if m.arch == "llama" else 2)
 
 
+def mtp_extra_norm_params(m: ModelSpec) -> int:
+    """An MTP module's three norms around its layer: of the embedding (enorm), of the previous depth's hidden
+    states (hnorm) and before the shared head (final_layernorm) (Megatron-Core multi_token_prediction.py
+    MultiTokenPredictionLayer; DeepSeek-V3 report §2.2 Eq. 21 and the output head's norm)."""
+    return 3 * final_norm_params(m)
+
+
+def mtp_proj_params(m: ModelSpec) -> int:
+    """eh_proj: 2h -> h, no bias (Megatron-Core `eh_proj`, bias=False; DeepSeek-V3 Eq. 21's M_k)."""
+    return 2 * m.hidden * m.hidden
+
+
 def layer_params(m: ModelSpec, i: int) -> LayerParams:
-    norms = norm_params(m)
+    """Layer i; from `m.layers` on, an MTP module: its transformer layer (like the last main layer) plus its
+    three norms and projection (`mtp_proj`); the embedding and the head are shared, not counted again."""
+    norms = norm_params(m) + (mtp_extra_norm_params(m) if m.is_mtp_layer(i) else 0)
+    proj = mtp_proj_params(m) if m.is_mtp_layer(i) else 0
     attn = attention_params(m)
     if m.is_moe_layer(i):
         e = m.moe
         mlp = e.shared_experts * mlp_params(m, e.shared_ffn) + m.hidden * e.experts
-        return LayerParams(attn=attn, mlp=mlp, experts=e.experts * mlp_params(m, e.expert_ffn_hidden), norms=norms)
-    return LayerParams(attn=attn, mlp=mlp_params(m, m.ffn_hidden), experts=0, norms=norms)
+        return LayerParams(attn=attn, mlp=mlp, experts=e.experts * mlp_params(m, e.expert_ffn_hidden), norms=norms,
+                           mtp_proj=proj)
+    return LayerParams(attn=attn, mlp=mlp_params(m, m.ffn_hidden), experts=0, norms=norms, mtp_proj=proj)
+
+
+def all_layer_ids(m: ModelSpec) -> range:
+    """The main layers, then the MTP modules' (`ModelSpec.mtp_layer_ids`)."""
+    return range(m.layers + m.mtp_layers)
 
 
 def embedding_params(m: ModelSpec) -> int:
@@ -79,26 +102,31 @@ def lm_head_params(m: ModelSpec) -> int:
 
 
 def total_params(m: ModelSpec) -> int:
-    layers = sum(layer_params(m, i).total for i in range(m.layers))
+    layers = sum(layer_params(m, i).total for i in all_layer_ids(m))
     return layers + embedding_params(m) + final_norm_params(m) + lm_head_params(m)
 
 
 def active_params(m: ModelSpec) -> int:
-    """Parameters one token touches: top_k of the routed experts (MIX: 12.9 B of 46.7 B for Mixtral)."""
+    """Parameters one token touches: top_k of the routed experts (MIX: 12.9 B of 46.7 B for Mixtral), MTP
+    modules included."""
     total = 0
-    for i in range(m.layers):
+    for i in all_layer_ids(m):
         p = layer_params(m, i)
         routed = (m.moe.top_k * mlp_params(m, m.moe.expert_ffn_hidden)) if p.experts else 0
-        total += p.attn + p.mlp + p.norms + routed
+        total += p.attn + p.mlp + p.norms + p.mtp_proj + routed
     return total + embedding_params(m) + final_norm_params(m) + lm_head_params(m)
 
 
 def flop_params(m: ModelSpec) -> int:
     """The N of 6N: active parameters that do matmuls (no embedding lookup, no norms), LM head counted
-    even when tied (it is a matmul either way). docs/modeling.md §2.3."""
+    even when tied (it is a matmul either way). docs/modeling.md §2.3. Each MTP depth adds its layer, its
+    2h -> h projection and one more pass through the shared head, as Megatron-LM counts it
+    (training.py num_floating_point_operations: `* (mtp_num_layers + 1)  # MTP + final logit`, the
+    eh_proj's `2 * hidden_size * hidden_size`, its layer in `num_layers + mtp_num_layers`); Megatron's
+    `3 * hidden_size` for the MTP norms is left out, as every norm is here (3/(2h) of the projection's)."""
     total = 0
-    for i in range(m.layers):
+    for i in all_layer_ids(m):
         p = layer_params(m, i)
         routed = (m.moe.top_k * mlp_params(m, m.moe.expert_ffn_hidden)) if p.experts else 0
-        total += p.attn + p.mlp + routed
-    return total + m.vocab * m.hidden
+        total += p.attn + p.mlp + p.mtp_proj + routed
+    return total + m.vocab * m.hidden * (1 + m.mtp_layers)

@@ -1,5 +1,6 @@
 """Parameter counts and FLOPs per token against published figures (issue: foundation, bars)."""
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,8 @@ PUBLISHED_B = {  # billions of parameters, total (and active)
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_B))
 def test_parameter_counts_within_half_a_percent(name):
-    m = load_model(name)
+    # the published counts are the main model's: DeepSeek-V3's 671 B leave out its MTP module
+    m = replace(load_model(name), mtp_layers=0)
     total, active = PUBLISHED_B[name]
     assert total_params(m) / 1e9 == pytest.approx(total, rel=0.005)
     if active:

@@ -102,6 +102,32 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     the inputs kept only for FP8 GEMMs are stored in FP8 (`FP8_GEMM_INPUTS`)."""
     rc = recompute or layer_recompute(sc, layer)
     m, z = sc.model, shard(sc)
+    if m.is_mtp_layer(layer):  # under full recompute the module's checkpoint holds the layer's input too
+        return _mtp_terms(sc, z, rc) | ({} if rc == "full" else _layer_terms(sc, layer, rc, z))
+    return _layer_terms(sc, layer, rc, z)
+
+
+MTP_HEAD_PREFIX = "mtp_head_"
+"""Keys of an MTP module's own pass through the head in `layer_activation_terms` (outside its checkpoint)."""
+
+
+def _mtp_terms(sc: Scenario, z: Shard, rc: str) -> dict[str, float]:
+    """An MTP module's tensors around its layer (`plan/mtp.py`): the inputs of enorm and hnorm (sbh each, /t with
+    SP), eh_proj's 2h-wide input (the SP shard: Megatron's column linear re-gathers it for the weight gradient),
+    the final norm's input, and its own pass through the head (`head_activation_terms`: head input, logits,
+    labels, loss mask). Under full recompute the module keeps only its two inputs, hidden states and shifted
+    embedding (`_checkpointed_forward`); the head's tensors are outside the checkpoint."""
+    ab, Tsp, h = z.ab, z.T_sp, z.h
+    head = {MTP_HEAD_PREFIX + k: v for k, v in head_activation_terms(sc).items() if k != "final_norm_input"}
+    if rc == "full":
+        return {"mtp_hidden_input": ab * Tsp * h, "mtp_embedding_input": ab * Tsp * h} | head
+    return {"mtp_enorm_input": ab * Tsp * h, "mtp_hnorm_input": ab * Tsp * h, "mtp_eh_proj_input": 2 * ab * Tsp * h,
+            "mtp_final_norm_input": ab * Tsp * h} | head
+
+
+def _layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str, float]:
+    """`layer_activation_terms` of the transformer layer itself."""
+    m = sc.model
     ab, T, Tsp, h = z.ab, z.T, z.T_sp, z.h
     if rc == "full":
         return {"layer_input": ab * Tsp * h}

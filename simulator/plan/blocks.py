@@ -13,6 +13,7 @@ from .layout import chunk_layers, last_chunk, layer_recompute
 from .step_ops import embedding_backward, embedding_forward, head_backward, head_forward
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_tensors
 from .layer_ops import layer_passes
+from .mtp import mtp_passes
 from .opgraph import Compute, Node, shard
 from ..scenario import Scenario
 
@@ -49,16 +50,21 @@ class Block:
 
 def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dict) -> dict:
     """kind -> blocks of one chunk's passes. F: [embedding] + layers + [head];
-    B, W, BW: [head] + layers in reverse + [embedding] (the embedding's backward is a weight gradient)."""
+    B, W, BW: [head] + layers in reverse + [embedding] (the embedding's backward is a weight gradient).
+    The last chunk's layers end with the MTP modules (`plan/mtp.py`, blocks "MTP1".., one per depth)."""
     z = cache.setdefault("shard", shard(sc))
-    layers = chunk_layers_of(sc, chunk)
     first, last = chunk == 0, chunk == last_chunk(sc)
+    layers = chunk_layers_of(sc, chunk) + (list(sc.model.mtp_layer_ids) if last else [])
 
     def lp(layer):
-        key = ("lp", sc.model.is_moe_layer(layer), layer_recompute(sc, layer))
+        mtp = sc.model.is_mtp_layer(layer)
+        key = ("mtp" if mtp else "lp", sc.model.is_moe_layer(layer), layer_recompute(sc, layer))
         if key not in cache:
-            cache[key] = layer_passes(sc, layer, z)
+            cache[key] = (mtp_passes if mtp else layer_passes)(sc, layer, z)
         return cache[key]
+
+    def name(layer):
+        return f"MTP{layer - sc.model.layers + 1}" if sc.model.is_mtp_layer(layer) else f"L{layer}"
 
     def block(key, parts, dense=(), expert=()):
         nodes, letters = concat(parts)
@@ -71,7 +77,7 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
         out["F"].append(block("emb", [(embedding_forward(sc, z), "F")], emb_p))
     for layer in layers:
         d, e = layer_rank_tensors(sc, layer)
-        out["F"].append(block(f"L{layer}", [(lp(layer).F, "F")], d, e))
+        out["F"].append(block(name(layer), [(lp(layer).F, "F")], d, e))
     if last:
         hb, hw = head_backward(sc, z)
         out["F"].append(block("head", [(head_forward(sc, z), "F")], head_p))
@@ -81,9 +87,9 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
     for layer in reversed(layers):
         d, e = layer_rank_tensors(sc, layer)
         p = lp(layer)
-        out["B"].append(block(f"L{layer}", [(p.B, "B")], d, e))
-        out["W"].append(block(f"L{layer}", [(p.W, "W")], d, e))
-        out["BW"].append(block(f"L{layer}", [(p.B, "B"), (p.W, "W")], d, e))
+        out["B"].append(block(name(layer), [(p.B, "B")], d, e))
+        out["W"].append(block(name(layer), [(p.W, "W")], d, e))
+        out["BW"].append(block(name(layer), [(p.B, "B"), (p.W, "W")], d, e))
     if first:
         eb = embedding_backward(sc, z)
         out["W"].append(block("emb", [(eb, "W")], emb_p))

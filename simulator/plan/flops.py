@@ -23,7 +23,7 @@ def attention_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -
     else:
         width = 2 * m.q_dim
     keys = seq_len / 2 if causal else seq_len
-    return 3 * 2 * keys * width * m.layers
+    return 3 * 2 * keys * width * (m.layers + m.mtp_layers)  # an MTP module's layer attends like any other
 
 
 def training_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) -> float:

@@ -167,6 +167,12 @@ def layer_recompute(sc: Scenario, layer: int) -> str:
     megatron/core/transformer/transformer_block.py `_checkpointed_forward`, recompute_method == 'block',
     at d98e8a64ddf34856e74b24714e3bedb2f5a39553)."""
     t = sc.training
+    if sc.model.is_mtp_layer(layer):
+        # an MTP module checkpoints as a whole under full recompute with the uniform method; with the block
+        # method (`recompute_layers`) Megatron warns and skips it (multi_token_prediction.py
+        # MultiTokenPredictionLayer._checkpointed_forward: "recompute_method == 'block' is not supported for
+        # MTP yet. Skipping recompute.")
+        return "none" if t.recompute == "full" and t.recompute_layers is not None else t.recompute
     if t.recompute != "full" or t.recompute_layers is None:
         return t.recompute
     start = 0
@@ -185,14 +191,18 @@ def chunk_owner(sc: Scenario, chunk: int) -> tuple[int, int]:
 
 
 def rank_chunks(sc: Scenario, pp_rank: int) -> list[tuple[int, list[int]]]:
-    """For a pp rank: [(pipeline chunk index, [global layer indices])] in local chunk order."""
+    """For a pp rank: [(pipeline chunk index, [global layer indices])] in local chunk order. The last chunk
+    ends with the MTP modules' layers (`ModelSpec.mtp_layer_ids`): Megatron builds them on the last pipeline
+    stage's last virtual chunk (multi_token_prediction.py `get_mtp_num_layers_to_build`, `mtp_on_this_rank`),
+    after the decoder layers that `chunk_layers` splits."""
     sizes = chunk_layers(sc)
     starts = np.concatenate([[0], np.cumsum(sizes)])
     out = []
     for c in range(len(sizes)):
         r, local = chunk_owner(sc, c)
         if r == pp_rank:
-            out.append((local, c, list(range(int(starts[c]), int(starts[c + 1])))))
+            mtp = list(sc.model.mtp_layer_ids) if c == len(sizes) - 1 else []
+            out.append((local, c, list(range(int(starts[c]), int(starts[c + 1]))) + mtp))
     out.sort()
     return [(c, layers) for _, c, layers in out]
 

@@ -28,7 +28,7 @@ from .layout import chunk_owner, group_shape, last_chunk, layer_recompute, rank_
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
                              param_bytes, rank_params)
 from .opgraph import Shard, shard
-from .activations import (LOGIT_BYTES, _moe_rows, _s_kv, activation_bytes_per_layer, embedding_activation_terms,
+from .activations import (LOGIT_BYTES, MTP_HEAD_PREFIX, _moe_rows, _s_kv, activation_bytes_per_layer, embedding_activation_terms,
                           head_activation_terms, layer_activation_terms)
 from .sharded_params import layer_rank_params as ops_layer_rank_params
 from .policy import scenario_policy, sharding_policy
@@ -243,8 +243,9 @@ def _layer_transients(sc: Scenario, layer: int, z: Shard) -> dict[str, float]:
         if rc == "selective" and not op_sac.applies(sc):
             kept = layer_activation_terms(sc, layer, "none")
             out["attention_scores"] += sum(kept.get(k, 0.0) for k in SCORE_TERMS)
-    if rc == "full":
-        out["recompute_layer"] = sum(layer_activation_terms(sc, layer, "none").values()) - z.ab * z.T_sp * z.h
+    if rc == "full":  # an MTP module's head and loss run outside its checkpoint: not part of the re-run
+        rerun = {k: v for k, v in layer_activation_terms(sc, layer, "none").items() if not k.startswith(MTP_HEAD_PREFIX)}
+        out["recompute_layer"] = sum(rerun.values()) - z.ab * z.T_sp * z.h
     elif rc == "selective" and op_sac.applies(sc):  # the replay's tensors beside the saved ones, one layer at a time
         out["recompute_layer"] = max(0.0, sum(layer_activation_terms(sc, layer, "none").values())
                                      - sum(layer_activation_terms(sc, layer).values()))

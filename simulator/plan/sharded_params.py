@@ -13,7 +13,7 @@ from ..scenario import Scenario
 def autocast_layer_params(sc: Scenario, layer: int) -> float:
     """Weights of one layer that autocast casts to bf16 on one rank: all but the norms' (whose ops run in
     fp32 and take their weights as they are)."""
-    return sum(layer_rank_params(sc, layer)) - norm_params(sc.model)
+    return sum(layer_rank_params(sc, layer)) - layer_params(sc.model, layer).norms
 
 
 def autocast_head_params(sc: Scenario, z: Shard) -> float:
@@ -31,7 +31,7 @@ def layer_rank_params(sc: Scenario, layer: int) -> tuple[float, float]:
     if p.tp > m.n_kv and not m.mla:
         kv_part = 2 * m.hidden * m.kv_dim
         attn += kv_part * (p.tp / m.n_kv - 1)
-    return attn / p.tp + lp.mlp / p.tp + lp.norms, lp.experts / p.ep
+    return attn / p.tp + lp.mlp / p.tp + lp.mtp_proj / p.tp + lp.norms, lp.experts / p.ep
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +58,18 @@ def embedding_rank_params(sc: Scenario) -> float:
 
 def head_rank_tensors(sc: Scenario, has_embedding: bool) -> tuple[float, ...]:
     """The final norm, then the LM head split by t: untied, or the tied copy on a last stage that does not
-    hold the embedding (docs/modeling.md §1.4)."""
+    hold the embedding (docs/modeling.md §1.4). With MTP and an untied head on a stage apart from the
+    embedding's, then a copy of the input embedding for the MTP modules' lookups, kept in step with the
+    first stage's by the embedding-group all-reduce as a tied copy is (Megatron-Core language_module.py
+    setup_embeddings_and_output_layer: "If use Multi-Token Prediction (MTP), we also need to maintain
+    duplicated embedding weights in mtp process stage"; finalize_model_grads.py
+    `_allreduce_word_embedding_grads` when `mtp_num_layers`)."""
     m = sc.model
     norm = float(final_norm_params(m))
-    if not m.tie_embeddings or sc.parallel.pp > 1 or not has_embedding:
-        return norm, m.vocab * m.hidden / sc.parallel.tp
+    apart = sc.parallel.pp > 1 or not has_embedding
+    if not m.tie_embeddings or apart:
+        head = (norm, m.vocab * m.hidden / sc.parallel.tp)
+        return head + ((embedding_rank_params(sc),) if m.mtp_layers and not m.tie_embeddings and apart else ())
     return (norm,)
 
 
@@ -126,9 +133,9 @@ def layer_rank_tensors(sc: Scenario, layer: int) -> tuple[tuple[float, ...], tup
     m, p = sc.model, sc.parallel
     dense, expert = layer_rank_params(sc, layer)
     lp = layer_params(m, layer)
-    norm = lp.norms / 2
+    norm = norm_params(m) / 2
     out_proj = m.hidden * (m.heads * m.mla.v_head_dim if m.mla else m.q_dim) / p.tp
-    attn = dense - lp.norms - (lp.mlp / p.tp)
+    attn = dense - lp.norms - (lp.mlp / p.tp) - lp.mtp_proj / p.tp
     mlp_in_share = 2 / 3 if m.gated_mlp else 0.5
     if lp.experts:
         e = m.moe
@@ -139,4 +146,8 @@ def layer_rank_tensors(sc: Scenario, layer: int) -> tuple[tuple[float, ...], tup
     else:
         mlp = (lp.mlp / p.tp * mlp_in_share, lp.mlp / p.tp * (1 - mlp_in_share))
         experts = ()
-    return (norm, attn - out_proj, out_proj, norm) + mlp, experts
+    block = (norm, attn - out_proj, out_proj, norm) + mlp
+    if lp.mtp_proj:  # an MTP module: enorm, hnorm, eh_proj (split by t), its layer, final_layernorm (Megatron's order)
+        one = float(final_norm_params(m))
+        return (one, one, lp.mtp_proj / p.tp) + block + (one,), experts
+    return block, experts

@@ -12,7 +12,7 @@ from typing import Sequence
 from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
 from .opgraph import (CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, Comm, Compute,
                       Node, OpList, Shard, elementwise, gemm, shard, tp_collective)
-from ..params import final_norm_params, norm_params
+from ..params import final_norm_params, layer_params
 from ..scenario import Scenario
 from .sharded_params import autocast_head_params, param_bytes, rank_params
 
@@ -120,7 +120,7 @@ def sp_norm_grad_allreduce(sc: Scenario, pp_rank: int) -> Comm | None:
     if not (sc.parallel.sp and sc.parallel.tp > 1):
         return None
     rp = rank_params(sc, pp_rank)
-    norms = len(rp.layers) * norm_params(sc.model) + (final_norm_params(sc.model) if rp.head else 0)
+    norms = sum(layer_params(sc.model, i).norms for i in rp.layers) + (final_norm_params(sc.model) if rp.head else 0)
     if norms <= 0:
         return None
     return Comm("sp_norm_grad_allreduce", "tp", "all_reduce", norms * sc.training.grad_bytes, blocking=True)
@@ -130,9 +130,11 @@ def tied_embedding_allreduce(sc: Scenario) -> Comm | None:
     """Tied embeddings on two pipeline stages (the input embedding's and the LM head's): the two copies'
     gradients are summed after the last backward, one all-reduce between the two stages (Megatron
     `_allreduce_word_embedding_grads`, nanotron `sync_tied_weights_gradients`). Bytes: the table's share
-    on one rank (vocab x hidden / t) x gradient bytes. None when the model is untied or one stage holds both."""
+    on one rank (vocab x hidden / t) x gradient bytes. MTP keeps an embedding copy on the last stage too
+    (`sharded_params.head_rank_tensors`), summed the same way. None when neither applies or one stage holds both."""
     from .layout import chunk_owner, last_chunk
-    if not sc.model.tie_embeddings or chunk_owner(sc, 0)[0] == chunk_owner(sc, last_chunk(sc))[0]:
+    shared = sc.model.tie_embeddings or sc.model.mtp_layers > 0
+    if not shared or chunk_owner(sc, 0)[0] == chunk_owner(sc, last_chunk(sc))[0]:
         return None
     return Comm("tied_embedding_all_reduce", "dp", "all_reduce",
                 sc.model.vocab * sc.model.hidden / sc.parallel.tp * sc.training.grad_bytes, blocking=True, group="embd")

@@ -318,6 +318,8 @@ def megatron_args(sc: Scenario) -> list[str]:
             a += ["--moe-layer-freq", "[" + ",".join(map(str, pattern)) + "]"]
         if moe.capacity_factor is not None:
             a += ["--moe-expert-capacity-factor", f"{moe.capacity_factor:g}", "--moe-token-drop-policy", "probs"]
+    if m.mtp_layers:  # built on the last pipeline stage, as clustersim places it (plan/mtp.py)
+        a += ["--mtp-num-layers", str(m.mtp_layers)]
     return a
 
 

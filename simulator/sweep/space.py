@@ -11,7 +11,7 @@ from ..cluster_mix import replica_pools
 from ..ep_spec import ep_overlap_problem
 from ..errors import ScenarioError
 from ..plan.memory import GIB, state_bytes_per_param
-from ..params import layer_params, total_params
+from ..params import all_layer_ids, layer_params, total_params
 from ..inputs import parse_yaml, short
 from ..scenario import MAX_GPUS, Scenario
 from ..plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, schedule_spec
@@ -279,8 +279,8 @@ def default_space_note(sc: Scenario, fixed: dict) -> str:
 # ----------------------------------------------------------------------------------- cheap bound
 
 def param_split(sc: Scenario) -> tuple[float, float]:
-    """(dense, routed-expert) parameters of the whole model."""
-    experts = float(sum(layer_params(sc.model, i).experts for i in range(sc.model.layers)))
+    """(dense, routed-expert) parameters of the whole model (its MTP modules' layers included, as `total_params`)."""
+    experts = float(sum(layer_params(sc.model, i).experts for i in all_layer_ids(sc.model)))
     return total_params(sc.model) - experts, experts
 
 
