@@ -160,3 +160,24 @@ def test_nemo_25_09s_deepseek_v3_flops_per_token_count_the_mtp_module():
         published = r["measured"]["model_tflops_per_gpu"] * 1e12 / r["measured"]["tokens_per_s_per_gpu"]
         assert published == pytest.approx(with_mtp, rel=0.003), r["id"]
         assert abs(published / without - 1) > 0.03, r["id"]
+
+
+def _dsv3(framework, model="deepseek-v3"):
+    from simulator.scenario import scenario_from_mapping
+    return scenario_from_mapping({"model": model, "framework": framework,
+                                  "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1},
+                                  "cluster": {"topology": "h800", "nodes": 32},
+                                  "parallel": {"pp": 16, "ep": 16, "dp": 16, "pp_layers": [4] * 15 + [1]}})
+
+
+def test_torchtitan_trains_a_preset_without_mtp_unless_the_scenario_writes_a_depth():
+    """torchtitan's DeepSeek-V3 registry builds MTP layers only when asked (num_mtp_layers=0 by default,
+    torchtitan.yaml mtp_from_config); Megatron runs the config's depth (Megatron-Bridge's recipe sets 1)."""
+    assert _dsv3("torchtitan").model.mtp_layers == 0
+    assert _dsv3("megatron").model.mtp_layers == 1
+    from simulator.scenario import scenario_from_mapping
+    written = scenario_from_mapping({"model": {"arch": "llama", "layers": 8, "hidden": 1024, "ffn_hidden": 4096, "heads": 8,
+                                               "vocab": 32000, "mtp_layers": 1},
+                                     "framework": "torchtitan", "training": {"seq_len": 2048, "global_batch": 8, "micro_batch": 1},
+                                     "cluster": {"topology": "dgx-h100", "nodes": 1}, "parallel": {"dp": 8}})
+    assert written.model.mtp_layers == 1

@@ -78,6 +78,9 @@ def render_frameworks() -> str:
                           fw.fp8_output_layer.source))
         if fw.tp_wgrad_input is not None:
             fixed.append(("column-parallel weight gradient's input", fw.tp_wgrad_input.value, fw.tp_wgrad_input.source))
+        if fw.mtp_from_config is not None:
+            fixed.append(("MTP modules a model's config.json names", "built" if fw.mtp_from_config.value else
+                          "not built unless model.mtp_layers is written", fw.mtp_from_config.source))
         if fw.grad_accum_cast is not None:
             fixed.append(("fp32 gradient accumulation", "cast, then add" if fw.grad_accum_cast.value else "one add",
                           fw.grad_accum_cast.source))

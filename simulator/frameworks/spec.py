@@ -150,6 +150,11 @@ class Framework:
     """Where the column-parallel weight gradient's gathered input comes from (`TP_WGRAD_INPUTS`); null: `regather`."""
     fp8_output_layer: Optional[Sourced] = None
     """true: `training.precision: fp8` runs the output layer (LM head) in FP8 as well; null or false: it stays BF16."""
+    mtp_from_config: Optional[Sourced] = None
+    """false: the framework does not build the multi-token-prediction modules a model's config.json names
+    (`num_nextn_predict_layers`) unless asked: a scenario whose `model` is a preset or a config file trains without
+    MTP there, and one that writes `model.mtp_layers` in a mapping gets what it wrote; null or true: the config's
+    depth stands."""
     grad_accum_cast: Optional[Sourced] = None
     """true: unfused accumulation of bf16 gradients into fp32 (`training.grad_accum_fused: false`, `grad_dtype:
     fp32`) first casts each micro-batch's gradient to an fp32 temporary, then adds it, after every micro-batch
@@ -177,6 +182,8 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.tp_overlap", f"{fw.tp_overlap.value!r}", " | ".join(TP_OVERLAPS))
     if fw.fp8_output_layer is not None and not isinstance(fw.fp8_output_layer.value, bool):
         raise ScenarioError(f"{where}.fp8_output_layer", f"{fw.fp8_output_layer.value!r}", "true | false")
+    if fw.mtp_from_config is not None and not isinstance(fw.mtp_from_config.value, bool):
+        raise ScenarioError(f"{where}.mtp_from_config", f"{fw.mtp_from_config.value!r}", "true | false")
     if fw.grad_accum_cast is not None and not isinstance(fw.grad_accum_cast.value, bool):
         raise ScenarioError(f"{where}.grad_accum_cast", f"{fw.grad_accum_cast.value!r}", "true | false")
     if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
