@@ -59,6 +59,14 @@ class FrameworkChoice:
                 return opt.attention_kernel[self.option(name)]
         return self.spec.attention_kernel.value
 
+    @property
+    def fp8_recipe(self) -> str:
+        """The FP8 casts an option's value runs (`spec.Option.fp8_recipe`), else the framework's."""
+        for name, opt in self.spec.options.items():
+            if opt.fp8_recipe is not None and self.option(name) in opt.fp8_recipe:
+                return opt.fp8_recipe[self.option(name)]
+        return self.spec.fp8_recipe.value
+
     def option(self, name: str) -> Any:
         return dict(self.options).get(name)
 

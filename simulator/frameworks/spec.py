@@ -11,7 +11,8 @@ A framework file says, each entry with its source (a file and line of the framew
   gradient accumulation, pipeline sends), as dotted keys;
 - `attention_kernel`: the attention kernel family it runs (`ATTENTION_KERNELS`); an option's value may run another
   (`Option.attention_kernel`: torchtitan's `sdpa_backend`, MPT's `attn_impl`);
-- `fp8_recipe`: which FP8 casts its linears run (`FP8_RECIPES`; `plan/opgraph.py` prices each);
+- `fp8_recipe`: which FP8 casts its linears run (`FP8_RECIPES`; `plan/opgraph.py` prices each); an option's value
+  may run another (`Option.fp8_recipe`: Megatron's `fp8_recipe`);
 - `tp_overlap`: what `parallel.overlap_tp` overlaps there (`TP_OVERLAPS`; `plan/tp_overlap.py` prices each);
 - `tp_wgrad_input`: whether a column-parallel linear's weight gradient re-gathers its SP input (`TP_WGRAD_INPUTS`);
 - `pp_split`: how it splits layers over pipeline stages (`even`: layers divisible by stages, or an error;
@@ -48,11 +49,12 @@ ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "triton_fa")
 the scenario layer does not import the cost layer)."""
 PP_SPLITS = ("even", "cost-balanced", "remainder-first")
 SELECTIVE_RECOMPUTES = ("core_attn", "op")
-FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "torchao_tensorwise")
+FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "te_current", "torchao_tensorwise")
 """FP8 cast pricings (`plan/opgraph.py` FP8_CASTS has one each): Transformer Engine's fused cast(-transpose)
 kernels with delayed scaling, the weights' FP8 copies cached across a step's micro-batches (`te_delayed`: the
-caller passes `is_first_microbatch`) or cast on every forward (`te_delayed_uncached`: it does not); torchao's
-dynamic tensorwise casts (`torchao_tensorwise`)."""
+caller passes `is_first_microbatch`) or cast on every forward (`te_delayed_uncached`: it does not); Transformer
+Engine's per-tensor current scaling (`te_current`: amax, scale and cast kernels for each tensor, a grouped GEMM's
+experts one by one); torchao's dynamic tensorwise casts (`torchao_tensorwise`)."""
 TP_OVERLAPS = ("userbuffers", "micro_pipeline")
 """What `parallel.overlap_tp` overlaps (`plan/tp_overlap.py`): every SP all-gather and reduce-scatter beside its
 GEMM, the backward's and the weight gradient's included (`userbuffers`: Transformer Engine's userbuffers under
@@ -113,6 +115,10 @@ class Option:
     """Option value -> the attention kernel family that value runs (`kernel_data.FAMILIES`), in place of the
     framework's `attention_kernel` (MPT's attn_impl: flash -> flash2, triton -> triton_fa); a value it does not
     name, or null: the framework's."""
+    fp8_recipe: Optional[dict] = None
+    """Option value -> the FP8 casts that value runs (`FP8_RECIPES`), in place of the framework's `fp8_recipe`
+    (Megatron's --fp8-recipe: delayed -> te_delayed, tensorwise -> te_current); a value it does not name, or
+    null: the framework's."""
     source: str
 
 
@@ -205,6 +211,12 @@ def _check(fw: Framework, where: str) -> Framework:
         bad = [v for v in (o.attention_kernel or {}).values() if v not in ATTENTION_KERNELS]
         if bad:
             raise ScenarioError(f"{where}.options.{n}.attention_kernel", f"{bad[0]!r}", " | ".join(ATTENTION_KERNELS))
+        if o.fp8_recipe is not None and not set(o.fp8_recipe) <= set(fw.option_choices(n)):
+            raise ScenarioError(f"{where}.options.{n}.fp8_recipe", f"names {sorted(o.fp8_recipe)}",
+                                f"values of the option: {' | '.join(map(str, fw.option_choices(n)))}")
+        bad = [v for v in (o.fp8_recipe or {}).values() if v not in FP8_RECIPES]
+        if bad:
+            raise ScenarioError(f"{where}.options.{n}.fp8_recipe", f"{bad[0]!r}", " | ".join(FP8_RECIPES))
     for n, z in fw.zero.items():
         if n not in ("0", "1", "2", "3"):
             raise ScenarioError(f"{where}.zero.{n}", "not a ZeRO stage", "0 | 1 | 2 | 3")

@@ -171,6 +171,12 @@ class Fp8Casts:
     """Bytes moved per element making a transposed FP8 copy later (read 1 + write 1), where the recipe makes one."""
     weight_per_step: bool
     """The weight's FP8 copy is made once per step and kept across micro-batches (else every micro-batch)."""
+    kernels_per_tensor: int = 1
+    """Kernels one tensor's quantization launches: 1 for a fused cast; 3 for Transformer Engine's current scaling
+    (amax, scale, cast)."""
+    grouped_fused: bool = True
+    """A grouped GEMM's per-expert tensors are quantized by one multi-tensor kernel (TE's delayed scaling); false:
+    one quantization per expert (`kernels_per_tensor` each)."""
 
     def per_element(self) -> int:
         return 2 * self.reads + self.written + self.transpose_copy
@@ -182,6 +188,16 @@ nanotron run TE's recipes): one read (TE docs, 'FP8 Delayed Scaling': current sc
 once, https://nvidia.github.io/TransformerEngine/features/low_precision_training/fp8_delayed_scaling/), and its
 cast-transpose writes the FP8 tensor and its transpose, because Hopper's FP8 GEMMs take only the TN layout; the
 weight's pair is cast on a step's first micro-batch and cached (`is_first_microbatch`, memory.FP8_WEIGHT_CACHE_BYTES)."""
+TE_CURRENT = Fp8Casts(reads=2, written=2, transpose_copy=0, weight_per_step=True, kernels_per_tensor=3, grouped_fused=False)
+"""Transformer Engine's per-tensor current scaling (Megatron's --fp8-recipe tensorwise, TE's Float8CurrentScaling:
+NVIDIA/Megatron-LM core_v0.14.0 megatron/core/fp8_utils.py:438-441). Each tensor is read twice (its amax, then the
+cast) and quantized by three launches, TransformerEngine v2.6 transformer_engine/pytorch/csrc/extensions/cast.cpp:
+45-81 (nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize_v2; the amax's memset,
+common/recipe/current_scaling.cu:63, not priced). A grouped GEMM's inputs and output gradients are quantized
+expert by expert: split_quantize (module/grouped_linear.py:127, :299-306) runs one fused multi-tensor kernel for
+delayed scaling only (cast.cpp:156-189, "Currently only have fused kernel for FP8 delayed scaling"; the same in
+v2.7-v2.9). Written as TE_DELAYED (the FP8 copy and its transpose: Hopper's TN layout; Blackwell's non-TN FP8
+GEMMs skip the transpose, quantizer.cpp:217, not priced apart); the weights' copies kept across micro-batches."""
 TORCHAO_TENSORWISE = Fp8Casts(reads=2, written=1, transpose_copy=2, weight_per_step=False)
 """torchao's Float8Linear with dynamic tensorwise scaling (torchtitan's float8 default, float8.py:65-100): every
 forward computes the input's and the weight's amax and casts them (two reads each, one FP8 write), the backward
@@ -193,7 +209,8 @@ TE_DELAYED_UNCACHED = replace(TE_DELAYED, weight_per_step=False)
 """Transformer Engine's delayed scaling where the caller does not pass `is_first_microbatch` (LLM Foundry's MPT
 calls its te.Linear modules as plain modules): TE casts the weight again on every forward (TransformerEngine v0.10
 transformer_engine/pytorch/module/linear.py:87, `update_fp8_weights = is_first_microbatch is None or ...`)."""
-FP8_CASTS = {"te_delayed": TE_DELAYED, "te_delayed_uncached": TE_DELAYED_UNCACHED, "torchao_tensorwise": TORCHAO_TENSORWISE}
+FP8_CASTS = {"te_delayed": TE_DELAYED, "te_delayed_uncached": TE_DELAYED_UNCACHED, "te_current": TE_CURRENT,
+             "torchao_tensorwise": TORCHAO_TENSORWISE}
 """A framework file's `fp8_recipe` (frameworks/spec.py FP8_RECIPES) -> the casts it prices."""
 
 
@@ -202,21 +219,25 @@ def fp8_cast(sc: Scenario, g: Compute) -> Compute | None:
     (m x k per kernel) and its weight (k x n), each `Fp8Casts.per_element` bytes per element; the weight once per
     step (1/m of it per micro-batch) where the recipe caches it. shape = (activation elements, weight elements,
     output-gradient elements, bytes per element): the backward quantizes the output gradient (m x n) the same way
-    (`fp8_cast_backward`). None for a GEMM not in FP8. The amax reductions across ranks are not priced."""
+    (`fp8_cast_backward`). `repeat`: the kernels one micro-batch's activation quantization launches
+    (`Fp8Casts.kernels_per_tensor`, per expert where the recipe has no multi-tensor kernel); the weights' launches,
+    once per step where cached, are not counted. None for a GEMM not in FP8. The amax reductions across ranks are
+    not priced."""
     if g.dtype != "fp8" or g.kind != "gemm":
         return None
     m, n, k = g.shape
-    casts = FP8_CASTS[sc.framework.spec.fp8_recipe.value]
+    casts = FP8_CASTS[sc.framework.fp8_recipe]
     per_elt = casts.per_element()
     act, weight, grad = m * k * g.repeat, k * n * g.repeat, m * n * g.repeat
     nbytes = per_elt * (act + (weight / sc.micro_batches if casts.weight_per_step else weight))
-    return Compute("fp8_cast_" + g.name, "elementwise", 0.0, float(nbytes), "bf16", (act, weight, grad, per_elt))
+    launches = casts.kernels_per_tensor * (1 if casts.grouped_fused else g.repeat)
+    return Compute("fp8_cast_" + g.name, "elementwise", 0.0, float(nbytes), "bf16", (act, weight, grad, per_elt), launches)
 
 
 def fp8_cast_backward(op: Compute) -> Compute:
     """The backward's quantization of the GEMM's output gradient (m x n), for its dgrad and wgrad GEMMs."""
     _, _, grad, per_elt = op.shape
-    return Compute(op.name + "_bwd", "elementwise", 0.0, float(per_elt * grad), "bf16", (grad,))
+    return Compute(op.name + "_bwd", "elementwise", 0.0, float(per_elt * grad), "bf16", (grad,), op.repeat)
 
 
 def elementwise(name: str, elements: float, passes: float, z: Shard, elt_bytes: int | None = None) -> Compute:
