@@ -111,6 +111,25 @@ def test_host_floor_is_a_max_not_a_sum():
         estimate(plain, build_cost_model(plain)).iteration_time_s, rel=1e-6)
 
 
+def test_a_host_bound_pass_takes_its_host_time_not_its_gpu_tail_on_top():
+    """The host issues the next pass while the GPU runs the work issued after a pass's last collective (the LM head
+    and loss of the last stage's forward): in a stream of passes each takes max(GPU time, host time), not the
+    schedule of a host that starts level with the GPU (`passes.steady_host_lead`)."""
+    from simulator.cost.costs import build_cost_model
+    from simulator.evaluate.passes import OpTimes, schedule_pass
+    from simulator.plan.lower import build_plan
+    gpu_only = _templates(host_scenario(nodes=1), 1)[0].duration  # the last stage's forward, no host cost
+    count = _templates(host_scenario(nodes=1, host_s=1e-6), 1)[0].comm_count["tp"]
+    host = 1.2 * gpu_only / count  # host-bound: its issue time is 1.2x the GPU's work
+    sc = host_scenario(nodes=1, host_s=host)
+    f = _templates(sc, 1)[0]
+    assert f.duration == pytest.approx(max(gpu_only, count * host), rel=1e-6)
+    plan = build_plan(sc)
+    chunk = plan.stages[1].chunks[0]
+    level = schedule_pass(OpTimes(sc, build_cost_model(sc)), plan.blocks[(chunk, "F")])
+    assert level.end > f.duration * 1.01  # from a level host the head and loss would come on top
+
+
 def test_engine_prices_the_host_floor_like_the_analytic_model():
     from simulator.run import simulate
     sc = host_scenario(nodes=2, host_s=0.05)

@@ -29,6 +29,7 @@ rank's other traffic (`sim.py`).
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -122,6 +123,9 @@ class PassTemplate:
     """(block, node) -> seconds added to a collective's price by in-pass link sharing (`share`)."""
     contention_s: dict = None
     """dim -> the sum of `extra` per dimension."""
+    host_lead: float = 0.0
+    """Seconds the host has issued of the pass when it starts (`steady_host_lead`); 0 where the stack has no
+    host cost."""
 
 
 class OpTimes:
@@ -200,9 +204,10 @@ class PassScheduler:
     block on an external event (a ZeRO parameter all-gather) between two calls."""
 
     def __init__(self, times: OpTimes, t0: float = 0.0, record: bool = True, extra: dict | None = None,
-                 comms: list | None = None):
+                 comms: list | None = None, host_lead: float = 0.0):
         """`extra`: (block, node) -> seconds added to that collective (link sharing); `comms`: a list to
-        which each collective that moves bytes is appended as a CommSlice (offsets from `t0`)."""
+        which each collective that moves bytes is appended as a CommSlice (offsets from `t0`); `host_lead`:
+        seconds the host started issuing the pass before `t0` (`host_lead`; math.inf: the host never gates)."""
         self.times = times
         self.t0 = t0
         self.extra = extra
@@ -211,8 +216,10 @@ class PassScheduler:
         self.gates: list = []
         """Per block: the (gate, gate_dim, gate_ready) it was scheduled with (to re-schedule it)."""
         self.free = defaultdict(lambda: t0)
-        self.host, self.host_dim = t0, None
+        self.host, self.host_dim = t0 - host_lead, None
         """When the host has issued every op so far (`OpTimes.host`): nothing starts before it is issued."""
+        self.host_s = 0.0
+        """Host seconds spent issuing the pass's ops so far."""
         self.beside: list = []
         """In-flight collectives (start, end, dim, share of the compute rate they take) (`sm_share.py`)."""
         self.anchor, self.anchor_dim = t0, None
@@ -291,6 +298,7 @@ class PassScheduler:
                 h = times.host(op)
                 if h:
                     self.host, self.host_dim = self.host + h, op.dim
+                    self.host_s += h
                 if self.host > start:
                     start = self.host
                 if comms is not None and dur > 0:
@@ -342,10 +350,12 @@ class PassScheduler:
 
 
 def schedule_pass(times: OpTimes, blocks: tuple[Block, ...], t0: float = 0.0, *, record: bool = True,
-                  extra: dict | None = None, gates: list | None = None, comms: list | None = None) -> PassScheduler:
+                  extra: dict | None = None, gates: list | None = None, comms: list | None = None,
+                  host_lead: float = 0.0) -> PassScheduler:
     """List-schedule a whole pass from `t0`; `gates`: per block the (gate, gate_dim, gate_ready) of
-    `PassScheduler.block` (a gated pass re-scheduled with other collective durations)."""
-    s = PassScheduler(times, t0, record=record, extra=extra, comms=comms)
+    `PassScheduler.block` (a gated pass re-scheduled with other collective durations); `host_lead`: as
+    `PassScheduler`'s."""
+    s = PassScheduler(times, t0, record=record, extra=extra, comms=comms, host_lead=host_lead)
     for k, b in enumerate(blocks):
         if gates:
             s.block(b, *gates[k])
@@ -374,13 +384,37 @@ def shared_extra(comms: list, only_intra: bool = True) -> dict:
     return {(c.block, c.node): e - c.start - c.dur for c, e in zip(items, ends) if e - c.start - c.dur > 1e-15}
 
 
+def steady_host_lead(times: OpTimes, blocks: tuple[Block, ...], extra: dict | None = None) -> float:
+    """How far ahead of the GPU the host is when a pass starts, in a stream of passes it issues back to back.
+
+    The host issues a pass's ops in order (`OpTimes.host`: a stack's host cost per collective), and nothing
+    runs before it is issued. Scheduled from a host that starts with the GPU, a host-bound pass ends with the
+    GPU work issued after its last collective (nanotron's forward: the LM head and the cross-entropy, ~5.8 ms
+    after the host is done on 1B tp 2), which the scheduler adds to the host time. But the host does not wait
+    for the GPU between micro-batches (nanotron's pipeline engines detach the loss and never read it back
+    inside a step: `OneForwardOneBackwardPipelineEngine.train_batch_iter`, parallel/pipeline_parallel/engine.py
+    at branch nouamane/bench2), so it issues the next pass while the GPU runs that tail: in a stream of passes
+    each takes max(its GPU time, its host time), `CostModel.host_time`'s rule. The schedule is max-plus linear
+    in the host's start, end = max(A, B - lead) with A the pass on a host that never gates and B on one that
+    starts with the GPU, so the lead B - max(A, H) (H: the pass's host seconds) makes the pass end at
+    max(A, H). 0 without host cost or where the GPU is slower anyway. Not modelled: host syncs inside a step
+    (nanotron's pipeline receives read their metadata with .tolist(), p2p.py), where the host starts level
+    with the GPU again (the engine's gated passes are scheduled that way: lead 0)."""
+    if not any(times.host(n.op) for b in blocks for n in b.nodes if isinstance(n.op, Comm)):
+        return 0.0  # no host cost: the host never gates (every stack but those with cluster.efficiency.tp_host_s)
+    hosted = schedule_pass(times, blocks, record=False, extra=extra)
+    free = schedule_pass(times, blocks, record=False, extra=extra, host_lead=math.inf)
+    return max(0.0, hosted.end - max(free.end, hosted.host_s))
+
+
 def build_template(times: OpTimes, chunk: int, kind: str, blocks: tuple[Block, ...], share: bool = False,
                    only_intra: bool = True) -> PassTemplate:
     """List-schedule a whole pass from an idle rank at t = 0; with `share`, collectives of different
     streams that overlap on the GPU's intra-node links share them (module docstring); `only_intra=False`:
     on every link they use (the analytic estimate, which has no link model to leave the others to)."""
     comms: list = []
-    s = schedule_pass(times, blocks, comms=comms if share else None)
+    lead = steady_host_lead(times, blocks)
+    s = schedule_pass(times, blocks, comms=comms if share else None, host_lead=lead)
     extra: dict = {}
     if share:
         for _ in range(SHARE_ITERATIONS):
@@ -388,10 +422,11 @@ def build_template(times: OpTimes, chunk: int, kind: str, blocks: tuple[Block, .
             if new.keys() == extra.keys() and all(abs(new[k] - extra[k]) <= 1e-9 * new[k] + 1e-15 for k in new):
                 break
             extra, comms = new, []
-            s = schedule_pass(times, blocks, extra=extra, comms=comms)
+            lead = steady_host_lead(times, blocks, extra)
+            s = schedule_pass(times, blocks, extra=extra, comms=comms, host_lead=lead)
     return PassTemplate(chunk=chunk, kind=kind, blocks=blocks, duration=s.end, compute_s=s.compute_s,
                         recompute_s=s.recompute_s, flops=s.flops, comm_s=dict(s.comm), exposed_s=dict(s.exposed),
                         comm_count=dict(s.count), slices=tuple(s.slices), block_start=tuple(s.block_start),
                         block_grads=tuple(s.block_grads), sync_dims=frozenset(s.sync_dims), comms=tuple(comms),
                         net=tuple(c for c in comms if c.net), local=tuple(c for c in comms if c.use and not c.net),
-                        extra=extra, contention_s=dict(s.contention))
+                        extra=extra, contention_s=dict(s.contention), host_lead=lead)

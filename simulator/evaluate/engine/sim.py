@@ -227,7 +227,8 @@ class Engine:
                     dyn = self._link_comms(rk, tpl.net, tpl.local) if self.links is not None and tpl.comms else ()
                     s = None
                     if dyn:  # its collectives run on the link model: wait for them, re-schedule if slowed
-                        s = yield from self._linked_pass(rk, st, ready, speed, PassFlows(self, rk, ready, dyn), tpl.extra)
+                        s = yield from self._linked_pass(rk, st, ready, speed, PassFlows(self, rk, ready, dyn), tpl.extra,
+                                                         host_lead=tpl.host_lead)
                     rk.ops += len(tpl.slices)
                     if s is None:
                         end, drawn = ready + tpl.duration, (tpl, None)
@@ -320,7 +321,7 @@ class Engine:
         return tuple(sorted(net + local, key=lambda x: (x.start, x.block, x.node)))
 
     def _linked_pass(self, rk: RankState, st: Step, ready: float, speed: float, flows: "PassFlows", extra: dict,
-                     gates: list | None = None, applied: bool = True):
+                     gates: list | None = None, applied: bool = True, host_lead: float = 0.0):
         """Generator: wait until a pass's linked collectives have ended; if link sharing slowed any of
         them, re-schedule the pass with their measured durations (the other collectives keep `extra`,
         in-pass sharing: the template's, `applied` in the first schedule, or a gated pass's, not yet)
@@ -337,7 +338,8 @@ class Engine:
         merged = {k: v for k, v in (extra or {}).items() if k not in flows.keys}
         merged.update(flows.extra)
         s = schedule_pass(self.times(speed), pass_blocks(self.times(speed), self.plan.blocks, st.key), ready,
-                          record=rk.rec is not None and self.record_slices, extra=merged, gates=gates)
+                          record=rk.rec is not None and self.record_slices, extra=merged, gates=gates,
+                          host_lead=host_lead)
         if flows.last > s.end:  # a collective started later than the re-schedule has it (lag): it ends the pass
             s.exposed[flows.last_dim] += flows.last - s.end
             s.end = flows.last
