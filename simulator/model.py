@@ -6,7 +6,7 @@ normalised here; parameter counts live in `params.py`, FLOPs in `flops.py`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -309,6 +309,16 @@ def _times(k: int, value):
 
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+
+
+def without_config_mtp(model: ModelSpec, model_value: Any, from_config=None) -> ModelSpec:
+    """`model` without the MTP depth its preset or config.json named, for a framework that builds MTP modules only
+    when asked (`from_config`: its `Framework.mtp_from_config`, false there); a scenario `model` mapping that
+    writes a depth keeps it, and so does every model under a framework without that entry or with it true."""
+    if from_config is None or from_config.value or (isinstance(model_value, dict) and any(
+            k in model_value for k in ("mtp_layers", "num_nextn_predict_layers", "mtp_num_layers"))):
+        return model
+    return replace(model, mtp_layers=0) if model.mtp_layers else model
 
 
 def load_model(spec: Any, base_dir: Path | None = None, path: str = "model") -> ModelSpec:

@@ -8,12 +8,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-
 from .errors import ScenarioError
 from .overrides import apply_overrides, parse_override  # noqa: F401 (apply_overrides: the sweep's import)
 from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_setting, layout_rules
 from .inputs import existing_file, read_yaml_file, short
-from .model import MAX_LAYERS, ModelSpec, load_model
+from .model import MAX_LAYERS, ModelSpec, load_model, without_config_mtp
 from .diloco_spec import DiLoCo
 from .stragglers import SlowGpus, Straggler, check_stragglers
 from .cluster_mix import DegradedLink, Pool, check_cluster_mix, resolve_pools
@@ -337,11 +336,6 @@ def load_scenario(path: str | Path, overrides: list[str] = ()) -> Scenario:
     return scenario_from_mapping(raw, overrides, base_dir=path.parent)
 
 
-def _writes_mtp(model_value) -> bool:
-    """Whether a scenario's `model` value states an MTP depth itself (a mapping with one of its keys)."""
-    return isinstance(model_value, dict) and any(k in model_value for k in ("mtp_layers", "num_nextn_predict_layers", "mtp_num_layers"))
-
-
 def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path | None = None) -> Scenario:
     raw = apply_overrides(raw, list(overrides), base_dir)
     if overrides and isinstance(raw.get("framework"), dict):
@@ -352,9 +346,7 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     if top.model is None:
         raise ScenarioError("model", "missing required key", "a preset name, a path to config.json, or a mapping")
     model = load_model(top.model, base_dir)
-    mtp = framework.spec.mtp_from_config
-    if model.mtp_layers and mtp is not None and not mtp.value and not _writes_mtp(top.model):
-        model = replace(model, mtp_layers=0)  # the framework builds MTP only when asked (its file's source)
+    model = without_config_mtp(model, top.model, framework.spec.mtp_from_config)
     training_raw = dict(top.training)
     run_raw = top.run
     if "tokens" in training_raw:  # `training.tokens` is the run's length: read with the `run:` section
