@@ -351,15 +351,31 @@ def test_the_dropless_qwen3_30b_h100_rows_are_skipped_for_the_host_wait_and_the_
 REFERENCES = ROOT / "validation" / "references"
 
 
-def test_llm_foundry_mpt_rows_build_the_models_the_table_counts():
+@pytest.mark.parametrize("name", ["llm_foundry_mpt_h100", "llm_foundry_mpt_fit"])
+def test_llm_foundry_mpt_rows_build_the_models_the_table_counts(name):
     """LLM Foundry's table states each row's parameter count (NumParams); the transcribed model (tied embeddings,
     learned positions of the row's sequence length, biased linears, LayerNorm) has exactly that many."""
     from simulator.params import total_params
     from simulator.scenario import scenario_from_mapping
-    doc = yaml.safe_load((REFERENCES / "llm_foundry_mpt_h100.yaml").read_text())
+    doc = yaml.safe_load((REFERENCES / f"{name}.yaml").read_text())
     for r in doc["runs"]:
         stated = int(r["where"].split("NumParams ")[1].split(":")[0])
         assert total_params(scenario_from_mapping(r["scenario"], base_dir=ROOT).model) == stated, r["id"]
+
+
+def test_llm_foundry_fit_rows_are_composers_fit_split_and_repeat_no_validation_cell():
+    """llm_foundry_mpt_fit.yaml holds other cells of the same README tables: every row is split fit and priced as
+    composer, and none is a README line or a layout the validation file already holds."""
+    from simulator.validate.corpus import _flat
+    fit = yaml.safe_load((REFERENCES / "llm_foundry_mpt_fit.yaml").read_text())["runs"]
+    val = yaml.safe_load((REFERENCES / "llm_foundry_mpt_h100.yaml").read_text())["runs"]
+    assert fit and all(r["split"] == "fit" and r["scenario"]["framework"]["name"] == "composer" for r in fit)
+    assert all(r.get("split", "validation") == "validation" for r in val)
+    line = lambda r: r["where"].split(" (")[0]  # noqa: E731 ("README.md line N")
+    assert not {line(r) for r in fit} & {line(r) for r in val}
+    assert len({line(r) for r in fit}) == len(fit)
+    flat = lambda r: tuple(sorted((k, str(v)) for k, v in _flat(r["scenario"]).items() if k != "name"))  # noqa: E731
+    assert not {flat(r) for r in fit} & {flat(r) for r in val}
 
 
 def test_llm_foundry_bf16_and_fp8_rows_pair_on_precision_only():
