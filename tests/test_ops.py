@@ -303,3 +303,55 @@ def test_ddp_buckets_hold_whole_tensors_and_close_at_the_cap():
     dense, _ = rank_tensors(sc, 0)
     assert len(dp_buckets(sc, dense, 2)) == 4 * 32 + 2
     assert sum(dp_buckets(sc, dense, 2)) == pytest.approx(2 * sum(dense))
+
+
+def _ds_pipeline(framework: str = "deepspeed"):
+    return load_scenario("scenarios/70b_512gpu.yaml", [f"framework={framework}", "parallel.sp=false"])
+
+
+def test_deepspeed_pipeline_sends_each_tp_rank_its_slice_of_the_activation():
+    """DeepSpeed's pipe engine partitions a stage's output over TP and sends only the rank's slice
+    (pipe/engine.py:754, pipe_partitioned on by default): s*b*h*2 / t bytes, where Megatron without SP
+    sends the whole tensor from every TP rank."""
+    from simulator.plan.step_ops import pp_activation_bytes
+    ds, meg = _ds_pipeline(), _ds_pipeline("megatron")
+    z = shard(ds)
+    full = z.T * z.h * 2
+    assert pp_activation_bytes(ds) == pytest.approx(full / 8)
+    assert pp_activation_bytes(meg) == pytest.approx(full)
+
+
+def test_deepspeed_middle_stage_gathers_its_input_before_forward_and_output_and_gradient_before_backward():
+    """The receiver all-gathers the slice over TP before its forward (engine.py:726); before the backward the
+    sender all-gathers its stored output and the received gradient (:833, :848). The first layer's compute
+    waits for them."""
+    from simulator.plan.blocks import chunk_blocks
+    sc = _ds_pipeline()
+    z = shard(sc)
+    blocks = chunk_blocks(sc, 3, False, {})
+    for kind, names in (("F", ["pp_input_allgather"]), ("B", ["pp_output_allgather", "pp_grad_allgather"]),
+                        ("BW", ["pp_output_allgather", "pp_grad_allgather"])):
+        nodes = blocks[kind][0].nodes
+        gathers = [i for i, n in enumerate(nodes) if isinstance(n.op, Comm) and n.op.name.startswith("pp_")]
+        assert [nodes[i].op.name for i in gathers] == names and gathers == list(range(len(names)))
+        assert all(nodes[i].op.collective == "all_gather" and nodes[i].op.dim == "tp"
+                   and nodes[i].op.bytes == pytest.approx(z.T * z.h * 2) for i in gathers)
+        first_compute = next(n for n in nodes if isinstance(n.op, Compute))
+        assert set(gathers) <= set(first_compute.deps)
+    assert not [n for b in blocks["W"] for n in b.nodes if n.op.name.startswith("pp_")]
+
+
+def test_pipeline_ends_gather_only_what_they_receive():
+    """The first stage receives no activation (no forward gather) and the last sends none (no backward gathers)."""
+    from simulator.plan.blocks import chunk_blocks
+    sc = _ds_pipeline()
+    names = lambda bl: [n.op.name for b in bl for n in b.nodes if n.op.name.startswith("pp_")]  # noqa: E731
+    first, last = chunk_blocks(sc, 0, True, {}), chunk_blocks(sc, 7, False, {})
+    assert names(first["F"]) == [] and names(first["B"]) == ["pp_output_allgather", "pp_grad_allgather"]
+    assert names(last["F"]) == ["pp_input_allgather"] and names(last["B"]) == []
+
+
+def test_megatron_pipeline_runs_no_partition_gathers():
+    from simulator.plan.blocks import chunk_blocks
+    blocks = chunk_blocks(_ds_pipeline("megatron"), 3, False, {})
+    assert not [n for k in blocks for b in blocks[k] for n in b.nodes if n.op.name.startswith("pp_")]

@@ -84,6 +84,9 @@ def render_frameworks() -> str:
         if fw.grad_accum_cast is not None:
             fixed.append(("fp32 gradient accumulation", "cast, then add" if fw.grad_accum_cast.value else "one add",
                           fw.grad_accum_cast.source))
+        if fw.pp_partitioned is not None:
+            fixed.append(("pipeline sends with tp > 1", "1/t slice, all-gathered over TP" if fw.pp_partitioned.value
+                          else "whole tensor", fw.pp_partitioned.source))
         lines += ["| fixes | to | source |", "|---|---|---|"]
         lines += [f"| `{k}` | {_cell(_value(v))} | {_cell(src)} |" for k, v, src in fixed]
         lines.append("")

@@ -165,6 +165,11 @@ class Framework:
     """true: unfused accumulation of bf16 gradients into fp32 (`training.grad_accum_fused: false`, `grad_dtype:
     fp32`) first casts each micro-batch's gradient to an fp32 temporary, then adds it, after every micro-batch
     (DeepSpeed's BF16_Optimizer); null or false: one mixed-dtype add (`plan/layer_ops.grad_accum_op`)."""
+    pp_partitioned: Optional[Sourced] = None
+    """true: with tp > 1 a pipeline send carries the TP rank's 1/t slice of the activation (or of its gradient), the
+    receiver all-gathers it over TP before its forward (backward), and the sender all-gathers its own stored output
+    back before that micro-batch's backward (DeepSpeed's pipe_partitioned / grad_partitioned); null or false: each
+    TP rank sends the whole tensor (its 1/t with SP)."""
     lacks: dict[str, Sourced] = field(default_factory=dict)
     """Parallel dimensions (`LACKABLE`) the framework does not have, each with the source that shows it (value:
     what the report says instead); a layout with that dimension above 1 is refused."""
@@ -192,6 +197,8 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.mtp_from_config", f"{fw.mtp_from_config.value!r}", "true | false")
     if fw.grad_accum_cast is not None and not isinstance(fw.grad_accum_cast.value, bool):
         raise ScenarioError(f"{where}.grad_accum_cast", f"{fw.grad_accum_cast.value!r}", "true | false")
+    if fw.pp_partitioned is not None and not isinstance(fw.pp_partitioned.value, bool):
+        raise ScenarioError(f"{where}.pp_partitioned", f"{fw.pp_partitioned.value!r}", "true | false")
     if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
         raise ScenarioError(f"{where}.tp_wgrad_input", f"{fw.tp_wgrad_input.value!r}", " | ".join(TP_WGRAD_INPUTS))
     if fw.attention_kernel.value not in ATTENTION_KERNELS:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .layout import chunk_layers, last_chunk, layer_recompute
-from .step_ops import embedding_backward, embedding_forward, head_backward, head_forward
+from .step_ops import embedding_backward, embedding_forward, head_backward, head_forward, pp_partition_gathers, pp_partitioned
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_tensors
 from .layer_ops import layer_passes
 from .mtp import mtp_passes
@@ -51,7 +51,10 @@ class Block:
 def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dict) -> dict:
     """kind -> blocks of one chunk's passes. F: [embedding] + layers + [head];
     B, W, BW: [head] + layers in reverse + [embedding] (the embedding's backward is a weight gradient).
-    The last chunk's layers end with the MTP modules (`plan/mtp.py`, blocks "MTP1".., one per depth)."""
+    The last chunk's layers end with the MTP modules (`plan/mtp.py`, blocks "MTP1".., one per depth).
+    Where the framework partitions its pipeline sends (`step_ops.pp_partitioned`), the TP all-gathers of the
+    received slices and of the stored output (`step_ops.pp_partition_gathers`) open the first layer's block of
+    a receiving chunk's F and of a sending chunk's B and BW."""
     z = cache.setdefault("shard", shard(sc))
     first, last = chunk == 0, chunk == last_chunk(sc)
     layers = chunk_layers_of(sc, chunk) + (list(sc.model.mtp_layer_ids) if last else [])
@@ -70,26 +73,30 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
         nodes, letters = concat(parts)
         return Block(key=key, nodes=nodes, letters=letters, tensors_dense=dense, tensors_expert=expert)
 
+    part = pp_partitioned(sc) and bool(layers)
+    gather_f = [(pp_partition_gathers(sc, "F", z), "F")] if part and not first else []
+    gather_b = [(pp_partition_gathers(sc, "B", z), "B")] if part and not last else []
     out = {k: [] for k in PASS_KINDS}
     emb_p = (embedding_rank_params(sc),)
     head_p = head_rank_tensors(sc, stage_has_embedding)
     if first:
         out["F"].append(block("emb", [(embedding_forward(sc, z), "F")], emb_p))
-    for layer in layers:
+    for i, layer in enumerate(layers):
         d, e = layer_rank_tensors(sc, layer)
-        out["F"].append(block(name(layer), [(lp(layer).F, "F")], d, e))
+        out["F"].append(block(name(layer), (gather_f if i == 0 else []) + [(lp(layer).F, "F")], d, e))
     if last:
         hb, hw = head_backward(sc, z)
         out["F"].append(block("head", [(head_forward(sc, z), "F")], head_p))
         out["B"].append(block("head", [(hb, "B")], head_p))
         out["W"].append(block("head", [(hw, "W")], head_p))
         out["BW"].append(block("head", [(hb, "B"), (hw, "W")], head_p))
-    for layer in reversed(layers):
+    for i, layer in enumerate(reversed(layers)):
         d, e = layer_rank_tensors(sc, layer)
         p = lp(layer)
-        out["B"].append(block(name(layer), [(p.B, "B")], d, e))
+        g = gather_b if i == 0 else []
+        out["B"].append(block(name(layer), g + [(p.B, "B")], d, e))
         out["W"].append(block(name(layer), [(p.W, "W")], d, e))
-        out["BW"].append(block(name(layer), [(p.B, "B"), (p.W, "W")], d, e))
+        out["BW"].append(block(name(layer), g + [(p.B, "B"), (p.W, "W")], d, e))
     if first:
         eb = embedding_backward(sc, z)
         out["W"].append(block("emb", [(eb, "W")], emb_p))
@@ -105,20 +112,22 @@ def chunk_layers_of(sc: Scenario, chunk: int) -> list[int]:
 
 def concat(parts: list[tuple[tuple[Node, ...], str]]) -> tuple[tuple[Node, ...], tuple[str, ...]]:
     """Join node lists (each with its letter) into one list with re-based deps; the roots of each later
-    list wait for the previous list's last compute node (`opgraph.OpList.extend`'s rule)."""
+    list wait for the previous list's last compute node (`opgraph.OpList.extend`'s rule), and after a list
+    of collectives only (the partitioned pipeline's all-gathers) for its blocking collectives."""
     nodes: list[Node] = []
     letters: list[str] = []
-    last_compute = None
+    gate: tuple[int, ...] = ()
     for lst, letter in parts:
         off = len(nodes)
         for n in lst:
             deps = tuple(d + off for d in n.deps)
-            if not n.deps and last_compute is not None:
-                deps = (last_compute,)
+            if not n.deps and gate:
+                deps = gate
             nodes.append(Node(n.op, deps, n.tag))
             letters.append(letter)
-        for j in range(len(nodes) - 1, off - 1, -1):
-            if isinstance(nodes[j].op, Compute):
-                last_compute = j
-                break
+        computes = [j for j in range(off, len(nodes)) if isinstance(nodes[j].op, Compute)]
+        if computes:
+            gate = (computes[-1],)
+        elif len(nodes) > off:
+            gate = tuple(sorted(set(gate) | {j for j in range(off, len(nodes)) if nodes[j].op.blocking}))
     return tuple(nodes), tuple(letters)

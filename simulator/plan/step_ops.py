@@ -104,12 +104,33 @@ def head_backward(sc: Scenario, z: Shard | None = None) -> tuple[tuple[Node, ...
     return tuple(b.nodes), tuple(w.nodes)
 
 
+def pp_partitioned(sc: Scenario) -> bool:
+    """Whether the framework sends each TP rank's 1/t slice between stages and all-gathers it over TP
+    (`Framework.pp_partitioned`: DeepSpeed's pipe_partitioned / grad_partitioned), with tp > 1 and pp > 1."""
+    flag = sc.framework.spec.pp_partitioned
+    return bool(flag is not None and flag.value and sc.parallel.tp > 1 and sc.parallel.pp > 1)
+
+
 def pp_activation_bytes(sc: Scenario, z: Shard | None = None) -> float:
     """Bytes one rank sends to the next stage per micro-batch: s*b*h activations (each TP rank sends
-    its 1/t share with SP, NAR21 §4.1 scatter/gather)."""
+    its 1/t share with SP, NAR21 §4.1 scatter/gather, or where the framework partitions its sends,
+    `pp_partitioned`)."""
     z = z or shard(sc)
     full = z.T * z.h * z.ab
-    return float(full / z.t if (sc.parallel.sp and z.t > 1) else full)
+    return float(full / z.t if ((sc.parallel.sp or pp_partitioned(sc)) and z.t > 1) else full)
+
+
+def pp_partition_gathers(sc: Scenario, kind: str, z: Shard | None = None) -> tuple[Node, ...]:
+    """The TP all-gathers a partitioned pipeline (`pp_partitioned`) runs on the compute stream before a
+    stage's pass, s*b*h activations each (`opgraph.tp_collective`'s size): before the forward of a stage
+    that receives ("F"), the received slice; before the backward of a stage that sends ("B"), its stored
+    output, then the received gradient's slice (DS pipe/engine.py:726, :833, :848)."""
+    z = z or shard(sc)
+    seq = OpList()
+    names = {"F": ("pp_input_allgather",), "B": ("pp_output_allgather", "pp_grad_allgather")}[kind]
+    for name in names:
+        seq.comm(tp_collective(sc, z, name, "all_gather"))
+    return tuple(seq.nodes)
 
 
 def sp_norm_grad_allreduce(sc: Scenario, pp_rank: int) -> Comm | None:
