@@ -130,7 +130,10 @@ def test_scored_corpus_rows_carry_the_recipe_they_ran_with_its_commit():
     from simulator.validate.accuracy import corpus_cases
     for c in corpus_cases()[0]:
         fw = c.mapping["framework"]
-        assert fw["name"] == "megatron" and fw["overlap_grad_reduce"] is True, c.id
+        # NeMo 1.11 (22.08) does not overlap it under PP or SP (its own test below); every other recipe does
+        par = c.mapping["parallel"]
+        nemo_1_11_pipelined = c.release == "NeMo Megatron 22.08" and (par["pp"] > 1 or par["sp"])
+        assert fw["name"] == "megatron" and fw["overlap_grad_reduce"] is (not nemo_1_11_pipelined), c.id
         assert "tp_comm_overlap" in fw, c.id
     for f in CORPUS_FILES:
         for r in yaml.safe_load(f.read_text())["runs"]:
@@ -499,3 +502,4 @@ def test_the_nemo_22_08_a100_rows_are_fit_rows_run_as_the_recipe_at_the_table_co
         rid = c.id.split(":")[1]
         if rid in printed:
             assert c.tokens_per_s_per_gpu * sc.gpus == printed[rid]
+
