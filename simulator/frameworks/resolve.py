@@ -54,18 +54,20 @@ class FrameworkChoice:
     @property
     def attention_kernel(self) -> str:
         """The family an option's value runs (`spec.Option.attention_kernel`), else the framework's."""
-        for name, opt in self.spec.options.items():
-            if opt.attention_kernel is not None and self.option(name) in opt.attention_kernel:
-                return opt.attention_kernel[self.option(name)]
-        return self.spec.attention_kernel.value
+        return self._picked("attention_kernel")
 
     @property
     def fp8_recipe(self) -> str:
         """The FP8 casts an option's value runs (`spec.Option.fp8_recipe`), else the framework's."""
+        return self._picked("fp8_recipe")
+
+    def _picked(self, what: str) -> str:
+        """`what` ('attention_kernel' | 'fp8_recipe') as the first option whose value maps it says, else the file's."""
         for name, opt in self.spec.options.items():
-            if opt.fp8_recipe is not None and self.option(name) in opt.fp8_recipe:
-                return opt.fp8_recipe[self.option(name)]
-        return self.spec.fp8_recipe.value
+            picks = getattr(opt, what)
+            if picks is not None and self.option(name) in picks:
+                return picks[self.option(name)]
+        return getattr(self.spec, what).value
 
     def option(self, name: str) -> Any:
         return dict(self.options).get(name)

@@ -212,18 +212,14 @@ def _check(fw: Framework, where: str) -> Framework:
     for n, o in fw.options.items():
         if o.requires is not None and o.requires not in fw.options:
             raise ScenarioError(f"{where}.options.{n}.requires", f"{o.requires!r} is not an option", ", ".join(fw.options))
-        if o.attention_kernel is not None and not set(o.attention_kernel) <= set(fw.option_choices(n)):
-            raise ScenarioError(f"{where}.options.{n}.attention_kernel", f"names {sorted(o.attention_kernel)}",
-                                f"values of the option: {' | '.join(map(str, fw.option_choices(n)))}")
-        bad = [v for v in (o.attention_kernel or {}).values() if v not in ATTENTION_KERNELS]
-        if bad:
-            raise ScenarioError(f"{where}.options.{n}.attention_kernel", f"{bad[0]!r}", " | ".join(ATTENTION_KERNELS))
-        if o.fp8_recipe is not None and not set(o.fp8_recipe) <= set(fw.option_choices(n)):
-            raise ScenarioError(f"{where}.options.{n}.fp8_recipe", f"names {sorted(o.fp8_recipe)}",
-                                f"values of the option: {' | '.join(map(str, fw.option_choices(n)))}")
-        bad = [v for v in (o.fp8_recipe or {}).values() if v not in FP8_RECIPES]
-        if bad:
-            raise ScenarioError(f"{where}.options.{n}.fp8_recipe", f"{bad[0]!r}", " | ".join(FP8_RECIPES))
+        for what, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES)):
+            picks = getattr(o, what)
+            if picks is not None and not set(picks) <= set(fw.option_choices(n)):
+                raise ScenarioError(f"{where}.options.{n}.{what}", f"names {sorted(picks)}",
+                                    f"values of the option: {' | '.join(map(str, fw.option_choices(n)))}")
+            bad = [v for v in (picks or {}).values() if v not in allowed]
+            if bad:
+                raise ScenarioError(f"{where}.options.{n}.{what}", f"{bad[0]!r}", " | ".join(allowed))
     for n, z in fw.zero.items():
         if n not in ("0", "1", "2", "3"):
             raise ScenarioError(f"{where}.zero.{n}", "not a ZeRO stage", "0 | 1 | 2 | 3")
