@@ -14,7 +14,8 @@ added to every DP collective; dp_ring_step_latency_us: the per-step floor of DP 
 (reduce-scatter, all-gather) in place of the topology's `fabric.ring_step_latency_us`; comm_sm_share:
 the share of a GPU's compute rate that an in-flight collective takes (`sm_share.py`); gemm_fp8: FP8 GEMMs at this
 fraction of the FP8 peak; gemm_fp8_vs_bf16: FP8 GEMMs at this multiple of the fraction of the BF16 peak this GPU's
-GEMMs sustain in a training step (`cost/sustained.py`; Transformer Engine's, 1.0), gemm_fp8 taking precedence."""
+GEMMs sustain in a training step (`cost/sustained.py`; Transformer Engine's in frameworks/transformer_engine.yaml),
+gemm_fp8 taking precedence."""
 
 MAX_OVERHEAD_S = 60.0
 """A per-collective software overhead (cluster.efficiency *_s) of a minute is already absurd."""

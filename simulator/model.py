@@ -34,6 +34,8 @@ MAX_EXPERTS = 1 << 16
 """Routed experts per layer: 256x DeepSeek-V3's 256."""
 MAX_MTP_LAYERS = 64
 """Multi-token prediction depth: 64x DeepSeek-V3's 1 (its report also tries D = 2; each depth is a layer)."""
+MTP_DEPTH_KEYS = ("mtp_layers", "num_nextn_predict_layers", "mtp_num_layers")
+"""Keys that state a multi-token-prediction depth: clustersim's, config.json's, Megatron's."""
 MAX_CAPACITY_FACTOR = 1024.0
 """Capacity factor: above experts / top_k it drops nothing; real runs use 1-2."""
 
@@ -281,7 +283,7 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
                       "kv_lora_rank": take("mla.kv_lora_rank", "kv_lora_rank")}
         for key, default in (("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64), ("v_head_dim", 128)):
             raw["mla"][key] = take(f"mla.{key}", key, default=default)
-    mtp = take("mtp_layers", "num_nextn_predict_layers", "mtp_num_layers")
+    mtp = take(*MTP_DEPTH_KEYS)
     if mtp is not None:
         raw["mtp_layers"] = mtp
     if gpt:
@@ -315,8 +317,7 @@ def without_config_mtp(model: ModelSpec, model_value: Any, from_config=None) -> 
     """`model` without the MTP depth its preset or config.json named, for a framework that builds MTP modules only
     when asked (`from_config`: its `Framework.mtp_from_config`, false there); a scenario `model` mapping that
     writes a depth keeps it, and so does every model under a framework without that entry or with it true."""
-    if from_config is None or from_config.value or (isinstance(model_value, dict) and any(
-            k in model_value for k in ("mtp_layers", "num_nextn_predict_layers", "mtp_num_layers"))):
+    if from_config is None or from_config.value or (isinstance(model_value, dict) and any(k in model_value for k in MTP_DEPTH_KEYS)):
         return model
     return replace(model, mtp_layers=0) if model.mtp_layers else model
 

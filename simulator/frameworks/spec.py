@@ -191,14 +191,10 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.selective_recompute", f"{fw.selective_recompute.value!r}", " | ".join(SELECTIVE_RECOMPUTES))
     if fw.tp_overlap is not None and fw.tp_overlap.value not in TP_OVERLAPS:
         raise ScenarioError(f"{where}.tp_overlap", f"{fw.tp_overlap.value!r}", " | ".join(TP_OVERLAPS))
-    if fw.fp8_output_layer is not None and not isinstance(fw.fp8_output_layer.value, bool):
-        raise ScenarioError(f"{where}.fp8_output_layer", f"{fw.fp8_output_layer.value!r}", "true | false")
-    if fw.mtp_from_config is not None and not isinstance(fw.mtp_from_config.value, bool):
-        raise ScenarioError(f"{where}.mtp_from_config", f"{fw.mtp_from_config.value!r}", "true | false")
-    if fw.grad_accum_cast is not None and not isinstance(fw.grad_accum_cast.value, bool):
-        raise ScenarioError(f"{where}.grad_accum_cast", f"{fw.grad_accum_cast.value!r}", "true | false")
-    if fw.pp_partitioned is not None and not isinstance(fw.pp_partitioned.value, bool):
-        raise ScenarioError(f"{where}.pp_partitioned", f"{fw.pp_partitioned.value!r}", "true | false")
+    for key in ("fp8_output_layer", "mtp_from_config", "grad_accum_cast", "pp_partitioned"):
+        entry = getattr(fw, key)
+        if entry is not None and not isinstance(entry.value, bool):
+            raise ScenarioError(f"{where}.{key}", f"{entry.value!r}", "true | false")
     if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
         raise ScenarioError(f"{where}.tp_wgrad_input", f"{fw.tp_wgrad_input.value!r}", " | ".join(TP_WGRAD_INPUTS))
     if fw.attention_kernel.value not in ATTENTION_KERNELS:
