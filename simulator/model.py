@@ -94,7 +94,8 @@ class ModelSpec:
     hidden: int = field(metadata={"min": 1, "max": MAX_WIDTH})
     """Model (hidden) dimension, at most MAX_WIDTH."""
     ffn_hidden: int = field(metadata={"min": 1, "max": MAX_WIDTH})
-    """Dense FFN inner size (SwiGLU: each of gate/up), at most MAX_WIDTH."""
+    """Dense FFN inner size (SwiGLU: each of gate/up), at most MAX_WIDTH. Omitted in a mapping: Megatron's default
+    (`default_ffn_hidden`): 4 x hidden for gpt, int(4 x hidden x 2/3 / 64) x 64 for llama."""
     heads: int = field(metadata={"min": 1, "max": MAX_HEADS})
     """Query heads."""
     kv_heads: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_HEADS})
@@ -207,7 +208,19 @@ def _check_model(m: ModelSpec, path: str) -> ModelSpec:
     return m
 
 
+def default_ffn_hidden(arch: str, hidden: int) -> int:
+    """Megatron's FFN size when none is given: 4h, or with SwiGLU two-thirds of it rounded down to a multiple
+    of 64 (the same parameters as 4h over three matrices; MLM megatron/training/arguments.py,
+    `if args.ffn_hidden_size is None`)."""
+    return int(4 * hidden * 2 / 3 / 64) * 64 if arch == "llama" else 4 * hidden
+
+
 def model_from_mapping(raw: Any, path: str = "model") -> ModelSpec:
+    if isinstance(raw, dict) and "ffn_hidden" not in raw and raw.get("arch") in ("llama", "gpt") \
+            and isinstance(raw.get("hidden"), int) and not isinstance(raw.get("hidden"), bool) and raw["hidden"] > 0:
+        default = default_ffn_hidden(raw["arch"], raw["hidden"])
+        if default >= 1:  # a llama hidden below 24 rounds to 0: the key stays missing
+            raw = {**raw, "ffn_hidden": default}
     return _check_model(from_mapping(ModelSpec, raw, path), path)
 
 

@@ -134,6 +134,8 @@ def from_mapping(cls, raw: Any, path: str = ""):
                 raise ScenarioError(key_path, "missing required key")
             continue
         value = _convert(raw[name], hints[name], key_path)
+        if isinstance(value, str) and "alias" in f.metadata:
+            value = f.metadata["alias"](value)  # another spelling of a choice, read as the choice
         check_range(value, f.metadata, key_path)
         kwargs[name] = value
     return cls(**kwargs)

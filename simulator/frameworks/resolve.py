@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import ScenarioError
 from ..inputs import short
-from ..plan.schedules import schedule_spec
+from ..plan.schedules import INTERLEAVED, schedule_spec
 from .pp_split import cost_balanced_layers, remainder_first_layers
 from .spec import DEFAULT_FRAMEWORK, FRAMEWORKS, POLICY_NAMES, Framework, load_framework
 
@@ -254,6 +254,11 @@ def layout_rules(choice: FrameworkChoice, parallel, model):
     if policy == "zero3" and meaning.reshard_after_forward is not None \
             and "parallel.reshard_after_forward" not in choice.scenario_keys:
         p = replace(p, reshard_after_forward=meaning.reshard_after_forward)
+    if p.vpp > 1 and "parallel.pp_schedule" not in choice.scenario_keys and schedule_spec(p.pp_schedule).vpp == 1 \
+            and schedule_spec(INTERLEAVED).framework_name(fw.name) is not None:
+        # model chunks without a schedule: the framework's interleaved one (Megatron: virtual pipeline stages
+        # select it, MLM core/pipeline_parallel/schedules.py get_forward_backward_func)
+        p = replace(p, pp_schedule=INTERLEAVED)
     if p.pp_p2p == "blocking" and "parallel.pp_p2p" not in choice.scenario_keys \
             and not schedule_spec(p.pp_schedule).p2p_in_steady_state:
         p = replace(p, pp_p2p="async")  # a framework default the engine models for 1F1B only (see its notes)
