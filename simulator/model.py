@@ -326,6 +326,22 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
 
 
+def _spelling(name: str) -> str:
+    """A model name as compared with the presets': the part after a Hugging Face organisation (`meta-llama/`),
+    lower case, letters and digits only, without a leading `meta` (`Meta-Llama-3.1-8B`)."""
+    bare = "".join(c for c in name.rsplit("/", 1)[-1].lower() if c.isalnum())
+    return bare[len("meta"):] if bare.startswith("metallama") else bare
+
+
+def preset_alias(name: str) -> str | None:
+    """The preset a model name means, written as users write it (`Llama-3.1-8B`, `meta-llama/Llama-3.1-70B`,
+    `llama3_8b`, `DeepSeek-V3`), or None. Llama 3.1 is read as the Llama 3 preset of its size: the same layers,
+    widths, heads and vocabulary (Meta's config.json of both; 3.1 changes the RoPE scaling and context length,
+    which the training sequence length here sets)."""
+    want = _spelling(name).replace("llama31", "llama3", 1)
+    return next((p for p in preset_names() if _spelling(p) == want), None)
+
+
 def without_config_mtp(model: ModelSpec, model_value: Any, from_config=None) -> ModelSpec:
     """`model` without the MTP depth its preset or config.json named, for a framework that builds MTP modules only
     when asked (`from_config`: its `Framework.mtp_from_config`, false there); a scenario `model` mapping that
@@ -345,6 +361,8 @@ def load_model(spec: Any, base_dir: Path | None = None, path: str = "model") -> 
     if "/" not in spec and "\\" not in spec:
         candidates.insert(0, PRESET_DIR / f"{spec}.json")
     file = existing_file(spec, *candidates)
+    if file is None and not spec.endswith(".json") and preset_alias(spec) is not None:
+        file = PRESET_DIR / f"{preset_alias(spec)}.json"  # a preset by another spelling, or a hub id of one
     if file is None:
         raise ScenarioError(path, f"unknown model {short(spec)}", "a preset (" + ", ".join(preset_names()) + ") or a path to a config.json")
     cfg = read_json_file(file, f"{path} {file}")

@@ -1,6 +1,7 @@
-"""Schedule names as users write them: the frameworks' own names for a pipeline schedule read as the
-contract's (`schedules.SCHEDULE_ALIASES`), and model chunks without a named schedule get the interleaved
-one where the framework runs it (Megatron selects it from the virtual pipeline size)."""
+"""Names as users write them. The frameworks' own names for a pipeline schedule read as the contract's
+(`schedules.SCHEDULE_ALIASES`), and model chunks without a named schedule get the interleaved one where the
+framework runs it (Megatron selects it from the virtual pipeline size); a model mapping without an FFN size gets
+Megatron's; a model named as on the Hugging Face hub (`meta-llama/Llama-3.1-8B`) loads its preset."""
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,22 @@ def test_a_model_without_ffn_hidden_gets_megatrons_default():
     with pytest.raises(ScenarioError) as e:
         model_from_mapping({"arch": "llama", "layers": 2, "hidden": 16, "heads": 4, "vocab": 64})
     assert e.value.path == "model.ffn_hidden"
+
+
+# --------------------------------------------------------------------------- model names as users write them
+
+@pytest.mark.parametrize("written, preset", [
+    ("Llama-3.1-8B", "llama3-8b"), ("meta-llama/Llama-3.1-70B", "llama3-70b"), ("meta-llama/Meta-Llama-3.1-405B", "llama3-405b"),
+    ("llama3_8b", "llama3-8b"), ("deepseek-ai/DeepSeek-V3", "deepseek-v3"), ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+    ("Llama-3.2-1B", "llama3.2-1b")])
+def test_a_model_name_as_users_write_it_loads_its_preset(written, preset):
+    from simulator.model import load_model
+    assert load_model(written) == load_model(preset)
+
+
+@pytest.mark.parametrize("written", ["llama2-7b", "Llama-3.3-70B", "mistralai/Mixtral-8x7B-v0.1", "llama3-8b.json"])
+def test_a_name_no_preset_has_is_still_an_error(written):
+    from simulator.model import load_model
+    with pytest.raises(ScenarioError) as e:
+        load_model(written)
+    assert "unknown model" in e.value.problem and "llama3-8b" in e.value.allowed
