@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import collectives
+from ..plan.eager_attention import EAGER_DROPOUT, eager_kernels
 from .ep_sm_share import ep_sm_share
 from .kernel_data import GpuKernels, gpu_kernels, published_gpus
 from .sustained import sustained_fraction
@@ -192,6 +193,8 @@ class CostModel:
         if op.kind == "gemm":
             per = op.flops / op.repeat
             t_c = op.flops / (self.peak_flops(op.dtype) * self.gemm_efficiency(per, op.dtype))
+        elif op.kind == "attention" and len(op.shape) > 6:
+            return self._eager_attention_time(op, hbm)
         elif op.kind == "attention":
             # FP8 training runs attention in bf16: Megatron-Core's TransformerConfig.fp8_dot_product_attention is
             # False by default, and torchao's float8 swaps only nn.Linear modules (float8_linear.py); the tables are bf16
@@ -199,6 +202,17 @@ class CostModel:
         else:
             t_c = 0.0
         return max(t_c, t_mem) + KERNEL_OVERHEAD_S * op.repeat
+
+    def _eager_attention_time(self, op: Compute, hbm: float) -> float:
+        """Eager attention's kernels one after another, each on its roofline (`plan/eager_attention.py`); its GEMMs on
+        the GPU's GEMM curve, in bf16 under FP8 training as every attention here (fp32 on a CPU profile)."""
+        bh, s_q, s_kv, d, _, phase, tag = op.shape
+        dtype = "fp32" if op.dtype == "fp32" else "bf16"
+        total = 0.0
+        for k in eager_kernels(bh, s_q, s_kv, d, phase, tag == EAGER_DROPOUT, 4 if dtype == "fp32" else 2):
+            t_c = k.flops / (self.peak_flops(dtype) * self.gemm_efficiency(k.flops, dtype)) if k.flops else 0.0
+            total += max(t_c, k.bytes / hbm) + KERNEL_OVERHEAD_S
+        return total
 
     def compute_time(self, op: Compute) -> float:
         t = None

@@ -203,7 +203,7 @@ class Profile:
             t = self.gemm_time(op.dtype, *op.shape[:3])
             return None if t is None else t * op.repeat
         if op.kind == "attention":
-            bh, sq, skv, d, frac, phase = op.shape
+            bh, sq, skv, d, frac, phase = op.shape[:6]
             return self.attention_time("bf16" if op.dtype == "fp8" else op.dtype, bh, sq, skv, d, frac, phase)
         if op.kind == "elementwise":
             return self.elementwise_time(op.name, op.dtype, op.bytes)

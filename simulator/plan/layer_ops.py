@@ -13,6 +13,7 @@ from dataclasses import replace
 from . import fusion, op_sac
 from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
 from .documents import scenario_packing
+from .eager_attention import EAGER, EAGER_DROPOUT, eager_kernels
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
                       LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add, shard,
                       tp_collective)
@@ -33,18 +34,15 @@ def _attention_flops(z: Shard, s_kv: int, causal_fraction: float) -> float:
 def _attention_op(sc: Scenario, z: Shard, name: str, s_kv: int, causal_fraction: float, bwd: bool) -> Compute:
     """Flash: fwd 1x, bwd 2.5x (recomputes the scores, FA benchmark_flash_attention.py);
     bytes = Q, K, V, O (and dO, dQ, dK, dV in backward). Eager: the s^2 scores go through HBM."""
-    flops = _attention_flops(z, s_kv, causal_fraction)
-    io = (2 * z.T * z.q + 2 * z.b * s_kv * z.kv) * z.ab
-    if sc.training.attention == "eager":
-        scores = z.b * z.heads * z.s * s_kv
-        flops = 4.0 * z.b * z.s * s_kv * z.d_head * z.heads  # eager computes masked entries too
-        io += scores * z.ab * (6 if not bwd else 8)  # write scores, softmax read/write, dropout mask
-        flops *= 2.0 if bwd else 1.0
-    else:
-        flops *= 2.5 if bwd else 1.0
-        io *= 2 if bwd else 1
-    return Compute(name, "attention", flops, float(io), z.dtype,
-                   (z.b * z.heads, z.s, s_kv, z.d_head, causal_fraction, "bwd" if bwd else "fwd"))
+    phase = "bwd" if bwd else "fwd"
+    shape = (z.b * z.heads, z.s, s_kv, z.d_head, causal_fraction, phase)
+    if sc.training.attention == "eager":  # its kernels, every entry computed (`plan/eager_attention.py`)
+        ks = eager_kernels(*shape[:4], phase, sc.model.hidden_dropout, z.ab)
+        return Compute(name, "attention", sum(k.flops for k in ks), sum(k.bytes for k in ks), z.dtype,
+                       shape + (EAGER_DROPOUT if sc.model.hidden_dropout else EAGER,))
+    flops = _attention_flops(z, s_kv, causal_fraction) * (2.5 if bwd else 1.0)
+    io = (2 * z.T * z.q + 2 * z.b * s_kv * z.kv) * z.ab * (2 if bwd else 1)
+    return Compute(name, "attention", flops, float(io), z.dtype, shape)
 
 
 def _masked(sc: Scenario, z: Shard, op: Compute, ring: bool = False) -> Compute:

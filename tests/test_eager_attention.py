@@ -1,0 +1,71 @@
+"""Eager attention as its kernels (`plan/eager_attention.py`): Megatron's CoreAttention before FlashAttention,
+baddbmm, fused scale-mask-softmax, dropout (GPT), bmm, and autograd's backwards of them, each on its roofline."""
+from pathlib import Path
+
+import pytest
+
+from simulator.cost.costs import KERNEL_OVERHEAD_S, build_cost_model
+from simulator.plan.eager_attention import EAGER, EAGER_DROPOUT, MASK_BYTES, eager_flops, eager_kernels
+from simulator.plan.opgraph import Compute
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_forward_is_four_kernels_with_dropout_and_three_without():
+    bh, s, d = 8, 2048, 128
+    S = bh * s * s
+    ks = eager_kernels(bh, s, s, d, "fwd", True, 2)
+    assert [k.name for k in ks] == ["scores_bmm", "softmax", "dropout", "context_bmm"]
+    assert [k.name for k in eager_kernels(bh, s, s, d, "fwd", False, 2)] == ["scores_bmm", "softmax", "context_bmm"]
+    by = {k.name: k for k in ks}
+    assert by["scores_bmm"].flops == by["context_bmm"].flops == 2 * S * d
+    assert by["softmax"].bytes == 2 * 2 * S and by["softmax"].flops == 0
+    assert by["dropout"].bytes == (2 * 2 + MASK_BYTES) * S
+    # the batched GEMMs read Q and K (P and V) and write the scores (the output)
+    assert by["scores_bmm"].bytes == 2 * (2 * bh * s * d + S)
+
+
+def test_the_backward_is_twice_the_forwards_gemm_work_and_reads_the_scores_more_often():
+    bh, s, d = 4, 1024, 64
+    assert eager_flops(bh, s, s, d, "bwd") == 2 * eager_flops(bh, s, s, d, "fwd") == 8 * bh * s * s * d
+    names = [k.name for k in eager_kernels(bh, s, s, d, "bwd", True, 2)]
+    assert names == ["grad_probs_bmm", "grad_v_bmm", "dropout_bwd", "softmax_bwd", "grad_q_bmm", "grad_k_bmm"]
+    fwd = sum(k.bytes for k in eager_kernels(bh, s, s, d, "fwd", True, 2))
+    bwd = sum(k.bytes for k in eager_kernels(bh, s, s, d, "bwd", True, 2))
+    assert bwd > fwd
+
+
+def test_the_kernels_add_up_and_cost_more_than_one_roofline_over_their_sums():
+    sc = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"), ["training.attention=eager"])
+    cm = build_cost_model(sc)
+    shape = (32, 2048, 2048, 128, 0.5, "fwd")
+    ks = eager_kernels(*shape[:4], "fwd", False, 2)
+    op = Compute("attn", "attention", sum(k.flops for k in ks), sum(k.bytes for k in ks), "bf16", shape + (EAGER,))
+    hbm = sc.topology.gpu.hbm_bandwidth_gbs * 1e9 * 0.80
+    t = cm.compute_time(op)
+    by_hand = sum(max(k.flops / (cm.peak_flops("bf16") * cm.gemm_efficiency(k.flops, "bf16")) if k.flops else 0.0,
+                      k.bytes / hbm) + KERNEL_OVERHEAD_S for k in ks)
+    assert t == pytest.approx(by_hand)
+    one_roofline = max(op.flops / (cm.peak_flops("bf16") * cm.gemm_efficiency(op.flops, "bf16")), op.bytes / hbm)
+    assert t > one_roofline
+    with_dropout = Compute("attn", "attention", op.flops, op.bytes, "bf16", shape + (EAGER_DROPOUT,))
+    assert cm.compute_time(with_dropout) > t
+
+
+def test_a_gpt_scenario_prices_attention_dropout_and_a_llama_one_does_not():
+    from simulator.plan.layer_ops import _attention_op  # noqa: PLC0415
+    from simulator.plan.opgraph import shard  # noqa: PLC0415
+    from simulator.scenario import scenario_from_mapping  # noqa: PLC0415
+    llama = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"), ["training.attention=eager"])
+    gpt = scenario_from_mapping({"model": {"arch": "gpt", "layers": 4, "hidden": 2048, "heads": 16, "vocab": 51200},
+                                 "training": {"seq_len": 2048, "global_batch": 8, "micro_batch": 1, "precision": "bf16",
+                                              "attention": "eager"},
+                                 "cluster": {"topology": "dgx-a100", "nodes": 1}})
+    for sc, tag in ((llama, EAGER), (gpt, EAGER_DROPOUT)):
+        z = shard(sc)
+        op = _attention_op(sc, z, "attn", z.s, 0.5, bwd=False)
+        assert op.shape[6] == tag
+        assert op.flops == eager_flops(*op.shape[:4], "fwd")  # every entry, the causal half included
+    flash = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"))
+    assert len(_attention_op(flash, shard(flash), "attn", 8192, 0.5, bwd=False).shape) == 6
