@@ -196,7 +196,9 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "model": {"name": sc.model.name, "params": total_params(sc.model), "active_params": active_params(sc.model),
                   "flops_per_step": model_flops, "flop_convention": convention},
         "estimator": estimator,
-        "framework": sc.framework.to_json(sc.parallel.pp),
+        # training.attention eager replaces the framework's fused kernel with the unfused ops (plan/eager_attention.py)
+        "framework": {**sc.framework.to_json(sc.parallel.pp),
+                      **({"attention_kernel": "eager"} if sc.training.attention == "eager" else {})},
         "stragglers": straggler_summary(sc, iteration, estimator, cost, asked),
         "degraded_links": degraded_links_summary(sc, iteration, estimator, cost, asked),
         "pools": pools_summary(sc, cost, mem, mems, shares),

@@ -69,3 +69,9 @@ def test_a_gpt_scenario_prices_attention_dropout_and_a_llama_one_does_not():
         assert op.flops == eager_flops(*op.shape[:4], "fwd")  # every entry, the causal half included
     flash = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"))
     assert len(_attention_op(flash, shard(flash), "attn", 8192, 0.5, bwd=False).shape) == 6
+
+
+def test_the_report_names_eager_attention_not_the_frameworks_fused_kernel():
+    from simulator.run import simulate  # noqa: PLC0415
+    sc = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"), ["training.attention=eager", "training.global_batch=8"])
+    assert simulate(sc)["framework"]["attention_kernel"] == "eager"
