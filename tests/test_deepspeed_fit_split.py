@@ -70,3 +70,29 @@ def test_validate_reads_the_rows_as_deepspeed_fit_cases():
     assert len(cases) == len(FIT_RUNS)
     assert {c.split for c in cases} == {"fit"}
     assert {c.framework for c in cases} == {"deepspeed"}
+
+
+# --------------------------------------------------------------------------- the two values fitted on this split
+
+def _tp_allreduce_seconds(framework: str, topology: str) -> float:
+    from simulator.cost.costs import build_cost_model  # noqa: PLC0415
+    from simulator.plan.layout import group_shape  # noqa: PLC0415
+    from simulator.plan.opgraph import Comm  # noqa: PLC0415
+    from simulator.scenario import load_scenario  # noqa: PLC0415
+    sc = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"),
+                       [f"framework={framework}", f"cluster.topology={topology}", "parallel.tp=8", "parallel.dp=1",
+                        "parallel.sp=false", "training.global_batch=8"])
+    return build_cost_model(sc).comm_time(Comm("tp_allreduce_mlp", "tp", "all_reduce", 64e6), group_shape(sc, "tp"))
+
+
+def test_deepspeed_pays_its_fitted_cost_on_every_tp_collective_and_megatron_does_not():
+    ds, mlm = _tp_allreduce_seconds("deepspeed", "dgx-a100"), _tp_allreduce_seconds("megatron", "dgx-a100")
+    assert ds - mlm == pytest.approx(1.5e-3, rel=1e-6)
+
+
+def test_jean_zay_prices_its_nvlink_at_the_fitted_bandwidth_not_a_dgx_switch():
+    from simulator.topology import load_topology  # noqa: PLC0415
+    assert load_topology("jean-zay-a100").node.bandwidth_gbs == 110
+    assert load_topology("dgx-a100").node.bandwidth_gbs == 300
+    jz, dgx = _tp_allreduce_seconds("megatron", "jean-zay-a100"), _tp_allreduce_seconds("megatron", "dgx-a100")
+    assert jz > 2 * dgx  # a 64 MB all-reduce over 8 GPUs: bandwidth-bound, 300 / 110 slower less latency
