@@ -42,6 +42,13 @@ attention op; eager attention is bound by its scores' HBM traffic anyway. Playbo
 GEMM efficiency stays 0.55 (0.56 / 0.57: median 5.64 / 5.71 %)."""
 HBM_EFFICIENCY = 0.80
 """Streaming memory-bound kernels reach 80-90 % of HBM peak (docs/modeling.md §7.3, assumption)."""
+EAGER_HBM_EFFICIENCY = 0.50
+"""Eager attention's kernels move their score-sized tensors at this share of HBM peak (`plan/eager_attention.py`):
+fitted on FlashAttention-2's published PyTorch-attention baseline on an A100 80GB (20 points, head dim 64 / 128,
+causal or not, sequence 512-8k; validation/references/kernels/fa2_a100_attention.yaml), priced as that benchmark's
+kernels (the eager list plus its causal mask's add): time MAPE 38.5 % at HBM_EFFICIENCY's 0.80, 11.2 % at 0.45,
+6.7 % at 0.48, 6.2 % at 0.50, 7.3 % at 0.52, 10.8 % at 0.55 (`python validation/eager_attention_a100.py`). Row
+softmaxes and score-sized GEMM outputs at head-dim K do not stream like a copy. Transferred to every GPU."""
 KERNEL_OVERHEAD_S = 4e-6
 """Per-kernel launch/tail gap on the GPU stream (assumption, a few microseconds)."""
 
@@ -194,7 +201,7 @@ class CostModel:
             per = op.flops / op.repeat
             t_c = op.flops / (self.peak_flops(op.dtype) * self.gemm_efficiency(per, op.dtype))
         elif op.kind == "attention" and len(op.shape) > 6:
-            return self._eager_attention_time(op, hbm)
+            return self._eager_attention_time(op)
         elif op.kind == "attention":
             # FP8 training runs attention in bf16: Megatron-Core's TransformerConfig.fp8_dot_product_attention is
             # False by default, and torchao's float8 swaps only nn.Linear modules (float8_linear.py); the tables are bf16
@@ -203,13 +210,19 @@ class CostModel:
             t_c = 0.0
         return max(t_c, t_mem) + KERNEL_OVERHEAD_S * op.repeat
 
-    def _eager_attention_time(self, op: Compute, hbm: float) -> float:
-        """Eager attention's kernels one after another, each on its roofline (`plan/eager_attention.py`); its GEMMs on
-        the GPU's GEMM curve, in bf16 under FP8 training as every attention here (fp32 on a CPU profile)."""
+    def _eager_attention_time(self, op: Compute) -> float:
+        """Eager attention's kernels one after another (`plan/eager_attention.py`), each the longer of its GEMM FLOPs
+        on the GPU's GEMM curve and its bytes at `EAGER_HBM_EFFICIENCY` of HBM peak; in bf16 under FP8 training as
+        every attention here (fp32 on a CPU profile)."""
         bh, s_q, s_kv, d, _, phase, tag = op.shape
         dtype = "fp32" if op.dtype == "fp32" else "bf16"
+        return self.kernels_time(eager_kernels(bh, s_q, s_kv, d, phase, tag == EAGER_DROPOUT, 4 if dtype == "fp32" else 2), dtype)
+
+    def kernels_time(self, kernels, dtype: str = "bf16") -> float:
+        """Seconds for eager attention's `kernels` (`plan/eager_attention.Kernel`) run one after another."""
+        hbm = self.topology.gpu.hbm_bandwidth_gbs * 1e9 * EAGER_HBM_EFFICIENCY
         total = 0.0
-        for k in eager_kernels(bh, s_q, s_kv, d, phase, tag == EAGER_DROPOUT, 4 if dtype == "fp32" else 2):
+        for k in kernels:
             t_c = k.flops / (self.peak_flops(dtype) * self.gemm_efficiency(k.flops, dtype)) if k.flops else 0.0
             total += max(t_c, k.bytes / hbm) + KERNEL_OVERHEAD_S
         return total

@@ -13,7 +13,8 @@ rank's b x heads score matrices of s_q x s_kv entries (every entry: the causal m
 Autograd runs their backwards in reverse: bmm's two GEMMs (dP = dO V^T writes S entries; dV = P^T dO reads them),
 dropout's (reads the gradient and the mask, writes S), the fused softmax's (reads the gradient and the saved
 probabilities, writes S), baddbmm's two GEMMs (dQ = dS K, dK = dS^T Q, each reading the S gradients).
-S = (b x heads) x s_q x s_kv. Each kernel takes max(its FLOPs at the GEMM curve, its bytes at HBM speed) plus
+S = (b x heads) x s_q x s_kv. Each kernel takes max(its FLOPs at the GEMM curve, its bytes at
+`costs.EAGER_HBM_EFFICIENCY` of HBM peak, fitted on FlashAttention-2's published PyTorch baseline on an A100) plus
 the per-kernel gap: the kernels run one after another, so their times add (a single roofline over the summed
 FLOPs and bytes would let the GEMMs' compute hide the softmax's traffic, which it cannot).
 """
