@@ -139,3 +139,10 @@ def test_an_unknown_attention_phase_is_a_clear_error(tmp_path):
          "tflops": 99.0, "source": "s", "url": "http://x"}]}}}))
     with pytest.raises(ScenarioError, match="phase.*'both' is unknown"):
         load_data(str(bad))
+
+
+def test_no_split_phase_beats_the_fa2_papers_best_a100_efficiency():
+    """Against a number the split does not use: the FA2 abstract (arXiv 2307.08691) puts FlashAttention-2 at '50-73%
+    of the theoretical maximum FLOPs/s on A100'. A balance too forward-heavy would push the forward past 73 %."""
+    best = max(p["tflops"] for p in phase_points(A100)) / A100_PEAK_TFLOPS
+    assert max(LABELS.values()) / A100_PEAK_TFLOPS < best <= 0.73
