@@ -6,8 +6,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.cost.costs import ATTENTION_EFFICIENCY, CostModel, attention_head_dim_factor, build_cost_model
-from simulator.cost.kernel_data import gpu_points, load_data, phase_points, split_fwd_bwd
+from simulator.cost.costs import (
+    ATTENTION_EFFICIENCY,
+    CostModel,
+    attention_head_dim_factor,
+    build_cost_model,
+)
+from simulator.cost.kernel_data import (
+    gpu_points,
+    load_data,
+    phase_points,
+    split_fwd_bwd,
+)
 from simulator.errors import ScenarioError
 from simulator.plan.opgraph import Compute
 from simulator.scenario import scenario_from_mapping
@@ -108,7 +118,7 @@ def test_nanotrons_fitted_attention_efficiency_still_overrides_the_a100_table():
 
 
 def test_the_report_says_the_a100_flash2_tables_are_a_split_figure():
-    from simulator.run import simulate  # noqa: PLC0415
+    from simulator.run import simulate
     kernels = simulate(_a100_scenario("deepspeed"))["profile"]["kernels"]
     assert "flash2 tables, published forward+backward and split" in kernels and H100 in kernels
 

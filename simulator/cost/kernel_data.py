@@ -53,10 +53,10 @@ and its k = 512 row by writing a large output; the curve's one knee cannot follo
 KNEE_GRID_S = tuple(0.25e-6 * 1.25 ** i for i in range(32))
 """Knee times tried by the fit: 0.25 us to ~250 us in 25 % steps."""
 FAMILIES = ("flash2", "flash3", "cudnn", "triton_fa")
-PHASES = ("fwd", "bwd", "fwd_bwd")
-"""Phases of an attention point: forward, backward, or a forward+backward figure (split by `phase_points`)."""
 """Attention kernel families: FlashAttention-2 and -3, cuDNN's fused attention, and the Triton FlashAttention MPT
 runs (LLM Foundry's flash_attn_triton.py, `attn_impl: triton`)."""
+PHASES = ("fwd", "bwd", "fwd_bwd")
+"""Phases of an attention point: forward, backward, or a forward+backward figure (split by `phase_points`)."""
 BACKWARD_FLOPS_PER_FORWARD = 2.5
 """Attention backward FLOPs over forward FLOPs as the FlashAttention papers count them (FA2 paper, arXiv 2307.08691,
 §4.1: 2 matmuls forward, 5 backward with the recomputation), the weights of a forward+backward figure's two phases."""
@@ -170,8 +170,8 @@ class GpuKernels:
         """What prices `family`'s attention on this GPU, for the report; None: no table (the spec constants)."""
         if family in self.split_by:
             return (f"{family} tables, published forward+backward and split into the phases by {family}'s "
-                    f"forward/backward time on the {self.split_by[family]} (a transfer, simulator/cost/kernel_data.json "
-                    f"fwd_bwd_split)")
+                    f"forward/backward time on the {self.split_by[family]} "
+                    f"(a transfer, simulator/cost/kernel_data.json fwd_bwd_split)")
         if any(k[0] == family for k in self.attention):
             return f"{family} tables"
         t = self.transfers.get(family)
@@ -369,7 +369,8 @@ def attention_tables(points: list[dict], peaks: dict | None) -> dict:
         if p["phase"] == "fwd_bwd" or (peaks is not None and p["dtype"] not in peaks):
             continue
         key = (p["family"], p["phase"], bool(p["causal"]), int(p["d_head"]))
-        groups.setdefault(key, {})[float(p["seq"])] = p["tflops"] * 1e12 / peaks[p["dtype"]] if peaks else p["tflops"]
+        eff = p["tflops"] if peaks is None else p["tflops"] * 1e12 / peaks[p["dtype"]]
+        groups.setdefault(key, {})[float(p["seq"])] = eff
     return {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
 
 
