@@ -4,8 +4,8 @@ import json
 import pytest
 
 from simulator.cost.costs import (ATTENTION_EFFICIENCY, GEMM_HALF_EFFICIENCY_S, GEMM_PEAK_EFFICIENCY, CostModel)
-from simulator.cost.kernel_data import (FAMILIES, AttentionTable, Transfer, gpu_points, load_data, transfer_of,
-                                        used_in_fit)
+from simulator.cost.kernel_data import (FAMILIES, AttentionTable, GpuKernels, Transfer, gpu_points, load_data,
+                                        transfer_of, used_in_fit)
 from simulator.errors import ScenarioError
 from simulator.plan.opgraph import Compute
 from simulator.topology import load_topology
@@ -121,13 +121,15 @@ def test_a_point_without_its_source_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("profile,gpu", [("h100-sxm-published", H100), ("a100-sxm-published", "A100 SXM4 80GB")])
 def test_published_profiles_and_the_default_data_hold_the_same_points(profile, gpu):
-    """calibrate/profiles/<gpu>-published.json (usable as cluster.profile) and kernel_data.json (the default) agree."""
+    """calibrate/profiles/<gpu>-published.json (usable as cluster.profile) and kernel_data.json (the default) agree
+    on every per-phase point (a profile times one kernel call; a forward+backward figure is not one)."""
     from simulator.cost.profile import load_profile
     prof = load_profile(f"calibrate/profiles/{profile}.json")
     fam = {"fa2": "flash2", "fa3": "flash3", "cudnn": "cudnn"}
     pts = gpu_points(gpu)
     gemm = {(p["dtype"], p["m"], p["n"], p["k"]): p["tflops"] for p in pts["gemm"]}
-    att = {(p["family"], p["phase"], p["causal"], p["d_head"], p["seq"]): p["tflops"] for p in pts["attention"]}
+    att = {(p["family"], p["phase"], p["causal"], p["d_head"], p["seq"]): p["tflops"] for p in pts["attention"]
+           if p["phase"] != "fwd_bwd"}
     assert {(p.dtype, p.m, p.n, p.k): p.tflops for p in prof.gemm} == gemm
     assert {(fam[p.backend], p.phase, p.causal, p.d_head, p.s_q): p.tflops for p in prof.attention} == att
 
@@ -213,11 +215,21 @@ def test_the_triton_transfer_agrees_with_flashattention_1_on_h100():
 
 
 def test_a_family_with_a_transfer_but_no_base_table_prices_by_the_constants():
-    """The A100 has no per-phase FlashAttention-2 table: triton_fa there falls back like flash2 (no point of the
-    transfer prices a phase by itself)."""
-    k = CostModel(load_topology("dgx-a100")).kernels()
+    """No point of the transfer prices a phase by itself: without the base family's table, no efficiency."""
+    t = Transfer("flash2", "A", {(True, 128): AttentionTable((4096.0,), (0.5,))}, forward_gap=1.4)
+    k = GpuKernels("X", {}, {("cudnn", "fwd", True, 128): AttentionTable((4096.0,), (0.5,))}, {"triton_fa": t})
     assert k.attention_efficiency("triton_fa", "fwd", True, 128, 4096) is None
     assert k.attention_source("triton_fa") is None
+
+
+@pytest.mark.parametrize("causal,d_head,seq", [(True, 128, 4096), (False, 64, 512), (True, 64, 16384)])
+def test_triton_fa_on_the_a100_takes_the_time_fig_4_prints_for_it(causal, d_head, seq):
+    """On the GPU that measured both, the transfer gives back the Triton bars: flash2's split table (its fwd+bwd time
+    the figure's) over the figure's Triton / FlashAttention-2 ratio."""
+    k = CostModel(load_topology("dgx-a100")).kernels()
+    triton = next(p["tflops"] for p in load_data()["transfers"]["triton_fa"]["points"] if p["family"] == "triton_fa"
+                  and (p["causal"], p["d_head"], p["seq"]) == (causal, d_head, seq))
+    assert 3.5 / _fwd_bwd_time(k, "triton_fa", causal, d_head, seq) * 312.0 == pytest.approx(triton)
 
 
 def test_every_framework_runs_a_known_attention_family():

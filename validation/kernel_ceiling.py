@@ -13,7 +13,8 @@ their new ratios are ~1 by construction, up to the curve's two parameters. Maxim
 only cap the curve: their ratio must be >= 1 (the model never beats the best measured matmul). Ops are built as the plan builds them: GEMMs with `opgraph.gemm`
 (2mnk FLOPs, operands and result once each), attention with `layer_ops._attention_op`'s flash formulas
 (4 * bh * s_q * s_kv * d, x0.5 causal, x2.5 backward; bytes Q, K, V, O, twice in backward), written out
-here because that builder needs a whole scenario. The published point's own shape and dtype are used.
+here because that builder needs a whole scenario; a forward+backward point (`phase: fwd_bwd`) is its forward op
+plus its backward op. The published point's own shape and dtype are used.
 """
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def attention_op(p) -> Compute:
     """Flash attention as `layer_ops._attention_op` prices it, for multi-head attention (K/V width = Q width)."""
     frac = 0.5 if (p.causal and p.s_q == p.s_kv) else 1.0
     flops = 4.0 * p.batch_heads * p.s_q * p.s_kv * p.d_head * frac * (2.5 if p.phase == "bwd" else 1.0)
-    io = (2 * p.batch_heads * p.s_q * p.d_head + 2 * p.batch_heads * p.s_kv * p.d_head) * ACT_BYTES[p.dtype]
+    elem = ACT_BYTES["bf16" if p.dtype == "fp16" else p.dtype]  # fp16 elements are bf16's 2 bytes
+    io = (2 * p.batch_heads * p.s_q * p.d_head + 2 * p.batch_heads * p.s_kv * p.d_head) * elem
     io *= 2 if p.phase == "bwd" else 1
     return Compute("attn", "attention", flops, float(io), p.dtype,
                    (p.batch_heads, p.s_q, p.s_kv, p.d_head, frac, p.phase))
@@ -92,15 +94,18 @@ def rows(gpu: str) -> list[dict]:
                     "source": p.source})
     for q in pts["attention"]:
         bh = BATCH_HEADS_TOKENS // (q["seq"] * q["d_head"])
-        p = SimpleNamespace(batch_heads=bh, s_q=q["seq"], s_kv=q["seq"], d_head=q["d_head"], causal=q["causal"],
-                            phase=q["phase"], dtype=q["dtype"])
-        op = attention_op(p)
+        # a forward+backward figure's point is the forward op and the backward op, one after the other
+        ops = [attention_op(SimpleNamespace(batch_heads=bh, s_q=q["seq"], s_kv=q["seq"], d_head=q["d_head"],
+                                            causal=q["causal"], phase=ph, dtype=q["dtype"]))
+               for ph in (("fwd", "bwd") if q["phase"] == "fwd_bwd" else (q["phase"],))]
         new = CostModel(topology=topology, attention_kernel=q["family"])
         old = CostModel(topology=topology, attention_kernel=q["family"], published_kernels=False)
-        mask = "causal" if p.causal else "full"
-        out.append({"kind": "attention", "what": f"{q['family']} {p.dtype} {p.phase} {mask} d{p.d_head} s{p.s_q}",
-                    "published_tflops": q["tflops"], "published_s": op.flops / (q["tflops"] * 1e12),
-                    "new_s": new.spec_compute_time(op), "old_s": old.spec_compute_time(op), "held_out": False, "role": "table",
+        mask = "causal" if q["causal"] else "full"
+        out.append({"kind": "attention",
+                    "what": f"{q['family']} {q['dtype']} {q['phase']} {mask} d{q['d_head']} s{q['seq']}",
+                    "published_tflops": q["tflops"], "published_s": sum(op.flops for op in ops) / (q["tflops"] * 1e12),
+                    "new_s": sum(new.spec_compute_time(op) for op in ops),
+                    "old_s": sum(old.spec_compute_time(op) for op in ops), "held_out": False, "role": "table",
                     "source": q["source"]})
     for r in out:
         r["new_ratio"] = r["new_s"] / r["published_s"]

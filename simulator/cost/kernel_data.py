@@ -23,6 +23,10 @@ source. From them:
   MPT's Triton FlashAttention (`triton_fa`) is published only beside FlashAttention-2 on an A100 (FA2 paper, Fig. 4,
   forward+backward); the paper's text gives the forward's share of the gap (`forward_gap`), which splits that sum
   between the phases (`Transfer.phase_ratio`).
+- a forward+backward point (`phase: fwd_bwd`) of a GPU with no per-phase figure (FlashAttention-2 on the A100: the
+  README's fwd+bwd figure only) is priced as a forward and a backward point: its time shared between the phases as
+  the same family shares it on the GPU its `fwd_bwd_split` names, at the same mask, head dim and sequence length
+  (`split_fwd_bwd`; a transfer of that GPU's forward/backward balance, `phase_points`).
 
 A GPU, dtype or family without points is priced by the spec-based constants in costs.py (`kernel_source` says
 which). No fitting to training throughput happens here: only kernel points.
@@ -51,6 +55,8 @@ KNEE_GRID_S = tuple(0.25e-6 * 1.25 ** i for i in range(32))
 FAMILIES = ("flash2", "flash3", "cudnn", "triton_fa")
 """Attention kernel families: FlashAttention-2 and -3, cuDNN's fused attention, and the Triton FlashAttention MPT
 runs (LLM Foundry's flash_attn_triton.py, `attn_impl: triton`)."""
+PHASES = ("fwd", "bwd", "fwd_bwd")
+"""Phases of an attention point: forward, backward, or a forward+backward figure (split by `phase_points`)."""
 BACKWARD_FLOPS_PER_FORWARD = 2.5
 """Attention backward FLOPs over forward FLOPs as the FlashAttention papers count them (FA2 paper, arXiv 2307.08691,
 §4.1: 2 matmuls forward, 5 backward with the recomputation), the weights of a forward+backward figure's two phases."""
@@ -136,6 +142,18 @@ def at_head_dim(tables: dict, d_head: float, seq: float) -> float:
     return e0 + (d_head - d0) / (d1 - d0) * (tables[d1].at(seq) - e0)
 
 
+def split_fwd_bwd(tflops: float, ref_fwd: float, ref_bwd: float) -> tuple[float, float]:
+    """A forward+backward figure's TFLOP/s as forward and backward TFLOP/s, shared as a reference shares its time.
+
+    The figure counts P = 3.5 F / T: forward F FLOPs, backward 2.5 F (`BACKWARD_FLOPS_PER_FORWARD`, the FA2 benchmark's
+    `flops(..., mode="fwd_bwd")`), over the forward+backward time T. The reference (any unit, both phases the same)
+    spends the share q = (1 / ref_fwd) / (1 / ref_fwd + 2.5 / ref_bwd) of its time forward. Forward: F / (q T) =
+    P / (3.5 q); backward: 2.5 F / ((1 - q) T) = 2.5 P / (3.5 (1 - q)). The two times add up to T."""
+    bwd_w = BACKWARD_FLOPS_PER_FORWARD
+    q = (1.0 / ref_fwd) / (1.0 / ref_fwd + bwd_w / ref_bwd)
+    return tflops / ((1.0 + bwd_w) * q), bwd_w * tflops / ((1.0 + bwd_w) * (1.0 - q))
+
+
 @dataclass(frozen=True)
 class GpuKernels:
     gpu: str
@@ -145,9 +163,15 @@ class GpuKernels:
     """(family, phase, causal, d_head) -> AttentionTable"""
     transfers: dict = field(default_factory=dict)
     """family -> Transfer, for the families this GPU has no points of (`transfer_of`)."""
+    split_by: dict = field(default_factory=dict)
+    """family -> the GPU whose forward/backward balance split this GPU's fwd_bwd points of it (`phase_points`)."""
 
     def attention_source(self, family: str) -> str | None:
         """What prices `family`'s attention on this GPU, for the report; None: no table (the spec constants)."""
+        if family in self.split_by:
+            return (f"{family} tables, published forward+backward and split into the phases by {family}'s "
+                    f"forward/backward time on the {self.split_by[family]} "
+                    f"(a transfer, simulator/cost/kernel_data.json fwd_bwd_split)")
         if any(k[0] == family for k in self.attention):
             return f"{family} tables"
         t = self.transfers.get(family)
@@ -256,6 +280,10 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                 if table == "attention" and p["family"] not in FAMILIES:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].family", f"{p['family']!r} is unknown",
                                         " | ".join(FAMILIES))
+                if table == "attention" and p["phase"] not in PHASES:
+                    raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].phase", f"{p['phase']!r} is unknown",
+                                        " | ".join(PHASES))
+        _check_split(data["gpus"], gpu, f"{where}: gpus.{gpu}.fwd_bwd_split")
     if not isinstance(data.get("transfers", {}), dict):
         raise ScenarioError(f"{where}: transfers", "expected an object",
                             "family -> {base, gpu, phase, rule, points, forward_gap (optional)}")
@@ -278,6 +306,25 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                 raise ScenarioError(f"{at}.points[{i}]", f"family {p['family']!r}, phase {p['phase']!r}",
                                     f"family {family} or {t['base']}, phase {t['phase']}")
     return data
+
+
+def _check_split(gpus: dict, gpu: str, at: str) -> None:
+    """A GPU with fwd_bwd points names another GPU (`fwd_bwd_split.gpu`, with its `rule`) that has forward and
+    backward points of each family those points are of: the balance `phase_points` splits them by."""
+    families = sorted({p["family"] for p in gpus[gpu].get("attention", []) if p["phase"] == "fwd_bwd"})
+    if not families:
+        return
+    split = gpus[gpu].get("fwd_bwd_split")
+    allowed = "{gpu: another GPU of this file with fwd and bwd points of the family, rule: how it splits}"
+    if not isinstance(split, dict) or split.get("gpu") not in gpus or split["gpu"] == gpu or not split.get("rule"):
+        raise ScenarioError(at, f"{split!r}: fwd_bwd points of {', '.join(families)} need a GPU to split them by",
+                            allowed)
+    ref = gpus[split["gpu"]].get("attention", [])
+    for family in families:
+        lacking = [ph for ph in ("fwd", "bwd") if not any(p["family"] == family and p["phase"] == ph for p in ref)]
+        if lacking:
+            raise ScenarioError(f"{at}.gpu", f"{split['gpu']!r} has no {family} {' or '.join(lacking)} points",
+                                allowed)
 
 
 def _check_point(p: dict, fields: tuple, at: str) -> None:
@@ -313,6 +360,40 @@ def gpu_points(gpu_name: str, path: str = str(DATA_FILE)) -> dict:
     return {"gemm": list(entry.get("gemm", [])), "attention": list(entry.get("attention", []))}
 
 
+def attention_tables(points: list[dict], peaks: dict | None) -> dict:
+    """(family, phase, causal, d_head) -> AttentionTable of the per-phase points' TFLOP/s over `peaks[dtype]` (FLOP/s;
+    points of a dtype it lacks are left out), or in TFLOP/s where `peaks` is None. A later point at the same shape
+    replaces an earlier one."""
+    groups: dict = {}
+    for p in points:
+        if p["phase"] == "fwd_bwd" or (peaks is not None and p["dtype"] not in peaks):
+            continue
+        key = (p["family"], p["phase"], bool(p["causal"]), int(p["d_head"]))
+        eff = p["tflops"] if peaks is None else p["tflops"] * 1e12 / peaks[p["dtype"]]
+        groups.setdefault(key, {})[float(p["seq"])] = eff
+    return {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
+
+
+def phase_points(gpu_name: str, path: str = str(DATA_FILE)) -> list[dict]:
+    """One GPU's attention points by phase: its forward and backward points as published, and each forward+backward
+    point as a forward and a backward point, `split_fwd_bwd` by the same family's tables on the GPU its
+    `fwd_bwd_split` names (in TFLOP/s, at the point's mask, head dim and sequence length, with the tables' fallbacks).
+    A split point keeps the published value (`fwd_bwd_tflops`) and names the GPU it was split by (`split_by`). A
+    published per-phase point comes after the split ones, so it wins at a shape both give."""
+    entry = load_data(path)["gpus"].get(gpu_name, {})
+    points = entry.get("attention", [])
+    split = []
+    if any(p["phase"] == "fwd_bwd" for p in points):
+        by = entry["fwd_bwd_split"]["gpu"]
+        ref = GpuKernels(by, {}, attention_tables(gpu_points(by, path)["attention"], None))
+        for p in (p for p in points if p["phase"] == "fwd_bwd"):
+            shape = (bool(p["causal"]), p["d_head"], p["seq"])
+            ref_fwd, ref_bwd = (ref.attention_efficiency(p["family"], ph, *shape) for ph in ("fwd", "bwd"))
+            for phase, tflops in zip(("fwd", "bwd"), split_fwd_bwd(p["tflops"], ref_fwd, ref_bwd)):
+                split.append(dict(p, phase=phase, tflops=tflops, fwd_bwd_tflops=p["tflops"], split_by=by))
+    return split + [p for p in points if p["phase"] != "fwd_bwd"]
+
+
 def published_gpus(path: str = str(DATA_FILE)) -> list[str]:
     """The GPUs the data file has points for (the names a topology's `gpu.chip` may give)."""
     return sorted(load_data(path)["gpus"])
@@ -335,14 +416,10 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
                                default_eta, default_knee_s, overhead_s, operand)
         if curve is not None:
             gemm[dtype] = curve
-    groups: dict = {}
-    for p in pts["attention"]:
-        if p["dtype"] not in peak:
-            continue
-        key = (p["family"], p["phase"], bool(p["causal"]), int(p["d_head"]))
-        groups.setdefault(key, {})[float(p["seq"])] = p["tflops"] * 1e12 / peak[p["dtype"]]
-    attention = {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
+    points = phase_points(gpu_name, path)
+    attention = attention_tables(points, peak)
+    split_by = {p["family"]: p["split_by"] for p in points if "split_by" in p and p["dtype"] in peak}
     own = {k[0] for k in attention}
     transfers = {f: t for f in load_data(path).get("transfers", {}) if f not in own
                  for t in [transfer_of(f, path)] if t is not None}
-    return GpuKernels(gpu_name, gemm, attention, transfers)
+    return GpuKernels(gpu_name, gemm, attention, transfers, split_by)
