@@ -94,3 +94,12 @@ def test_the_eager_hbm_share_is_the_minimum_of_its_grid_on_fa2s_published_pytorc
     assert mape[0.50] < 7.0 and len(script.errors(0.50)) == 20
     # at the streaming share other kernels get (0.80) eager attention reads far too fast
     assert statistics.mean(r["error_pct"] for r in script.errors(0.80)) < -30
+
+
+def test_the_reports_kernel_line_says_eager_attention_is_priced_as_kernels_not_a_table():
+    from simulator.cost.costs import build_cost_model  # noqa: PLC0415
+    eager = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"), ["training.attention=eager"])
+    line = build_cost_model(eager).kernel_source()
+    assert "attention eager kernels" in line and "0.50 of HBM peak" in line
+    flash = build_cost_model(load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"))).kernel_source()
+    assert "attention eager" not in flash

@@ -80,7 +80,7 @@ class CostModel:
     mode ('eager' | 'dtensor'), fsdp (ZeRO through FSDP2), dtensor_names, param_tensors. Empty: eager, no DTensor."""
     attention_kernel: str = "cudnn"
     """The attention kernel family the framework runs (`frameworks/*.yaml` attention_kernel, or an option's:
-    `kernel_data.FAMILIES`)."""
+    `kernel_data.FAMILIES`); "eager" under `training.attention: eager` (`plan/eager_attention.py`)."""
     ep_dispatcher: str = "alltoall"
     """`parallel.ep_dispatcher`: whose kernels run the expert all-to-alls, and so how many SMs they hold
     beside compute (`sm_share`, `ep_sm_share.py`)."""
@@ -184,8 +184,10 @@ class CostModel:
                                          f"GEMM {', '.join(capped)} spec constants under a published ceiling"
                                          if capped else "") if x) or "GEMM spec constants"
             chip = gpu.name if gpu.chip in (None, gpu.name) else f"{gpu.chip}, the chip of {gpu.name}"
-            base = (f"published kernel points for {chip} ({gemm}; attention "
-                    f"{k.attention_source(self.attention_kernel) or 'spec constants'})")
+            attention = (f"eager kernels, their traffic at {EAGER_HBM_EFFICIENCY:.2f} of HBM peak (fitted on "
+                         "FlashAttention-2's published PyTorch baseline)" if self.attention_kernel == "eager"
+                         else k.attention_source(self.attention_kernel) or "spec constants")
+            base = f"published kernel points for {chip} ({gemm}; attention {attention})"
         frac = self.sustained_gemm_fraction()
         if frac < 1.0 and "gemm" not in self.efficiency:
             base += f"; GEMMs at {frac:.2f} of that speed, as training steps sustain it on this GPU (fitted, cost/sustained.py)"
@@ -325,7 +327,8 @@ def build_cost_model(sc) -> CostModel:
         from .profile import load_profile  # noqa: PLC0415 (optional piece, lands with calibration)
         profile = load_profile(sc.cluster.profile)
     return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
-                     efficiency=dict(sc.cluster.efficiency), attention_kernel=sc.framework.attention_kernel,
+                     efficiency=dict(sc.cluster.efficiency),
+                     attention_kernel="eager" if sc.training.attention == "eager" else sc.framework.attention_kernel,
                      ep_dispatcher=sc.parallel.ep_dispatcher,
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
 
