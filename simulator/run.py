@@ -11,7 +11,7 @@ from pathlib import Path
 import time
 
 from .step_classes import class_scenario, step
-from .cost.costs import build_cost_model
+from .cost.costs import build_cost_model, priced_attention_kernel
 from .cost.pp_balance import balanced, stage_layer_times
 from .plan.layout import chunk_layers
 from .plan.memory_fit import DEFAULT_HEADROOM_FRACTION, fits
@@ -196,9 +196,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "model": {"name": sc.model.name, "params": total_params(sc.model), "active_params": active_params(sc.model),
                   "flops_per_step": model_flops, "flop_convention": convention},
         "estimator": estimator,
-        # training.attention eager replaces the framework's fused kernel with the unfused ops (plan/eager_attention.py)
-        "framework": {**sc.framework.to_json(sc.parallel.pp),
-                      **({"attention_kernel": "eager"} if sc.training.attention == "eager" else {})},
+        "framework": {**sc.framework.to_json(sc.parallel.pp), "attention_kernel": priced_attention_kernel(sc)},
         "stragglers": straggler_summary(sc, iteration, estimator, cost, asked),
         "degraded_links": degraded_links_summary(sc, iteration, estimator, cost, asked),
         "pools": pools_summary(sc, cost, mem, mems, shares),

@@ -320,6 +320,12 @@ class CostModel:
         return collectives.p2p_time(self.topology, nbytes, same_node)
 
 
+def priced_attention_kernel(sc) -> str:
+    """The attention kernel a scenario is priced with: "eager" under `training.attention: eager` (its unfused ops,
+    `plan/eager_attention.py`), else the framework's family."""
+    return "eager" if sc.training.attention == "eager" else sc.framework.attention_kernel
+
+
 def build_cost_model(sc) -> CostModel:
     """The cost model a scenario asks for: spec-based, or with its calibration profile."""
     profile = None
@@ -328,7 +334,7 @@ def build_cost_model(sc) -> CostModel:
         profile = load_profile(sc.cluster.profile)
     return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
                      efficiency=dict(sc.cluster.efficiency),
-                     attention_kernel="eager" if sc.training.attention == "eager" else sc.framework.attention_kernel,
+                     attention_kernel=priced_attention_kernel(sc),
                      ep_dispatcher=sc.parallel.ep_dispatcher,
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
 
