@@ -17,6 +17,7 @@ Neighbours: `schema.py` checks types and ranges of what was read, `errors.py` is
 from __future__ import annotations
 
 import json
+import re
 import reprlib
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,13 @@ MAX_FILE_BYTES = 64 << 20
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 2, 4, 4, 3
 _REPR.maxstring, _REPR.maxlong, _REPR.maxother = QUOTE_CHARS, 40, QUOTE_CHARS
+
+
+def spelling(name: str) -> str:
+    """A name as compared with the names it may mean, whatever the case and separators a user wrote it with:
+    lower-case ASCII letters and digits only (`Interleaved1F1B` and `interleaved-1f1b`, `Llama-3.1-8B` and
+    `llama3.1-8b` compare equal). The schedule and model-preset aliases use it."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 def short(value: Any) -> str:

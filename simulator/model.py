@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .errors import ScenarioError
-from .inputs import existing_file, read_json_file, short
+from .inputs import existing_file, read_json_file, short, spelling
 from .schema import from_mapping, to_mapping
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -329,7 +329,7 @@ def preset_names() -> list[str]:
 def _spelling(name: str) -> str:
     """A model name as compared with the presets': the part after a Hugging Face organisation (`meta-llama/`),
     lower case, letters and digits only, without a leading `meta` (`Meta-Llama-3.1-8B`)."""
-    bare = "".join(c for c in name.rsplit("/", 1)[-1].lower() if c.isalnum())
+    bare = spelling(name.rsplit("/", 1)[-1])
     return bare[len("meta"):] if bare.startswith("metallama") else bare
 
 

@@ -65,16 +65,11 @@ def errors(efficiency: float) -> list[dict]:
     ref = yaml.safe_load(REFERENCE.read_text())
     sc = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"), ["cluster.topology=dgx-a100", "training.global_batch=8"])
     cm = costs.build_cost_model(sc)
-    saved = costs.EAGER_HBM_EFFICIENCY
-    costs.EAGER_HBM_EFFICIENCY = efficiency
-    try:
-        rows = []
-        for p in published_points(ref):
-            t = cm.kernels_time(benchmark_kernels(p), "bf16")
-            rows.append({**p, "predicted_s": t, "error_pct": (t - p["seconds"]) / p["seconds"] * 100})
-        return rows
-    finally:
-        costs.EAGER_HBM_EFFICIENCY = saved
+    rows = []
+    for p in published_points(ref):
+        t = cm.kernels_time(benchmark_kernels(p), "bf16", efficiency)
+        rows.append({**p, "predicted_s": t, "error_pct": (t - p["seconds"]) / p["seconds"] * 100})
+    return rows
 
 
 def main(argv=None) -> int:

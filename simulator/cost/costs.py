@@ -220,9 +220,10 @@ class CostModel:
         dtype = "fp32" if op.dtype == "fp32" else "bf16"
         return self.kernels_time(eager_kernels(bh, s_q, s_kv, d, phase, tag == EAGER_DROPOUT, 4 if dtype == "fp32" else 2), dtype)
 
-    def kernels_time(self, kernels, dtype: str = "bf16") -> float:
-        """Seconds for eager attention's `kernels` (`plan/eager_attention.Kernel`) run one after another."""
-        hbm = self.topology.gpu.hbm_bandwidth_gbs * 1e9 * EAGER_HBM_EFFICIENCY
+    def kernels_time(self, kernels, dtype: str = "bf16", hbm_share: float = EAGER_HBM_EFFICIENCY) -> float:
+        """Seconds for eager attention's `kernels` (`plan/eager_attention.Kernel`) run one after another, their
+        traffic at `hbm_share` of HBM peak (`validation/eager_attention_a100.py` varies it to fit it)."""
+        hbm = self.topology.gpu.hbm_bandwidth_gbs * 1e9 * hbm_share
         total = 0.0
         for k in kernels:
             t_c = k.flops / (self.peak_flops(dtype) * self.gemm_efficiency(k.flops, dtype)) if k.flops else 0.0

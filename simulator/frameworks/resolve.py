@@ -103,10 +103,12 @@ class FrameworkChoice:
                 out.append(f"parallel.zero {self.asked_zero}: {note}")
         return out + list(fw.notes)
 
-    def to_json(self, pp: int = 1) -> dict:
+    def to_json(self, pp: int = 1, attention_kernel: str | None = None) -> dict:
+        """The report's framework entry; `attention_kernel`: the one the run is priced with
+        (`costs.priced_attention_kernel`), else the framework's."""
         return {"name": self.name, "title": self.spec.title,
                 "options": [{"name": k, "value": v, "given": k in self.given} for k, v in self.options],
-                "attention_kernel": self.attention_kernel, "notes": self.notes(pp)}
+                "attention_kernel": attention_kernel or self.attention_kernel, "notes": self.notes(pp)}
 
 
 def _policy(z, pp: int):

@@ -19,10 +19,10 @@ stage index is our chunk index.
 """
 from __future__ import annotations
 
-import re
-
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+from ..inputs import spelling
 
 KINDS = ("F", "B", "W")
 
@@ -441,14 +441,10 @@ DEFAULT_SCHEDULE = "1f1b"
 """The contract's default `parallel.pp_schedule`, also what the sweep lists for a layout without a pipeline."""
 
 
-def _spelling(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())  # what an alias is compared by: lower case, letters and digits
-
-
 SCHEDULE_ALIASES: dict[str, str] = {
-    _spelling(alias): spec.name for spec in SCHEDULES.values()
+    spelling(alias): spec.name for spec in SCHEDULES.values()
     for alias in (spec.name, *(n for _, n in spec.frameworks), *((spec.torch_class,) if spec.framework_name("torchtitan") else ()))}
-"""The names users write for a schedule, by `_spelling`: the contract's (`interleaved_1f1b`, `ZB-H1`), each framework's
+"""The names users write for a schedule, by `inputs.spelling`: the contract's (`interleaved_1f1b`, `ZB-H1`), each framework's
 (torchtitan's `Interleaved1F1B`, `GPipe`, `ZBVZeroBubble`; Megatron's `interleaved 1F1B`) and torch's class where torchtitan
 runs it (`ScheduleInterleaved1F1B`). Not ScheduleInterleavedZeroBubble: torchtitan's InterleavedZeroBubble runs it with
 several stages per rank, which clustersim's zb-h1 is not."""
@@ -456,7 +452,7 @@ several stages per rank, which clustersim's zb-h1 is not."""
 
 def schedule_alias(text: str) -> str:
     """The contract's name for `text` written as a `SCHEDULE_ALIASES` spelling; `text` itself where none matches."""
-    return SCHEDULE_ALIASES.get(_spelling(text), text)
+    return SCHEDULE_ALIASES.get(spelling(text), text)
 
 
 def schedule_spec(name: str) -> ScheduleSpec:
