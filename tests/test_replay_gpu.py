@@ -38,6 +38,15 @@ def test_the_gpu_bars_are_ten_percent_time_and_five_percent_memory_and_memory_mu
     assert "| none | yes | 1.0000 |" in text and "+9.0%" in text and "failed: exit 1" in text
 
 
+def test_a_gpu_profile_prices_the_scenario_on_the_topology_of_its_gpu_unless_the_user_set_one():
+    """An H200's profile is refused on dgx-h100 (the scenario's topology): the loop prices on hgx-h200."""
+    h200 = {"spec": {"topology": "hgx-h200"}}
+    assert replay_gpu.profile_topology(h200, []) == ("cluster.topology=hgx-h200",)
+    assert replay_gpu.profile_topology(h200, ["cluster.topology=dgx-h100"]) == ()
+    assert replay_gpu.profile_topology({"spec": {"topology": "cpu-host"}}, []) == ()
+    assert replay_gpu.profile_topology({"spec": None}, []) == ()
+
+
 @pytest.mark.parametrize("argv, expected", [
     (["--modes", "none,everything"], "--modes: everything is not allowed"),
     (["--scenario", "no/such.yaml"], "--scenario: no/such.yaml is not a file"),

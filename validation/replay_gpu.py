@@ -85,6 +85,16 @@ def passed(rows: list[dict], device: str) -> bool:
     return True
 
 
+def profile_topology(profile: dict, sets: list[str]) -> tuple[str, ...]:
+    """`cluster.topology=T` for the topology whose GPU the profile measured (calibrate's `spec.topology`: an
+    H200's profile prices the scenario on hgx-h200, since a profile of another GPU is refused), unless the
+    user set the topology."""
+    topo = (profile.get("spec") or {}).get("topology")
+    if topo is None or topo == "cpu-host" or any(s.startswith("cluster.topology=") for s in sets):
+        return ()
+    return (f"cluster.topology={topo}",)
+
+
 def _commit() -> str:
     proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return proc.stdout.strip() or "unknown"
@@ -123,18 +133,21 @@ def main(argv: list[str]) -> int:
         else:
             print(f"calibrating {args.device} for {scenario.name} ...", file=sys.stderr, flush=True)
             profile = calibrate_for(scenario, Path(tmp), args.device)
-        device_name = json.loads(profile.read_text())["provenance"]["device_name"]
+        measured = json.loads(profile.read_text())
+        device_name = measured["provenance"]["device_name"]
+        sets = tuple(args.set) + profile_topology(measured, args.set)
         rows, raw = [], []
         for mode in modes:
             print(f"replaying {scenario.name} with recompute {mode} ...", file=sys.stderr, flush=True)
             r = replay(scenario, profile, args.steps, args.warmup, args.timeout,
-                       (f"training.recompute={mode}", *args.set))
+                       (f"training.recompute={mode}", *sets))
             r["recompute"] = mode
             raw.append(r)
             rows.append(verdict(r))
     ok = passed(rows, args.device)
     head = (f"{scenario.relative_to(ROOT) if scenario.is_relative_to(ROOT) else scenario} on {device_name} "
-            f"({args.device}), commit {_commit()}, {args.steps} steps ({args.warmup} warm-up); "
+            f"({args.device}), commit {_commit()}, {args.steps} steps ({args.warmup} warm-up), "
+            f"set: {', '.join(sets) or 'nothing'}; "
             f"bars: step time {TIME_BAR:.0%}, peak memory {MEMORY_BAR:.0%}: {'met' if ok else 'NOT met'}")
     text = f"{head}\n\n{table(rows)}\n"
     print(text)

@@ -15,7 +15,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from simulator.plan.opgraph import GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES
+from simulator.plan.opgraph import (CROSS_ENTROPY_BYTES, GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES,
+                                    SWIGLU_PASSES)
 
 from ..plan import ElementwiseSpec
 from ..replay.experts import permute, sort_rows, unpermute
@@ -23,11 +24,11 @@ from ..timing import Pools, RandomPool, measure
 from . import CHECK_TOLERANCE, DTYPES, CheckResult, Context, Task, relative_error, run_check, tensor
 
 PASSES = {"rmsnorm": NORM_PASSES, "layernorm": NORM_PASSES, "swiglu": SWIGLU_PASSES, "gelu": GELU_PASSES,
-          "rope": ROPE_PASSES, "residual_add": RESIDUAL_PASSES, "cross_entropy": (3, 3), "embedding": (2, 3),
-          "copy": (2, None), "moe_permute": (2, 2), "moe_unpermute": (2, 2), "row_gather": (2, 2)}
-"""(forward, backward) passes over the tensor; cross_entropy and embedding as simulator.ops.head_forward /
-embedding_forward count them; a copy reads and writes once and has no backward; the MoE gathers as
-simulator.ops counts `permute`, `unpermute`, `ep_sort` and `ep_unsort` (one read and one write of the
+          "rope": ROPE_PASSES, "residual_add": RESIDUAL_PASSES, "cross_entropy": CROSS_ENTROPY_BYTES,
+          "embedding": (2, 3), "copy": (2, None), "moe_permute": (2, 2), "moe_unpermute": (2, 2), "row_gather": (2, 2)}
+"""(forward, backward) passes over the tensor (cross_entropy: bytes per logit, its element size 1); cross_entropy
+and embedding as simulator.plan.step_ops.head_forward / embedding_forward count them; a copy reads and writes once
+and has no backward; the MoE gathers as simulator.ops counts `permute`, `unpermute`, `ep_sort` and `ep_unsort` (one read and one write of the
 tokens x top_k rows)."""
 EPS = 1e-5
 EMBEDDING_MIN_ROWS = 64
@@ -44,7 +45,7 @@ BWD_GRAPHS = 4
 
 def conventional_bytes(spec: ElementwiseSpec, phase: str) -> float:
     passes = PASSES[spec.op][0 if phase == "fwd" else 1]
-    elt = 4 if spec.op == "cross_entropy" else torch.empty((), dtype=DTYPES[spec.dtype]).element_size()
+    elt = 1 if spec.op == "cross_entropy" else torch.empty((), dtype=DTYPES[spec.dtype]).element_size()
     return float(spec.elements * passes * elt)
 
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One session on a GPU machine: this GPU's kernels into a calibration profile, then issue 6's GPU bar
+# (validation/replay_gpu.py: the single-GPU Llama-3.2-1B plan, calibrated for its shapes, replayed in each
+# recompute mode and compared with the simulator).
+#
+#   bash validation/gpu_session.sh OUTDIR [quick|full|replay-only|profile-only]
+#
+# Writes into OUTDIR: nvidia-smi.csv and torch.txt (what ran), profile.json and calibrate.log
+# (`python -m calibrate --gpu 0 [--quick]`), replay_gpu.md, replay_gpu.json and replay.log.
+# Each step has its own time limit (CAL_TIMEOUT, REPLAY_TIMEOUT seconds), so one step failing or running
+# long leaves the others' results. Needs python3 with torch (CUDA) and the project's dependencies.
+set -u
+out=${1:?usage: gpu_session.sh OUTDIR [quick|full|replay-only|profile-only]}
+mode=${2:-quick}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limit,driver_version \
+  --format=csv > "$out/nvidia-smi.csv" 2>&1
+python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, \
+torch.cuda.get_device_name(0))" > "$out/torch.txt" 2>&1
+cat "$out/nvidia-smi.csv" "$out/torch.txt"
+
+if [ "$mode" != replay-only ]; then
+  flags=()
+  [ "$mode" = full ] || flags=(--quick)
+  start=$(date +%s)
+  timeout "${CAL_TIMEOUT:-240}" python3 -m calibrate --gpu 0 "${flags[@]}" --no-progress \
+    --out "$out/profile.json" > "$out/calibrate.log" 2>&1
+  echo "calibrate ($mode) exit $? after $(( $(date +%s) - start )) s"
+  tail -n 5 "$out/calibrate.log"
+fi
+
+if [ "$mode" != profile-only ]; then
+  start=$(date +%s)
+  timeout "${REPLAY_TIMEOUT:-300}" python3 validation/replay_gpu.py --timeout 120 --out "$out" > "$out/replay.log" 2>&1
+  echo "replay_gpu exit $? after $(( $(date +%s) - start )) s"
+  tail -n 12 "$out/replay.log"
+fi
