@@ -288,7 +288,11 @@ def test_autocast_holds_18_bytes_per_cast_weight_in_backward_and_16_at_the_optim
     assert s.optimizer_step == pytest.approx(16 * params + sum(s.buffer_kinds[k] for k in mem.OPTIMIZER_TRANSIENTS))
     megatron = load_scenario(GPU_1B, ["training.autocast=false", "training.grad_accum_fused=false"])
     saved = 20 * params - (16 * params + cache * (1 + mem.ALLOCATOR_FRAGMENTATION))  # the cache is allocated each step
-    assert mem.stage_memory(megatron, 0).peak - s.peak == pytest.approx(saved, rel=1e-6)
+    # what autocast's eager code keeps beyond that (activations, the loss's second temporary) is
+    # tests/test_autocast_saved.py's; here the state and the cache alone
+    state = lambda m: m.weights + m.grads + m.optimizer  # noqa: E731
+    m = mem.stage_memory(megatron, 0)
+    assert state(m) - (state(s) + cache * (1 + mem.ALLOCATOR_FRAGMENTATION)) == pytest.approx(saved, rel=1e-6)
     assert saved > 1.8 * params
 
 

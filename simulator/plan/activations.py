@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..scenario import Scenario
 from . import op_sac
+from .autocast_saved import autocast_layer_terms
 from .layer_ops import layer_forward
 from .layout import layer_recompute
 from .tp_overlap import wgrad_input_saved
@@ -127,6 +128,12 @@ def _mtp_terms(sc: Scenario, z: Shard, rc: str) -> dict[str, float]:
 
 def _layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str, float]:
     """`layer_activation_terms` of the transformer layer itself."""
+    terms = _fused_layer_terms(sc, layer, rc, z)
+    return autocast_layer_terms(sc, z, terms) if sc.training.autocast and not sc.model.is_moe_layer(layer) else terms
+
+
+def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str, float]:
+    """The layer's stored tensors as fused kernels (Megatron / Transformer Engine) keep them."""
     m = sc.model
     ab, T, Tsp, h = z.ab, z.T, z.T_sp, z.h
     if rc == "full":

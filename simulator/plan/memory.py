@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import op_sac
+from .autocast_saved import ce_backward_temporaries
 from .memory_fit import MemoryReport, fits, headroom_gib, stage_capacities
 from .layout import chunk_owner, group_shape, last_chunk, layer_recompute, rank_chunks
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
@@ -265,7 +266,8 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
         out.update(worst)
     if last_chunk(sc) in {c for c, _ in rank_chunks(sc, pp_rank)}:
         # the standard loss's fp32 gradient of the logits; the fused one writes it in place, cut never makes it
-        out["logits_grad"] = LOGIT_BYTES * z.T * -(-sc.model.vocab // z.t) if tr.loss == "standard" else 0.0
+        out["logits_grad"] = (ce_backward_temporaries(sc) * LOGIT_BYTES * z.T * -(-sc.model.vocab // z.t)
+                              if tr.loss == "standard" else 0.0)
         if tr.loss_chunk_tokens is not None:  # one chunk's bf16 logits at a time, in the forward
             out["logits_grad"] = z.ab * min(tr.loss_chunk_tokens, z.T) * -(-sc.model.vocab // z.t)
         out["head_sp_gather"] = z.ab * z.T * z.h if (p.sp and z.t > 1) else 0.0
