@@ -1,6 +1,7 @@
 """Timing kernels properly: warm-up, many repeats, mean, median and spread, rotating inputs.
 
-GPU: a CUDA event pair around every repeat (device time, no host sync in the loop). CPU: a
+GPU: a CUDA event pair around every repeat (device time, no host sync in the loop); short calls are queued
+while the GPU sleeps (`QUEUE_AHEAD_BELOW_S`), so that the pairs time the kernels, not the host issuing them. CPU: a
 `time.perf_counter_ns` pair around every repeat (CPU torch ops are synchronous; `torch.cpu.synchronize`
 is called for symmetry). Inputs rotate through a pool of random data larger than the last-level cache,
 so a repeat does not find its operands cached by the one before (`RandomPool`).
@@ -65,6 +66,26 @@ RETRY_BUDGET_S = 0.25
 (keeping the faster attempt would price the host's fast moments only, not what a step meets)."""
 
 
+QUEUE_AHEAD_BELOW_S = 1e-3
+"""GPU: a call shorter than this (synchronised warm-up, host included) is timed with the GPU kept busy while the
+host queues the repeats (`torch.cuda._sleep` first). Timed as issued, a kernel shorter than the host's time to
+issue one call reads the host's time: 26-37 us for calibrate's GEMM and attention calls on an H200
+(validation/published_vs_measured.py's "floor" rows, 2026-11-26)."""
+QUEUE_AHEAD_MARGIN = 1.5
+"""The sleep outlasts the host's queuing of the repeats by this factor (the warm-up time per call bounds the
+host's share from above)."""
+SLEEP_CLOCK_HZ = 2.0e9
+"""Cycles per second assumed to turn the sleep's seconds into `torch.cuda._sleep` cycles: about the H100 / H200
+boost clock (1.98 GHz); a slower clock only lengthens the sleep."""
+
+
+def queue_ahead_cycles(per_call_s: float, reps: int) -> int:
+    """`torch.cuda._sleep` cycles for `reps` calls of `per_call_s` (0: long calls need none)."""
+    if per_call_s >= QUEUE_AHEAD_BELOW_S:
+        return 0
+    return int(QUEUE_AHEAD_MARGIN * reps * per_call_s * SLEEP_CLOCK_HZ)
+
+
 def measure(fn: Callable[[int], object], device: torch.device, budget: Budget) -> Timing:
     """Time `fn(i)` (i = repeat index, for rotating inputs): warm-up, then mean/median/p10/p90 of repeats;
     a noisy point (see NOISY_SPREAD) is measured once more if that is cheap (RETRY_BUDGET_S)."""
@@ -96,6 +117,9 @@ def _measure_once(fn: Callable[[int], object], device: torch.device, budget: Bud
     reps = int(min(budget.max_reps, max(budget.min_reps, math.ceil(budget.target_s / per_call))))
     if device.type == "cuda":
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        cycles = queue_ahead_cycles(per_call, reps)
+        if cycles:
+            torch.cuda._sleep(cycles)  # the GPU waits while the host queues every repeat: they then run back to back
         for i, (a, b) in enumerate(events):
             a.record()
             fn(calls + i)

@@ -173,8 +173,9 @@ def test_a_scenario_calibration_prices_all_of_that_scenarios_compute_exactly(tmp
     prof = load_profile(p)
     assert not prof.skipped
     gemm_times = {(g.m, g.n, g.k): g.cost_s for g in prof.gemm}
+    from simulator.plan.fusion import as_probed, eager_chains
     for op in scenario_compute_ops(sc):
-        t = prof.compute_time(op)
+        t = prof.compute_time(as_probed(op, eager_chains(sc))[0])  # a fused RoPE / SwiGLU: the chain the probe ran
         assert t is not None, op
         if op.kind == "gemm":
             assert t == gemm_times[op.shape]
@@ -319,3 +320,14 @@ def test_quick_cpu_calibration_end_to_end(tmp_path):
     assert all(c.ok for c in prof.checks)
     assert json.loads(out.read_text())["schema_version"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["cpu.json"]
+
+
+def test_short_gpu_calls_are_queued_behind_a_sleep_long_enough_for_the_host_to_issue_every_repeat():
+    """A kernel shorter than the host's time to issue its call reads the host's time if timed as issued; calibrate
+    keeps the GPU asleep while it queues the repeats (calibrate/timing.py), long calls need no sleep."""
+    from calibrate.timing import QUEUE_AHEAD_BELOW_S, SLEEP_CLOCK_HZ, queue_ahead_cycles
+    per_call, reps = 30e-6, 400
+    cycles = queue_ahead_cycles(per_call, reps)
+    assert cycles / SLEEP_CLOCK_HZ > reps * per_call  # outlasts the host's queuing
+    assert cycles / SLEEP_CLOCK_HZ < 2 * reps * per_call  # and not much longer
+    assert queue_ahead_cycles(QUEUE_AHEAD_BELOW_S, reps) == 0 and queue_ahead_cycles(5e-3, 10) == 0

@@ -15,21 +15,27 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from simulator.plan.opgraph import (CROSS_ENTROPY_BYTES, GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES,
-                                    SWIGLU_PASSES)
+from simulator.plan.fusion import ROPE_EAGER, SWIGLU_EAGER
+from simulator.plan.opgraph import CROSS_ENTROPY_BYTES, GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES
 
 from ..plan import ElementwiseSpec
 from ..replay.experts import permute, sort_rows, unpermute
 from ..timing import Pools, RandomPool, measure
 from . import CHECK_TOLERANCE, DTYPES, CheckResult, Context, Task, relative_error, run_check, tensor
 
-PASSES = {"rmsnorm": NORM_PASSES, "layernorm": NORM_PASSES, "swiglu": SWIGLU_PASSES, "gelu": GELU_PASSES,
-          "rope": ROPE_PASSES, "residual_add": RESIDUAL_PASSES, "cross_entropy": CROSS_ENTROPY_BYTES,
+EAGER_PASSES = {"rope": ROPE_EAGER, "swiglu": SWIGLU_EAGER}
+"""Kinds the probe runs as several PyTorch kernels (`forward`: rotate-half RoPE, silu then mul), counted at their
+eager chains' bytes (simulator/plan/fusion.py, per bf16 element; passes = bytes / 2): a point then prices an eager
+op (torchtitan without compile, the autocast replay) at the time measured, and a fused kernel's fewer bytes at the
+bandwidth the chain reached."""
+PASSES = {"rmsnorm": NORM_PASSES, "layernorm": NORM_PASSES, "gelu": GELU_PASSES,
+          **{k: (c.eager_bytes[0] / 2, c.eager_bytes[1] / 2) for k, c in EAGER_PASSES.items()},
+          "residual_add": RESIDUAL_PASSES, "cross_entropy": CROSS_ENTROPY_BYTES,
           "embedding": (2, 3), "copy": (2, None), "moe_permute": (2, 2), "moe_unpermute": (2, 2), "row_gather": (2, 2)}
 """(forward, backward) passes over the tensor (cross_entropy: bytes per logit, its element size 1); cross_entropy
 and embedding as simulator.plan.step_ops.head_forward / embedding_forward count them; a copy reads and writes once
-and has no backward; the MoE gathers as simulator.ops counts `permute`, `unpermute`, `ep_sort` and `ep_unsort` (one read and one write of the
-tokens x top_k rows)."""
+and has no backward; the MoE gathers as simulator.ops counts `permute`, `unpermute`, `ep_sort` and `ep_unsort` (one
+read and one write of the tokens x top_k rows)."""
 EPS = 1e-5
 EMBEDDING_MIN_ROWS = 64
 """The default embedding table has as many rows as the lookup (at least this many), so that its dense

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from . import collectives
 from ..plan.eager_attention import EAGER_DROPOUT, eager_kernels
+from ..plan.fusion import as_probed, eager_chains
 from .ep_sm_share import ep_sm_share
 from .kernel_data import GpuKernels, gpu_kernels, published_gpus
 from .sustained import sustained_fraction
@@ -84,6 +85,9 @@ class CostModel:
     ep_dispatcher: str = "alltoall"
     """`parallel.ep_dispatcher`: whose kernels run the expert all-to-alls, and so how many SMs they hold
     beside compute (`sm_share`, `ep_sm_share.py`)."""
+    eager_chains: bool = False
+    """The plan's RoPE and SwiGLU are PyTorch's eager chains (`plan/fusion.py eager_chains`): a profile's
+    memory-bound points, measured on those chains, price them as measured and a fused kernel by its bytes."""
     published_kernels: bool = True
     """Price GEMMs and attention from the GPU's published kernel points (`kernel_data.py`); False: the spec-based
     constants only (validation/kernel_ceiling.py's comparison column)."""
@@ -235,7 +239,9 @@ class CostModel:
         if self.profile is not None:
             # a profile's GEMM times stand as measured, without the published points' in-training share: on an
             # H200 a 1B step's GEMM kernels ran faster than calibrate's (`sustained.py`)
-            t = self.profile.compute_time(op)
+            probed, scale = as_probed(op, self.eager_chains)
+            t = self.profile.compute_time(probed)
+            t = None if t is None else t * scale
         if t is not None and getattr(self.profile, "framework", None):
             # host time per op (autograd, DTensor dispatch) that the isolated kernel probes do not include
             fw = self.profile.framework_overhead(op, self.framework.get("mode", "eager"),
@@ -336,7 +342,7 @@ def build_cost_model(sc) -> CostModel:
     return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
                      efficiency=dict(sc.cluster.efficiency),
                      attention_kernel=priced_attention_kernel(sc),
-                     ep_dispatcher=sc.parallel.ep_dispatcher,
+                     ep_dispatcher=sc.parallel.ep_dispatcher, eager_chains=eager_chains(sc),
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
 
 

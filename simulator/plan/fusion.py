@@ -102,12 +102,13 @@ PAIRS = (
 
 
 def runs_eager_kernels(sc: Scenario) -> bool:
-    """Whether the scenario's framework runs PyTorch ops (it has a `compile` option) rather than fused kernels."""
-    return "compile" in sc.framework.spec.options
+    """Whether the scenario runs PyTorch ops rather than fused kernels: its framework has a `compile` option, or
+    it is `training.autocast`'s plain PyTorch code (the replay's model, plan/autocast_saved.py)."""
+    return "compile" in sc.framework.spec.options or sc.training.autocast
 
 
 def compiled(sc: Scenario) -> bool:
-    return runs_eager_kernels(sc) and bool(sc.framework.option("compile"))
+    return "compile" in sc.framework.spec.options and bool(sc.framework.option("compile"))
 
 
 def _is_cast(op: Compute) -> bool:
@@ -134,6 +135,22 @@ def eager_op(op: Compute) -> Compute:
     if chain is None:
         return op
     return replace(op, bytes=op.bytes * chain.factor(bwd), repeat=chain.eager_kernels[bwd])
+
+
+def as_probed(op: Compute, eager_plan: bool) -> tuple[Compute, float]:
+    """`op` as the memory-bound probe ran it, and the factor from the probe's time to `op`'s. The probe runs RoPE
+    and SwiGLU as PyTorch's eager chains (calibrate/probes/memory.py): an eager plan's op is that chain already;
+    a fused kernel on the same tensor moves fused/eager of the chain's bytes at the bandwidth the chain reached
+    on it (so a profile point prices both, whatever sizes it was measured at)."""
+    chain = next((c for k, c in EAGER_CHAINS.items() if op.name.startswith(k)), None)
+    if eager_plan or op.kind != "elementwise" or chain is None:
+        return op, 1.0
+    return eager_op(op), 1.0 / chain.factor(op.name.endswith("_bwd"))
+
+
+def eager_chains(sc: Scenario) -> bool:
+    """Whether the plan's RoPE and SwiGLU ops are PyTorch's eager chains (eager kernels, no compile)."""
+    return runs_eager_kernels(sc) and not compiled(sc)
 
 
 def compiled_op(op: Compute) -> Compute:
