@@ -1,21 +1,17 @@
 """Published kernel data against the kernels measured on a real H200 (issue 38, item 2).
 
-clustersim prices GPU kernels from published figures where no GPU was lent (calibrate/profiles/h100-sxm-published.json,
-the same points as simulator/cost/kernel_data.json's H100 entry, plus kernel_data.json's H200 points). An H200 lent on
-2026-11-26 measured the same kinds of kernel (calibrate/profiles/h200-sxm-measured.json, `python -m calibrate --gpu 0`).
-This prints, for every published point, the H200's time at the same shape - the measured point where that shape was
-measured, else the measured profile's own interpolation (`Profile.gemm_time`, `Profile.attention_time` on the points
-of one SDPA back end) - and the ratio published / measured TFLOP/s (> 1: the publication is faster than this H200).
+For every published point clustersim prices from where no GPU was lent (calibrate/profiles/h100-sxm-published.json,
+the points of simulator/cost/kernel_data.json's H100 entry, plus kernel_data.json's H200 points): the time the H200
+lent on 2026-11-26 measured at the same shape (calibrate/profiles/h200-sxm-measured.json), exact where that shape was
+measured, else the measured profile's own interpolation (`Profile.gemm_time`; `Profile.attention_time` on one SDPA
+back end's points), and the ratio published / measured TFLOP/s (> 1: the publication is faster than this H200).
 
-    python validation/published_vs_measured.py [--markdown]
+    python validation/published_vs_measured.py [--markdown | --json]
 
-The H200 is the H100 SXM's die (132 SMs, the same clocks and tensor-core peak) with 4.8 TB/s of HBM3e instead of 3.35:
-compute-bound kernels compare chip to chip, memory-bound ones do not. A kernel is memory-bound here when its FLOPs per
-HBM byte (bytes as the plan counts them: GEMM operands and result once each; attention Q, K, V, O, twice in the
-backward - validation/kernel_ceiling.py's ops) are below the ridge of the GPU the figure was published for (peak / HBM
-bandwidth of that profile's spec: 295 FLOP/B for H100 BF16, 591 for FP8). Summaries are per table, GPU, dtype or kernel
-family, and bound: count, median ratio, MAPE = mean |published / measured - 1|. A row whose H200 time rests on points
-at the probe's floor (the host's time per call, FLOOR_MARGIN) is `floor`: it says nothing about the kernel.
+The H200 is the H100 SXM's die with 4.8 TB/s of HBM3e instead of 3.35: compute-bound rows compare the chips, memory-bound
+ones (FLOPs per HBM byte, as validation/kernel_ceiling.py's ops count them, below the published GPU's peak / HBM
+bandwidth) do not, nor do rows at the probe's floor (FLOOR_MARGIN). Summaries per table, GPU, dtype or kernel family
+and bound: count, median ratio, MAPE = mean |published / measured - 1|.
 """
 from __future__ import annotations
 
@@ -41,12 +37,18 @@ PUBLISHED = ROOT / "calibrate/profiles/h100-sxm-published.json"
 SOURCES = ROOT / "calibrate/profiles/h100-sxm-published.sources.json"
 MEASURED = ROOT / "calibrate/profiles/h200-sxm-measured.json"
 FLOOR_MARGIN = 1.4
-"""A measured median below this many times the smallest median of its table (dtype or back end) is the probe's floor,
-not the kernel's: calibrate/timing.py records a CUDA event pair around each call as the host issues it, so a kernel
-shorter than the host's time per call reads that time (26-35 us for any BF16 GEMM on the lent VM, 1.3x the smallest;
-34-37 us for FP8). Rows resting on such points (the shape's own, or the grid points its interpolation brackets it
-with) are reported as `floor` and say nothing about the kernel. 1.4 keeps that band and no more: the next BF16 grid
-points, 46 us (1.8x), and FP8's 1024x4096x8192, 50 us (1.46x), run at their neighbours' TFLOP/s."""
+"""A measured median below this many times the smallest median of its table (GEMM dtype; attention back end and
+phase) is the probe's floor, not the kernel's: calibrate/timing.py records a CUDA event pair around each call as the
+host issues it, so a kernel shorter than the host's time per call reads that time (26-35 us for any BF16 GEMM on the
+lent VM, 1.3x the smallest; 34-37 us for FP8). Rows resting on such points (the shape's own, or the grid points its
+interpolation brackets it with) are reported as `floor` and say nothing about the kernel. 1.4 keeps that band and no
+more: the next BF16 grid points, 46 us (1.8x), and FP8's 1024x4096x8192, 50 us (1.46x), run at their neighbours'
+TFLOP/s."""
+SHORT_SEQ = 1024
+"""Attention rows up to this sequence length are summarised apart. The H200 was measured at batch x heads 16 and 64
+only, and the profile interpolates attention by work (bh * s_q * s_kv): a published row at s 512-1024 (bh 256-1024 in
+the FA3 paper's benchmark) is priced from measured s 2048-4096 kernels of equal work, which run more efficiently than
+short ones; the measured kernels at its own s are 4-16x smaller, and at s 512 they sit at the probe's floor."""
 MEASURED_BACKEND = {"fa2": "flash", "cudnn": "cudnn", "fa3": "cudnn"}
 """The measured SDPA back end each published attention family is compared with: PyTorch's `flash` back end is
 FlashAttention-2; `cudnn` is cuDNN's fused attention; FlashAttention-3 is not in SDPA, so it is set beside cuDNN
@@ -74,6 +76,8 @@ class Row:
     against: str
     """What was measured: the dtype, or the SDPA back end (with a note where it is not the same kernel)."""
     source: str
+    seq: int = 0
+    """An attention point's sequence length (0 for a GEMM)."""
 
     @property
     def ratio(self) -> float | None:
@@ -100,13 +104,8 @@ def short_source(text: str) -> str:
 
 
 def backend_only(prof: Profile, backend: str) -> Profile:
-    """The profile with the attention points of one SDPA back end only (its attention lookups then price that back
-    end; Profile itself keeps SDPA's default, else the fastest)."""
+    """The profile with one SDPA back end's attention points (Profile keeps SDPA's default, else the fastest)."""
     return replace(prof, attention=[p for p in prof.attention if p.backend == backend])
-
-
-def how_measured(exact: bool, seconds: float | None, beyond: bool = False) -> str:
-    return "out of range" if seconds is None else "exact" if exact else "extrapolated" if beyond else "interpolated"
 
 
 def gemm_row(p, chip: str, published: Profile, measured: Profile, source: str, note: str = "") -> Row:
@@ -123,7 +122,8 @@ def gemm_row(p, chip: str, published: Profile, measured: Profile, source: str, n
                               min((q.time_s for q in mine), default=0.0)),
                published_tflops=op.flops / p.time_s / 1e12,
                measured_tflops=None if seconds is None else op.flops / seconds / 1e12,
-               how=how_measured(bool(exact), seconds, beyond and not exact), against=p.dtype, source=source)
+               how="out of range" if seconds is None else "exact" if exact else "extrapolated" if beyond else "interpolated",
+               against=p.dtype, source=source)
 
 
 def grid_corners(grid: list, shape: tuple[int, int, int]) -> tuple[list[float | None], bool]:
@@ -168,26 +168,30 @@ def attention_rows(published: Profile, measured: Profile, sources: dict) -> list
                     (p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, p.causal, p.phase) for q in prof.attention)
         mask = "causal" if p.causal else "full"
         key = f"attention/{p.backend}/{p.dtype}/d{p.d_head}/{mask}/{p.phase}/s{p.s_q}"
-        floor_s = min((q.time_s for q in prof.attention), default=0.0)
+        # the host's time per call, hence the floor, differs by phase (autograd's backward: 88 us, forward: 39-42)
+        floor_s = min((q.time_s for q in prof.attention if q.phase == p.phase), default=0.0)
         out.append(Row(table="attention", group=p.backend, chip="H100",
                        what=f"{p.phase} {mask} d{p.d_head} bh{p.batch_heads} s{p.s_q}",
                        bound=bound_of(op, published, seconds, floor_s),
                        published_tflops=op.flops / p.time_s / 1e12,
                        measured_tflops=None if seconds is None else op.flops / seconds / 1e12,
-                       how=how_measured(exact, seconds),
+                       how="out of range" if seconds is None else "exact" if exact else "interpolated",
                        against=backend + (" (FA3 is not in SDPA)" if p.backend == "fa3" else ""),
-                       source=short_source(sources.get(key, {}).get("source", "?"))))
+                       source=short_source(sources.get(key, {}).get("source", "?")), seq=p.s_q))
     return out
 
 
 def by_family(r: Row) -> tuple[str, str, str, str]:
-    """The summary's groups: table, published GPU, dtype (GEMM) or kernel family (attention), bound."""
+    """The summary's groups: table, published GPU, dtype or kernel family and sequence class (SHORT_SEQ), bound."""
+    if r.table == "attention":
+        return r.table, r.chip, f"{r.group} s{'<=' if r.seq <= SHORT_SEQ else '>'}{SHORT_SEQ}", r.bound
     return r.table, r.chip, r.group, r.bound
 
 
 def by_source_or_phase(r: Row) -> tuple[str, str, str, str]:
     """Finer groups for the compute-bound rows: GEMMs by publication, attention by phase."""
-    return r.table, r.chip, f"{r.group} {r.source if r.table == 'gemm' else r.what.split()[0]}", r.bound
+    table, chip, group, bound = by_family(r)
+    return table, chip, f"{group} {r.source if table == 'gemm' else r.what.split()[0]}", bound
 
 
 def summary(rows: list[Row], key=by_family) -> list[dict]:
@@ -221,6 +225,8 @@ def caveats(published: Profile, measured: Profile) -> list[str]:
         f"floor: the H200 time rests on points within {FLOOR_MARGIN}x of the probe's smallest time (the host's time "
         "per call, not the kernel's; see FLOOR_MARGIN): those ratios say nothing about the published figure.",
         "FlashAttention-3 is not one of PyTorch SDPA's back ends: fa3 rows are set beside the measured cudnn back end.",
+        f"Attention was measured at batch x heads 16 and 64 and is interpolated by work: rows up to s {SHORT_SEQ} "
+        "(published at bh 256-1024) are priced from longer measured sequences and summarised apart (see SHORT_SEQ).",
         "measured = the profile's price (mean of repeats) at an exact shape, else its interpolation; ratio = published "
         "/ measured TFLOP/s (> 1: the figure is faster than this H200).",
     ]
@@ -245,12 +251,17 @@ def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+def summaries(rows: list[Row]) -> dict:
+    """The summary by family and bound, and the compute-bound rows' summary by source (GEMM) or phase (attention)."""
+    return {"by_family": summary(rows),
+            "compute_by_source_or_phase": summary([r for r in rows if r.bound == "compute"], by_source_or_phase)}
+
+
 def render(head: list[str], rows: list[Row], markdown: bool) -> str:
-    """The rows, the summary by family and bound, and the compute-bound rows' summary by source or phase (markdown:
-    summaries first)."""
-    finer = summary([r for r in rows if r.bound == "compute"], by_source_or_phase)
-    tables = [(ROW_COLUMNS, [row_cells(r) for r in rows]), (SUMMARY_COLUMNS, [summary_cells(s) for s in finer]),
-              (SUMMARY_COLUMNS, [summary_cells(s) for s in summary(rows)])]
+    """The rows and the two summaries (markdown: summaries first)."""
+    sums = summaries(rows)
+    tables = [(ROW_COLUMNS, [row_cells(r) for r in rows])] + [
+        (SUMMARY_COLUMNS, [summary_cells(s) for s in sums[k]]) for k in ("compute_by_source_or_phase", "by_family")]
     if markdown:
         out = ["# Published kernel data against the H200's measured kernels", ""] + [f"- {c}" for c in head]
         for cols, body in reversed(tables):
@@ -289,11 +300,7 @@ def main(argv=None) -> int:
     except ScenarioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if a.json:
-        print(json.dumps({"by_family": summary(rows), "compute_by_source_or_phase":
-                          summary([r for r in rows if r.bound == "compute"], by_source_or_phase)}, indent=1))
-    else:
-        print(render(head, rows, a.markdown))
+    print(json.dumps(summaries(rows), indent=1) if a.json else render(head, rows, a.markdown))
     return 0
 
 
