@@ -98,7 +98,7 @@ def bound_of(op, prof: Profile, seconds: float | None, floor_s: float) -> str:
 
 
 def short_source(text: str) -> str:
-    """The publication's name: the text before its first parenthesis, its first two comma parts if the first is short."""
+    """The publication's name: the text before its first parenthesis; its first two comma parts if the first is short."""
     parts = text.split(" (")[0].split(", ")
     return ", ".join(parts[:2]) if len(parts[0]) < 15 and len(parts) > 1 else parts[0]
 
@@ -122,8 +122,8 @@ def gemm_row(p, chip: str, published: Profile, measured: Profile, source: str, n
                               min((q.time_s for q in mine), default=0.0)),
                published_tflops=op.flops / p.time_s / 1e12,
                measured_tflops=None if seconds is None else op.flops / seconds / 1e12,
-               how="out of range" if seconds is None else "exact" if exact else "extrapolated" if beyond else "interpolated",
-               against=p.dtype, source=source)
+               how="out of range" if seconds is None else "exact" if exact else
+               "extrapolated" if beyond else "interpolated", against=p.dtype, source=source)
 
 
 def grid_corners(grid: list, shape: tuple[int, int, int]) -> tuple[list[float | None], bool]:
@@ -160,7 +160,10 @@ def attention_rows(published: Profile, measured: Profile, sources: dict) -> list
     out = []
     for p in published.attention:
         op = attention_op(p)
-        backend = MEASURED_BACKEND[p.backend]
+        backend = MEASURED_BACKEND.get(p.backend)
+        if backend is None:
+            raise ScenarioError(f"{published.source}: attention backend", f"{p.backend!r} has no measured counterpart",
+                                " | ".join(MEASURED_BACKEND))
         prof = by_backend[backend]
         frac = 0.5 if (p.causal and p.s_q == p.s_kv) else 1.0
         seconds = prof.attention_time(p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, frac, p.phase)
