@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# One session on a GPU machine: this GPU's kernels into a calibration profile, then issue 6's GPU bar
-# (validation/replay_gpu.py: the single-GPU Llama-3.2-1B plan, calibrated for its shapes, replayed in each
-# recompute mode and compared with the simulator).
+# One session on a GPU machine: this GPU's kernels into a calibration profile, each op of a 1B step priced from
+# it against a torch.profiler trace (validation/profile_vs_trace.py), then issue 6's GPU bar (validation/replay_gpu.py:
+# the single-GPU Llama-3.2-1B plan, calibrated for its shapes, replayed in each recompute mode and compared with the
+# simulator), with the GPU's clocks and power sampled throughout.
 #
 #   bash validation/gpu_session.sh OUTDIR [quick|full|replay-only|profile-only]
 #
-# Writes into OUTDIR: nvidia-smi.csv and torch.txt (what ran), profile.json and calibrate.log
-# (`python -m calibrate --gpu 0 [--quick]`), replay_gpu.md, replay_gpu.json and replay.log.
-# Each step has its own time limit (CAL_TIMEOUT, REPLAY_TIMEOUT seconds), so one step failing or running
-# long leaves the others' results. Needs python3 with torch (CUDA) and the project's dependencies.
+# Writes into OUTDIR: nvidia-smi.csv and torch.txt (what ran), clocks.csv (SM clock, power, temperature every 200 ms),
+# profile.json and calibrate.log (`python -m calibrate --gpu 0 [--quick]`), trace.log (profile_vs_trace), and
+# replay_gpu.md, replay_gpu.json and replay.log. On a device machine that returns few files, tar OUTDIR.
+# Each step has its own time limit (CAL_TIMEOUT, TRACE_TIMEOUT, REPLAY_TIMEOUT seconds), so one step failing or
+# running long leaves the others' results. Needs python3 with torch (CUDA) and the project's dependencies.
 set -u
 out=${1:?usage: gpu_session.sh OUTDIR [quick|full|replay-only|profile-only]}
 mode=${2:-quick}
@@ -19,6 +21,10 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limi
 python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, \
 torch.cuda.get_device_name(0))" > "$out/torch.txt" 2>&1
 cat "$out/nvidia-smi.csv" "$out/torch.txt"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilization.gpu --format=csv -lms 200 \
+  > "$out/clocks.csv" 2>/dev/null &
+sampler=$!
+trap 'kill $sampler 2>/dev/null' EXIT
 
 if [ "$mode" != replay-only ]; then
   flags=()
@@ -28,6 +34,13 @@ if [ "$mode" != replay-only ]; then
     --out "$out/profile.json" > "$out/calibrate.log" 2>&1
   echo "calibrate ($mode) exit $? after $(( $(date +%s) - start )) s"
   tail -n 5 "$out/calibrate.log"
+  if [ -f "$out/profile.json" ]; then
+    start=$(date +%s)
+    timeout "${TRACE_TIMEOUT:-120}" python3 validation/profile_vs_trace.py --profile "$out/profile.json" \
+      > "$out/trace.log" 2>&1
+    echo "profile_vs_trace exit $? after $(( $(date +%s) - start )) s"
+    tail -n 8 "$out/trace.log"
+  fi
 fi
 
 if [ "$mode" != profile-only ]; then

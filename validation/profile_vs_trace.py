@@ -159,8 +159,9 @@ def main(argv=None) -> int:
             return 0
         if args.scenario:
             sc = load_scenario(args.scenario, [f"cluster.profile={profile.resolve()}"])
-        elif device.type == "cuda":
-            sc = load_scenario(GPU_SCENARIO, [f"cluster.profile={profile.resolve()}"])
+        elif device.type == "cuda":  # on the topology of the profile's GPU (an H200's profile is refused on dgx-h100)
+            on = [f"cluster.topology={prof.spec.topology}"] if prof.spec is not None else []
+            sc = load_scenario(GPU_SCENARIO, [f"cluster.profile={profile.resolve()}", *on])
         else:
             sc = cpu_scenario(profile.resolve())
     except ScenarioError as e:
