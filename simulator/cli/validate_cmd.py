@@ -3,7 +3,7 @@
     python -m simulator validate [--set playbook|published|all] [--split fit|validation|all] [--sample N]
                                  [--estimator analytic|engine] [--network measured|spec] [--csv FILE]
                                  [--verbose] [--json | --markdown]
-                                 [--plot FILE]
+                                 [--plot FILE] [--profile FILE]
 
 The work is in `validate.py`; this file parses options (bad ones exit 2) and prints; progress on a
 terminal and the wall time at the end go to stderr (`progress.py`).
@@ -37,6 +37,8 @@ def add_parser(sub):
     out.add_argument("--json", action="store_true", help="print one JSON object (with --verbose: per run too)")
     out.add_argument("--markdown", action="store_true", help="print only the results table, in markdown")
     p.add_argument("--plot", metavar="FILE", help="write predicted vs measured (log-log) to FILE (PNG/SVG/PDF)")
+    p.add_argument("--profile", metavar="FILE", help="price every reference run on this calibration profile's GPU from "
+                                                     "it (python -m calibrate --gpu N); the others keep the published data")
     return p
 
 
@@ -54,11 +56,14 @@ def run(args) -> int:
         check_output(args.plot, "--plot", PLOT_SUFFIXES)
     if args.csv and not Path(args.csv).is_file():
         raise ScenarioError("--csv", f"no such file {args.csv}")
+    if args.profile and not Path(args.profile).is_file():
+        raise ScenarioError("--profile", f"no such file {args.profile}", "a calibration profile (JSON)")
     sets = ("playbook", "published") if args.sets == "all" else (args.sets,)
 
     with PhaseProgress() as bar:  # on a terminal only, on stderr
         result = validate(sets=sets, split=args.split, sample=args.sample, estimator=args.estimator, csv=args.csv,
-                          progress=lambda i, n: bar("reference runs simulated", i, n), network=args.network)
+                          progress=lambda i, n: bar("reference runs simulated", i, n), network=args.network,
+                          profile=args.profile)
     if not result["outcomes"]:
         raise ScenarioError("--set/--split", "no reference runs selected")
     if args.plot:
@@ -70,6 +75,9 @@ def run(args) -> int:
     elif args.markdown:
         print(markdown_table(result))
     else:
+        if result["profile"] is not None:
+            p = result["profile"]
+            print(f"{p['runs']} runs on {p['gpu']} priced from the profile {p['path']}\n")
         print(format_text(result, args.verbose))
         if args.plot:
             print(f"  plot written to {args.plot}")

@@ -14,6 +14,7 @@ playbook the noise floor (spread of repeated runs of one layout) and measured vs
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import statistics
@@ -199,12 +200,21 @@ def case_scenario(case: Case, network: str = NETWORK):
     return scenario_from_mapping(case.mapping, base_dir=ROOT)
 
 
-def predict(case: Case, estimator: str = "analytic", network: str = NETWORK) -> Outcome:
+def on_profile(sc, profile: Optional[tuple[str, str]]):
+    """`sc` priced from the calibration profile `profile` = (path, the GPU it measured) when `sc`'s topology has that
+    GPU (`validate --profile`); unchanged otherwise."""
+    if profile is None or sc.topology.gpu.name != profile[1]:
+        return sc
+    return dataclasses.replace(sc, cluster=dataclasses.replace(sc.cluster, profile=profile[0]))
+
+
+def predict(case: Case, estimator: str = "analytic", network: str = NETWORK,
+            profile: Optional[tuple[str, str]] = None) -> Outcome:
     """Simulate one case; a layout clustersim rejects or a failure is recorded, not raised."""
     from ..run import simulate  # noqa: PLC0415
 
     try:
-        sc = case_scenario(case, network)
+        sc = on_profile(case_scenario(case, network), profile)
     except ScenarioError as e:
         return Outcome(case, error=f"not expressible: {e}")
     try:
@@ -221,16 +231,18 @@ def predict(case: Case, estimator: str = "analytic", network: str = NETWORK) -> 
         # did the run run out of memory: the predicted peak against the whole GPU (no launch headroom)
         "peak_gib": mem["peak_gib"], "fits": mem["peak_gib"] <= mem["capacity_gib"], "estimator": rep.get("estimator", estimator),
         "breakdown": rep.get("breakdown", {}),
+        "priced_from_profile": profile is not None and sc.cluster.profile == profile[0],
     })
 
 
-def evaluate(cases: list[Case], estimator: str = "analytic", progress=None, network: str = NETWORK) -> list[Outcome]:
+def evaluate(cases: list[Case], estimator: str = "analytic", progress=None, network: str = NETWORK,
+             profile: Optional[tuple[str, str]] = None) -> list[Outcome]:
     out = []
     for i, c in enumerate(cases):
         if c.status == "Other":
             out.append(Outcome(c, error="status Other: no measurement"))
             continue
-        out.append(predict(c, estimator, network))
+        out.append(predict(c, estimator, network, profile))
         if progress and ((i + 1) % 20 == 0 or i + 1 == len(cases)):
             progress(i + 1, len(cases))
     return out
@@ -432,13 +444,23 @@ def busbw_check(cases: list[Case]) -> list[dict]:
 
 
 def validate(sets=SETS, split: str = "all", sample: int | None = None, estimator: str = "analytic", csv=None,
-             progress=None, network: str = NETWORK) -> dict:
-    """Everything the command prints: per-set summaries, noise floor, busbw check, per-run outcomes."""
+             progress=None, network: str = NETWORK, profile: Optional[str] = None) -> dict:
+    """Everything the command prints: per-set summaries, noise floor, busbw check, per-run outcomes. `profile`: a
+    calibration profile that prices every run on its GPU (the others keep the published kernel data)."""
     t0 = time.perf_counter()
     cases = load_cases(sets, split, csv)
     population = len(cases)
     chosen = stratified_sample(cases, sample) if sample else cases
-    outcomes = evaluate(chosen, estimator, progress, network)
+    measured = None
+    if profile is not None:
+        from ..cost.profile import load_profile  # noqa: PLC0415
+
+        prof = load_profile(profile)
+        if prof.spec is None:
+            raise ScenarioError("--profile", f"{profile} names no GPU (no `spec`): it prices no reference run",
+                                "a profile `python -m calibrate --gpu N` wrote")
+        measured = (str(Path(profile).resolve()), prof.spec.gpu_name)
+    outcomes = evaluate(chosen, estimator, progress, network, measured)
     playbook = [c for c in cases if c.set == "playbook"]
     return {
         "estimator": estimator,
@@ -453,5 +475,7 @@ def validate(sets=SETS, split: str = "all", sample: int | None = None, estimator
         "feature_pairs": feature_pairs(outcomes) if "published" in sets else [],
         "corpus_skipped": corpus_cases()[1] if "published" in sets else [],
         "outcomes": outcomes,
+        "profile": None if measured is None else {"path": measured[0], "gpu": measured[1], "runs": sum(
+            1 for o in outcomes if o.predicted and o.predicted.get("priced_from_profile"))},
         "wall_s": time.perf_counter() - t0,
     }
