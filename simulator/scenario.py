@@ -61,8 +61,7 @@ class Training:
     precision: str = field(default="bf16", metadata={"choices": ("fp32", "bf16", "fp8")})
     """bf16/fp8: fp32 master weights and fp32 optimizer states."""
     recompute: str = field(default="none", metadata={"choices": ("none", "selective", "full")})
-    """Activation recomputation: none; selective (core attention recomputed in the backward, Korthikanti et al.);
-    full (only each layer's input kept, the whole layer's forward re-run in the backward)."""
+    """Recomputation: none; selective (core attention re-run in the backward); full (only each layer's input kept)."""
     recompute_modules: Optional[list[str]] = None
     """With recompute selective: the parts each layer re-runs in its backward instead of storing their
     outputs, Megatron-Core's `recompute_modules` (TransformerConfig): core_attn (the core attention),
@@ -77,10 +76,11 @@ class Training:
     with vpp > 1) are recomputed, the others store all their activations (Megatron's --recompute-method
     block --recompute-num-layers N). Null: every layer. Only with recompute full."""
     attention: str = field(default="flash", metadata={"choices": ("flash", "eager")})
-    """flash: the attention scores are never stored (FlashAttention); eager: softmax scores and dropout mask
-    are stored per layer (s^2 terms in activation memory)."""
+    """flash: the scores are never stored (FlashAttention); eager: softmax scores and dropout mask are (s^2 terms)."""
     optimizer: str = field(default="adamw", metadata={"choices": ("adamw", "sgd")})
     """adamw: two fp32 moments per parameter; sgd: none (plain SGD without momentum)."""
+    optimizer_impl: Optional[str] = field(default=None, metadata={"choices": ("fused", "foreach", "for_loop")})
+    """Which implementation steps it, for a calibration profile's curves; null: the framework's (`optimizer_impl`)."""
     grad_dtype: Optional[str] = field(default=None, metadata={"choices": ("fp32", "bf16")})
     """Gradient accumulation and reduction dtype; null = fp32 (Megatron's main_grad, nanotron's default)."""
     grad_accum_fused: bool = True

@@ -36,8 +36,9 @@ def reprice(results: dict, profile: Path) -> list[dict]:
     for r in results["replays"]:
         if "measured" not in r:
             continue
-        sc = load_scenario(SCENARIOS / results["scenario"], [
-            f"training.recompute={r['recompute']}", f"cluster.topology={topology}", f"cluster.profile={profile}"])
+        sc = load_scenario(SCENARIOS / results["scenario"], [  # the optimizer as the replay steps it (report.predict)
+            f"training.recompute={r['recompute']}", f"cluster.topology={topology}", f"cluster.profile={profile}",
+            "training.optimizer_impl=for_loop"])
         out = simulate(sc)
         pred_s, pred_gib = out["iteration_time_s"], out["memory"]["per_stage"][0]["allocated_peak_gib"]
         meas_s, meas_gib = r["measured"]["iteration_time_s"], r["measured"]["peak_memory_gib"]

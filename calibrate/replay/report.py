@@ -27,7 +27,8 @@ def predict(sc: Scenario) -> tuple[dict, Optional[str]]:
     except ImportError as e:
         return empty, f"no prediction: simulator.run.simulate is not available ({e})"
     try:
-        rep = simulate(sc)
+        # the replay steps AdamW one tensor at a time (train.py `_optimizer`, foreach=False), whatever the framework
+        rep = simulate(replace(sc, training=replace(sc.training, optimizer_impl="for_loop")))
         mem = rep.get("memory") or {}
         allocated = [st.get("allocated_peak_gib") for st in mem.get("per_stage") or []]
         peak = max(allocated) if allocated and None not in allocated else mem.get("peak_gib")

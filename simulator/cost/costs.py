@@ -85,6 +85,9 @@ class CostModel:
     ep_dispatcher: str = "alltoall"
     """`parallel.ep_dispatcher`: whose kernels run the expert all-to-alls, and so how many SMs they hold
     beside compute (`sm_share`, `ep_sm_share.py`)."""
+    optimizer_impl: str | None = None
+    """Adam's implementation (`training.optimizer_impl`, else the framework's): which of a profile's optimizer
+    curves prices the step (`Profile.optimizer_time`)."""
     eager_chains: bool = False
     """The plan's RoPE and SwiGLU are PyTorch's eager chains (`plan/fusion.py eager_chains`): a profile's
     memory-bound points, measured on those chains, price them as measured and a fused kernel by its bytes."""
@@ -239,9 +242,12 @@ class CostModel:
         if self.profile is not None:
             # a profile's GEMM times stand as measured, without the published points' in-training share: on an
             # H200 a 1B step's GEMM kernels ran faster than calibrate's (`sustained.py`)
-            probed, scale = as_probed(op, self.eager_chains)
-            t = self.profile.compute_time(probed)
-            t = None if t is None else t * scale
+            if op.kind == "optimizer":
+                t = self.profile.optimizer_time(op.shape[0], self.optimizer_impl)
+            else:
+                probed, scale = as_probed(op, self.eager_chains)
+                t = self.profile.compute_time(probed)
+                t = None if t is None else t * scale
         if t is not None and getattr(self.profile, "framework", None):
             # host time per op (autograd, DTensor dispatch) that the isolated kernel probes do not include
             fw = self.profile.framework_overhead(op, self.framework.get("mode", "eager"),
@@ -343,6 +349,7 @@ def build_cost_model(sc) -> CostModel:
                      efficiency=dict(sc.cluster.efficiency),
                      attention_kernel=priced_attention_kernel(sc),
                      ep_dispatcher=sc.parallel.ep_dispatcher, eager_chains=eager_chains(sc),
+                     optimizer_impl=optimizer_impl(sc),
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
 
 
@@ -351,6 +358,13 @@ DTENSOR_ELEMENTWISE = ("norm", "final_norm", "residual", "embedding")
 SequenceParallel norms, residual adds of Shard(1) activations, the vocab-parallel embedding)."""
 PARAM_TENSORS_PER_LAYER = 9
 """Parameter tensors per transformer block (2 norms, wq/wk/wv/wo, 3 MLP or router + 3 stacked experts - 1)."""
+
+
+def optimizer_impl(sc) -> str | None:
+    """The scenario's `training.optimizer_impl`, else its framework's (`frameworks/*.yaml`), else None (PyTorch's
+    default)."""
+    fw = sc.framework.spec.optimizer_impl
+    return sc.training.optimizer_impl or (fw.value if fw is not None else None)
 
 
 def framework_context(sc) -> dict:

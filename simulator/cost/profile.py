@@ -175,11 +175,19 @@ class Profile:
         return {k: Curve.of(v) for k, v in pts.items()}
 
     @cached_property
-    def _optimizer_curve(self) -> Curve | None:
-        impls = {p.impl for p in self.optimizer}
-        for impl in ("default", "fused", "foreach", "for_loop"):
-            if impl in impls:
-                return Curve.of((p.params, p.cost_s) for p in self.optimizer if p.impl == impl)
+    def _optimizer_curves(self) -> dict:
+        pts: dict[str, list] = {}
+        for p in self.optimizer:
+            pts.setdefault(p.impl, []).append((p.params, p.cost_s))
+        return {k: Curve.of(v) for k, v in pts.items()}
+
+    def optimizer_time(self, params: float, impl: Optional[str] = None) -> float | None:
+        """Seconds of one optimizer step over `params` parameters: the curve of implementation `impl` where it was
+        measured, else what AdamW runs unasked (`default`: foreach on a GPU, the per-tensor loop on a CPU), else any."""
+        curves = self._optimizer_curves
+        for name in ((impl,) if impl else ()) + ("default", "fused", "foreach", "for_loop"):
+            if name in curves:
+                return curves[name].streaming(params, STREAM_BELOW, STREAM_ABOVE)
         return None
 
     @cached_property
@@ -208,8 +216,7 @@ class Profile:
         if op.kind == "elementwise":
             return self.elementwise_time(op.name, op.dtype, op.bytes)
         if op.kind == "optimizer":
-            curve = self._optimizer_curve
-            return None if curve is None else curve.streaming(op.shape[0], STREAM_BELOW, STREAM_ABOVE)
+            return self.optimizer_time(op.shape[0])
         return None
 
     def gemm_time(self, dtype: str, m: int, n: int, k: int) -> float | None:

@@ -61,6 +61,9 @@ GEMM, the backward's and the weight gradient's included (`userbuffers`: Transfor
 Megatron's --tp-comm-overlap; null means this), or only the pairs PyTorch's micro-pipeline TP pass matches
 (`micro_pipeline`: torchtitan's async TP)."""
 TP_WGRAD_INPUTS = ("regather", "saved")
+OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
+"""Adam's implementations, as calibrate's optimizer probe names them (`torch.optim.AdamW` fused / foreach / the
+per-tensor loop)."""
 """Where a column-parallel linear's weight gradient gets its gathered SP input: all-gathered again in the
 backward (`regather`: Megatron, KOR22 §4.2.2; null means this), or the forward's gathered tensor, kept by
 autograd or re-made by the recompute's own all-gather (`saved`: DTensor TP)."""
@@ -165,6 +168,9 @@ class Framework:
     """true: unfused accumulation of bf16 gradients into fp32 (`training.grad_accum_fused: false`, `grad_dtype:
     fp32`) first casts each micro-batch's gradient to an fp32 temporary, then adds it, after every micro-batch
     (DeepSpeed's BF16_Optimizer); null or false: one mixed-dtype add (`plan/layer_ops.grad_accum_op`)."""
+    optimizer_impl: Optional[Sourced] = None
+    """How the framework steps Adam (`OPTIMIZER_IMPLS`): fused (one multi-tensor kernel), foreach or for_loop;
+    null: PyTorch's default. Priced from a calibration profile's curve of that implementation where it has one."""
     pp_partitioned: Optional[Sourced] = None
     """true: with tp > 1 a pipeline send carries the TP rank's 1/t slice of the activation (or of its gradient), the
     receiver all-gathers it over TP before its forward (backward), and the sender all-gathers its own stored output
@@ -195,6 +201,8 @@ def _check(fw: Framework, where: str) -> Framework:
         entry = getattr(fw, key)
         if entry is not None and not isinstance(entry.value, bool):
             raise ScenarioError(f"{where}.{key}", f"{entry.value!r}", "true | false")
+    if fw.optimizer_impl is not None and fw.optimizer_impl.value not in OPTIMIZER_IMPLS:
+        raise ScenarioError(f"{where}.optimizer_impl", f"{fw.optimizer_impl.value!r}", " | ".join(OPTIMIZER_IMPLS))
     if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
         raise ScenarioError(f"{where}.tp_wgrad_input", f"{fw.tp_wgrad_input.value!r}", " | ".join(TP_WGRAD_INPUTS))
     if fw.attention_kernel.value not in ATTENTION_KERNELS:
