@@ -4,16 +4,20 @@
 # the single-GPU Llama-3.2-1B plan, calibrated for its shapes, replayed in each recompute mode and compared with the
 # simulator), with the GPU's clocks and power sampled throughout.
 #
-#   bash validation/gpu_session.sh OUTDIR [quick|full|replay-only|profile-only]
+#   [FULL=1] bash validation/gpu_session.sh OUTDIR [all|profile|replay]
 #
+# FULL=1: the full calibration sweep (267 s on an H200) instead of --quick (32 s). `profile`: calibrate and trace only;
+# `replay`: the replay only (it calibrates the scenario's own shapes first, then about 60 s per recompute mode).
+# On a 15-minute device budget: `FULL=1 ... profile` in one call, `... replay` in the next while the machine is warm.
 # Writes into OUTDIR: nvidia-smi.csv and torch.txt (what ran), clocks.csv (SM clock, power, temperature every 200 ms),
 # profile.json and calibrate.log (`python -m calibrate --gpu 0 [--quick]`), trace.log (profile_vs_trace), and
 # replay_gpu.md, replay_gpu.json and replay.log. On a device machine that returns few files, tar OUTDIR.
 # Each step has its own time limit (CAL_TIMEOUT, TRACE_TIMEOUT, REPLAY_TIMEOUT seconds), so one step failing or
-# running long leaves the others' results. Needs python3 with torch (CUDA) and the project's dependencies.
+# running long leaves the others' results. Needs python3 with torch (CUDA) and the project's dependencies (simpy
+# among them: `pip install -e .` where the machine can reach PyPI, its wheel carried where it cannot).
 set -u
-out=${1:?usage: gpu_session.sh OUTDIR [quick|full|replay-only|profile-only]}
-mode=${2:-quick}
+out=${1:?usage: [FULL=1] gpu_session.sh OUTDIR [all|profile|replay]}
+mode=${2:-all}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limit,driver_version \
@@ -26,13 +30,13 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,utilizatio
 sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
 
-if [ "$mode" != replay-only ]; then
+if [ "$mode" != replay ]; then
   flags=()
-  [ "$mode" = full ] || flags=(--quick)
+  [ "${FULL:-0}" = 1 ] || flags=(--quick)
   start=$(date +%s)
-  timeout "${CAL_TIMEOUT:-240}" python3 -m calibrate --gpu 0 "${flags[@]}" --no-progress \
+  timeout "${CAL_TIMEOUT:-$([ "${FULL:-0}" = 1 ] && echo 420 || echo 120)}" python3 -m calibrate --gpu 0 "${flags[@]}" --no-progress \
     --out "$out/profile.json" > "$out/calibrate.log" 2>&1
-  echo "calibrate ($mode) exit $? after $(( $(date +%s) - start )) s"
+  echo "calibrate (${flags[*]:-full}) exit $? after $(( $(date +%s) - start )) s"
   tail -n 5 "$out/calibrate.log"
   if [ -f "$out/profile.json" ]; then
     start=$(date +%s)
@@ -43,7 +47,7 @@ if [ "$mode" != replay-only ]; then
   fi
 fi
 
-if [ "$mode" != profile-only ]; then
+if [ "$mode" != profile ]; then
   start=$(date +%s)
   timeout "${REPLAY_TIMEOUT:-300}" python3 validation/replay_gpu.py --timeout 120 --out "$out" > "$out/replay.log" 2>&1
   echo "replay_gpu exit $? after $(( $(date +%s) - start )) s"
