@@ -339,3 +339,16 @@ def test_a_gpu_calibration_measures_the_per_tensor_adamw_loop_the_replay_steps()
     from calibrate.plan import default_plan
     for quick in (False, True):
         assert "for_loop" in default_plan("cuda", quick).optimizer_impls
+
+
+def test_the_residual_adds_backward_is_timed_as_the_gradient_sum_where_the_stream_forks():
+    """An add's backward launches no kernel (its gradient passes through); what the simulator's residual_bwd op
+    prices is autograd summing the two branches' gradients of x. Timing autograd.grad of the add read the host's
+    call overhead as a kernel (28 TB/s on an H200, 2.4 TB/s on this CPU)."""
+    import torch
+    from calibrate.plan import ElementwiseSpec
+    from calibrate.probes.memory import layout, runner
+    spec = ElementwiseSpec(op="residual_add", dtype="fp32", elements=4096, width=64)
+    pool = RandomPool(CPU, torch.float32, 4 * 4096)
+    g1, g2 = pool.take(layout(spec), 3)
+    assert torch.equal(runner(spec, "bwd", pool)(3), g1 + g2)

@@ -216,6 +216,13 @@ def runner(spec: ElementwiseSpec, phase: str, pool: RandomPool, seed: int = 0) -
             with torch.no_grad():
                 return forward(spec, pool.take(shapes, i), extra)
         return fwd
+    if spec.op == "residual_add":
+        # an add passes its gradient through without a kernel; the backward's kernel is where the residual stream
+        # forks: autograd sums the two branches' gradients of x (read both, write the sum: RESIDUAL_PASSES[1])
+        def fork_sum(i: int):
+            g1, g2 = pool.take(shapes, i)
+            return g1 + g2
+        return fork_sum
     graphs = []
     for g in range(BWD_GRAPHS):
         extra = extra_inputs(spec, device, seed + g, grad=True)
