@@ -113,7 +113,7 @@ TRANSFORMERS_GPU = (("llama3-8b", 1, 4096, 1), ("llama3-8b", 2, 8192, 1), ("llam
 
 GPU_OPTIMIZER_IMPLS = ("default", "foreach", "fused", "for_loop")
 """AdamW's implementations on a GPU: PyTorch's default (foreach), fused, and the per-tensor loop the replay steps
-(calibrate/replay/train.py `foreach=False`; on an H200 it took 61 ms for 1.24 B parameters where foreach's curve
+(calibrate/replay/plan.py `OPTIMIZER_IMPL`; on an H200 it took 61 ms for 1.24 B parameters where foreach's curve
 gives 27)."""
 CPU_TENSOR_ELEMENTS = 1 << 18
 """Optimizer probe tensors on CPU: a 512 x 512 matrix, the size of the small models CPUs train."""

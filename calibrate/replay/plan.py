@@ -9,7 +9,7 @@ so a bad plan never spawns a process. The executor itself is in `train.py`; the 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from simulator.errors import ScenarioError
@@ -18,6 +18,18 @@ from simulator.plan.schedules import schedule_spec
 
 MAX_CPU_RANKS = 8
 """More CPU processes than this on one host only measures the scheduler; refuse (issue 6)."""
+
+OPTIMIZER_IMPL = "for_loop"
+"""How the executor steps AdamW (train.py `_optimizer`): one tensor at a time, since a rank may hold plain tensors
+and DTensors on different meshes side by side, which foreach cannot group. The prediction prices the same
+implementation (`as_replayed`)."""
+
+
+def as_replayed(sc: Scenario) -> Scenario:
+    """`sc` as the executor runs it, for the simulator's prediction: AdamW as `OPTIMIZER_IMPL`, whatever the
+    scenario's framework steps it with."""
+    return replace(sc, training=replace(sc.training, optimizer_impl=OPTIMIZER_IMPL))
+
 
 DEFAULT_RTOL = {"fp32": 1e-4, "bf16": 2e-2}
 """Per-step loss tolerance against the single-process reference. fp32: the differences are

@@ -14,7 +14,7 @@ from typing import Optional
 from simulator.scenario import Scenario
 
 from .host_speed import STEADY_MIN_STEPS, STEADY_TOLERANCE, steady_steps
-from .plan import ReplayPlan
+from .plan import ReplayPlan, as_replayed
 
 
 def predict(sc: Scenario) -> tuple[dict, Optional[str]]:
@@ -27,8 +27,7 @@ def predict(sc: Scenario) -> tuple[dict, Optional[str]]:
     except ImportError as e:
         return empty, f"no prediction: simulator.run.simulate is not available ({e})"
     try:
-        # the replay steps AdamW one tensor at a time (train.py `_optimizer`, foreach=False), whatever the framework
-        rep = simulate(replace(sc, training=replace(sc.training, optimizer_impl="for_loop")))
+        rep = simulate(as_replayed(sc))
         mem = rep.get("memory") or {}
         allocated = [st.get("allocated_peak_gib") for st in mem.get("per_stage") or []]
         peak = max(allocated) if allocated and None not in allocated else mem.get("peak_gib")

@@ -35,7 +35,8 @@ from .host_speed import probe_timer
 from .llama import AttentionCore, Transformer, init_weights, token_loss
 from .meshes import Meshes
 from .pipeline import Pipeline, build_pipeline
-from .plan import ReplayPlan
+from ..probes.optimizer import IMPL_KWARGS
+from .plan import OPTIMIZER_IMPL, ReplayPlan
 from .tp import apply_tp, reduce_partial_grads
 from .zero import apply_zero, set_micro_batch
 
@@ -105,8 +106,7 @@ def _optimizer(plan: ReplayPlan, mods: list[Transformer]) -> torch.optim.Optimiz
     params = list({id(q): q for mod in mods for q in mod.parameters()}.values())
     if plan.scenario.training.optimizer == "sgd":
         return torch.optim.SGD(params, lr=plan.options.lr)
-    # foreach=False: a rank may hold plain tensors and DTensors on different meshes side by side
-    return torch.optim.AdamW(params, lr=plan.options.lr, foreach=False, **ADAMW)
+    return torch.optim.AdamW(params, lr=plan.options.lr, **IMPL_KWARGS[OPTIMIZER_IMPL], **ADAMW)
 
 
 def _sync(device: torch.device) -> None:
