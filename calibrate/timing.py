@@ -1,7 +1,8 @@
 """Timing kernels properly: warm-up, many repeats, mean, median and spread, rotating inputs.
 
 GPU: a CUDA event pair around every repeat (device time, no host sync in the loop); short calls are queued
-while the GPU sleeps (`QUEUE_AHEAD_BELOW_S`), so that the pairs time the kernels, not the host issuing them. CPU: a
+in chunks while the GPU sleeps (`QUEUE_AHEAD_BELOW_S`), one event pair around each chunk, so that a sample is the
+time per call of kernels run back to back (launch gaps included, as in a step), not of the host issuing them. CPU: a
 `time.perf_counter_ns` pair around every repeat (CPU torch ops are synchronous; `torch.cpu.synchronize`
 is called for symmetry). Inputs rotate through a pool of random data larger than the last-level cache,
 so a repeat does not find its operands cached by the one before (`RandomPool`).
@@ -74,6 +75,15 @@ issue one call reads the host's time: 26-37 us for calibrate's GEMM and attentio
 QUEUE_AHEAD_MARGIN = 1.5
 """The sleep outlasts the host's queuing of the repeats by this factor (the warm-up time per call bounds the
 host's share from above)."""
+QUEUE_AHEAD_CHUNK = 32
+"""Repeats queued behind one sleep. The host can queue only so many launches before it blocks (CUDA's
+pending-launch queue holds about a thousand, events included); a chunk of 32 calls of up to ~30 kernels each stays
+under it, and each chunk's sleep is queued behind the chunk before, so the GPU waits while the host queues the next."""
+QUEUE_AHEAD_MAX_REPS = 8 * QUEUE_AHEAD_CHUNK
+"""At most this many queued repeats (eight chunk samples). A short call's repeats are sized from its synchronised
+warm-up, which the host's time dominates (45-55 us a GEMM call on an H200, whatever the kernel's 3-25 us), so the
+budget's target would ask for about a thousand: a sleep of ~75 ms for ~5 ms of kernels. Uncapped, the full GPU sweep
+outgrew its 380 s limit on an H200 (2026-11-26)."""
 SLEEP_CLOCK_HZ = 2.0e9
 """Cycles per second assumed to turn the sleep's seconds into `torch.cuda._sleep` cycles: about the H100 / H200
 boost clock (1.98 GHz); a slower clock only lengthens the sleep."""
@@ -84,6 +94,15 @@ def queue_ahead_cycles(per_call_s: float, reps: int) -> int:
     if per_call_s >= QUEUE_AHEAD_BELOW_S:
         return 0
     return int(QUEUE_AHEAD_MARGIN * reps * per_call_s * SLEEP_CLOCK_HZ)
+
+
+def queue_ahead_chunks(per_call_s: float, reps: int) -> list[tuple[int, int]]:
+    """(first repeat, sleep cycles) for each chunk of at most QUEUE_AHEAD_CHUNK repeats that starts with a sleep;
+    one chunk with no sleep for long calls."""
+    if queue_ahead_cycles(per_call_s, 1) == 0:
+        return [(0, 0)]
+    return [(first, queue_ahead_cycles(per_call_s, min(QUEUE_AHEAD_CHUNK, reps - first)))
+            for first in range(0, reps, QUEUE_AHEAD_CHUNK)]
 
 
 def measure(fn: Callable[[int], object], device: torch.device, budget: Budget) -> Timing:
@@ -116,16 +135,29 @@ def _measure_once(fn: Callable[[int], object], device: torch.device, budget: Bud
     per_call = max(min(warm[1:] or warm), 1e-7)
     reps = int(min(budget.max_reps, max(budget.min_reps, math.ceil(budget.target_s / per_call))))
     if device.type == "cuda":
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        cycles = queue_ahead_cycles(per_call, reps)
-        if cycles:
-            torch.cuda._sleep(cycles)  # the GPU waits while the host queues every repeat: they then run back to back
-        for i, (a, b) in enumerate(events):
-            a.record()
-            fn(calls + i)
-            b.record()
+        if queue_ahead_cycles(per_call, 1):
+            reps = min(reps, QUEUE_AHEAD_MAX_REPS)
+        chunks = queue_ahead_chunks(per_call, reps)
+        if chunks == [(0, 0)]:  # long calls: an event pair around each
+            spans = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), 1)
+                     for _ in range(reps)]
+            for i, (a, b, _) in enumerate(spans):
+                a.record()
+                fn(calls + i)
+                b.record()
+        else:  # short calls: one pair around each queued chunk, so no event's own cost lands in a call's time
+            spans = []
+            for first, cycles in chunks:
+                n = min(QUEUE_AHEAD_CHUNK, reps - first)
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda._sleep(cycles)  # the GPU waits while the host queues the chunk: it then runs back to back
+                a.record()
+                for i in range(first, first + n):
+                    fn(calls + i)
+                b.record()
+                spans.append((a, b, n))
         torch.cuda.synchronize(device)
-        samples = [a.elapsed_time(b) * 1e-3 for a, b in events]
+        samples = [a.elapsed_time(b) * 1e-3 / n for a, b, n in spans]
     else:
         samples = []
         for i in range(reps):

@@ -333,6 +333,18 @@ def test_short_gpu_calls_are_queued_behind_a_sleep_long_enough_for_the_host_to_i
     assert queue_ahead_cycles(QUEUE_AHEAD_BELOW_S, reps) == 0 and queue_ahead_cycles(5e-3, 10) == 0
 
 
+def test_queued_repeats_go_in_chunks_that_fit_the_launch_queue_each_behind_its_own_sleep():
+    """The host blocks once about a thousand launches are pending; 1,000 repeats queued behind one sleep would drain
+    while the host still issues them, and read the host's time again."""
+    from calibrate.timing import QUEUE_AHEAD_CHUNK, queue_ahead_chunks, queue_ahead_cycles
+    chunks = queue_ahead_chunks(30e-6, 1000)
+    assert [first for first, _ in chunks] == list(range(0, 1000, QUEUE_AHEAD_CHUNK))
+    assert QUEUE_AHEAD_CHUNK * 3 <= 1024 / 8  # 32 calls of a GEMM (one kernel, two events) with room to spare
+    assert chunks[0][1] == queue_ahead_cycles(30e-6, QUEUE_AHEAD_CHUNK)
+    assert chunks[-1][1] == queue_ahead_cycles(30e-6, 1000 % QUEUE_AHEAD_CHUNK)
+    assert queue_ahead_chunks(5e-3, 20) == [(0, 0)]
+
+
 def test_a_gpu_calibration_measures_the_per_tensor_adamw_loop_the_replay_steps():
     """The replay steps AdamW with foreach=False; a GPU profile without that implementation priced its optimizer
     from foreach's curve (27 ms where 61 were measured on an H200)."""

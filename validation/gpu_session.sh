@@ -10,10 +10,12 @@
 # `replay`: the replay only (it calibrates the scenario's own shapes first, then about 60 s per recompute mode).
 # On a 15-minute device budget: `FULL=1 ... profile` in one call, `... replay` in the next while the machine is warm.
 # Writes into OUTDIR: nvidia-smi.csv and torch.txt (what ran), clocks.csv (SM clock, power, temperature every 200 ms),
-# profile.json and calibrate.log (`python -m calibrate --gpu 0 [--quick]`), trace.log (profile_vs_trace), and
-# replay_gpu.md, replay_gpu.json and replay.log. On a device machine that returns few files, tar OUTDIR.
-# Each step has its own time limit (CAL_TIMEOUT, TRACE_TIMEOUT, REPLAY_TIMEOUT seconds), so one step failing or
-# running long leaves the others' results. Needs python3 with torch (CUDA) and the project's dependencies (simpy
+# timing_check.log (validation/gpu_timing_check.py: calibrate's timer against the kernels' traced time), profile.json
+# and calibrate.log (`python -m calibrate --gpu 0 [--quick]`), trace.log (profile_vs_trace), and replay_gpu.md, replay_gpu.json, replay_gpu_profile.json, replay.log, trace_none.rank0.json.gz (one traced step of
+# the replay without recompute) and step_trace.log (validation/step_trace.py: that step's kernels by class against
+# the simulator's price of them). On a device machine that returns few files, tar OUTDIR (the trace apart: it can be
+# large). Each step has its own time limit (CHECK_TIMEOUT, CAL_TIMEOUT, TRACE_TIMEOUT, REPLAY_TIMEOUT seconds), so one
+# step failing or running long leaves the others' results. Needs python3 with torch (CUDA) and the project's dependencies (simpy
 # among them: `pip install -e .` where the machine can reach PyPI, its wheel carried where it cannot).
 set -u
 out=${1:?usage: [FULL=1] gpu_session.sh OUTDIR [all|profile|replay]}
@@ -31,6 +33,10 @@ sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
 
 if [ "$mode" != replay ]; then
+  start=$(date +%s)
+  timeout "${CHECK_TIMEOUT:-90}" python3 validation/gpu_timing_check.py > "$out/timing_check.log" 2>&1
+  echo "gpu_timing_check exit $? after $(( $(date +%s) - start )) s"
+  cat "$out/timing_check.log"
   flags=()
   [ "${FULL:-0}" = 1 ] || flags=(--quick)
   start=$(date +%s)
@@ -49,7 +55,16 @@ fi
 
 if [ "$mode" != profile ]; then
   start=$(date +%s)
-  timeout "${REPLAY_TIMEOUT:-300}" python3 validation/replay_gpu.py --timeout 120 --out "$out" > "$out/replay.log" 2>&1
+  timeout "${REPLAY_TIMEOUT:-300}" python3 validation/replay_gpu.py --timeout 120 --trace-mode none --out "$out" \
+    > "$out/replay.log" 2>&1
   echo "replay_gpu exit $? after $(( $(date +%s) - start )) s"
   tail -n 12 "$out/replay.log"
+  if [ -f "$out/trace_none.rank0.json" ]; then
+    timeout 120 python3 validation/step_trace.py "$out/trace_none.rank0.json" \
+      --scenario scenarios/replay/gpu/1b-accum.yaml --profile "$out/replay_gpu_profile.json" \
+      > "$out/step_trace.log" 2>&1
+    echo "step_trace exit $?"
+    cat "$out/step_trace.log"
+    gzip -f "$out/trace_none.rank0.json"
+  fi
 fi

@@ -3,13 +3,16 @@ simulated, replayed and compared (step time within 10 %, peak memory within 5 %)
 
     python validation/replay_gpu.py [--device cuda|cpu] [--scenario FILE] [--modes none,selective,full]
                                     [--profile FILE] [--steps N] [--warmup N] [--set KEY=VALUE ...] [--out DIR]
+                                    [--trace-mode MODE]
 
 1. `python -m calibrate --gpu 0 --scenario SCENARIO` once (a GPU holds its speed, unlike this project's CPU
    VM; `--profile FILE` skips this and prices every plan from FILE).
 2. For each recompute mode: `python -m calibrate replay SCENARIO --set training.recompute=MODE --json`
    priced from that profile (the replay checks losses against a single-process run and asks the simulator).
 3. A table, also written to `OUT/replay_gpu.md` and `OUT/replay_gpu.json` (default `validation/results/`)
-   with the device's name from the profile's provenance and the commit.
+   with the device's name from the profile's provenance and the commit; the profile it calibrated as
+   `OUT/replay_gpu_profile.json`, and with `--trace-mode MODE` a torch.profiler trace of one more step of that
+   mode's replay as `OUT/trace_MODE.rank0.json` (`validation/step_trace.py` sums it by kernel class).
 
 The default scenario is `scenarios/replay/gpu/1b-accum.yaml` (Llama-3.2-1B, 4 micro-batches of 2).
 `--device cpu` runs the same loop on CPU processes (peak memory is then not measured, so its bar is not
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,6 +119,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per replay")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key")
+    ap.add_argument("--trace-mode", choices=MODES, help="also trace one more step of this mode's replay with "
+                    "torch.profiler into OUT/trace_MODE.rank0.json (validation/step_trace.py reads it)")
     ap.add_argument("--out", help="folder for replay_gpu.md/.json (default with --device cuda: validation/results)")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -134,13 +140,18 @@ def main(argv: list[str]) -> int:
             print(f"calibrating {args.device} for {scenario.name} ...", file=sys.stderr, flush=True)
             profile = calibrate_for(scenario, Path(tmp), args.device)
         measured = json.loads(profile.read_text())
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if not args.profile:  # the profile every prediction below is priced from
+                shutil.copyfile(profile, out_dir / "replay_gpu_profile.json")
         device_name = measured["provenance"]["device_name"]
         sets = tuple(args.set) + profile_topology(measured, args.set)
         rows, raw = [], []
         for mode in modes:
             print(f"replaying {scenario.name} with recompute {mode} ...", file=sys.stderr, flush=True)
+            trace = (out_dir / f"trace_{mode}.json" if out_dir is not None and mode == args.trace_mode else None)
             r = replay(scenario, profile, args.steps, args.warmup, args.timeout,
-                       (f"training.recompute={mode}", *sets))
+                       (f"training.recompute={mode}", *sets), trace)
             r["recompute"] = mode
             raw.append(r)
             rows.append(verdict(r))

@@ -63,11 +63,13 @@ def calibrate_for(scenario: Path, workdir: Path, device: str = "cpu") -> Path:
     return out
 
 
-def replay(scenario: Path, profile: Path, steps: int, warmup: int, timeout: float, overrides: tuple = ()) -> dict:
-    """`calibrate replay SCENARIO --json` priced from `profile`, with `overrides` (KEY=VALUE) set."""
+def replay(scenario: Path, profile: Path, steps: int, warmup: int, timeout: float, overrides: tuple = (),
+           torch_trace: Path | None = None) -> dict:
+    """`calibrate replay SCENARIO --json` priced from `profile`, with `overrides` (KEY=VALUE) set; `torch_trace`: a
+    torch.profiler trace of one more step (rank r's at FILE.rank<r>.json)."""
     sets = [a for kv in (f"cluster.profile={profile}", *overrides) for a in ("--set", kv)]
     cmd = [sys.executable, "-m", "calibrate", "replay", str(scenario), "--json", "--steps", str(steps),
-           "--warmup", str(warmup), *sets]
+           "--warmup", str(warmup), *sets, *(["--torch-trace", str(torch_trace)] if torch_trace else [])]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0

@@ -1,0 +1,149 @@
+"""Where a replayed step's time goes on the GPU, against where the simulator puts it: a torch.profiler trace of one
+step (`python -m calibrate replay SCENARIO --torch-trace FILE`, or `validation/replay_gpu.py --trace-mode MODE`)
+summed by kernel class, beside the same step priced from a calibration profile (the simulator's own trace, summed
+by the plan's op kinds).
+
+    python validation/step_trace.py TRACE --scenario FILE --profile FILE [--set KEY=VALUE ...] [--json]
+
+The scenario is priced on the topology of the profile's GPU unless `--set cluster.topology=...` says otherwise.
+
+Kernel classes, by kernel name (`KERNEL_CLASSES`): attention (FlashAttention, cuDNN's fused attention, any SDPA
+kernel), GEMM (cuBLAS / CUTLASS / nvjet kernels), optimizer (every kernel launched inside PyTorch's
+`Optimizer.step` range, whatever its name), memory-bound (the rest: norms, activations, casts, the loss, copies).
+It also prints the GPU's busy time (the union of kernel intervals) and the step's span (first kernel start to last
+kernel end): a span well above the busy time is a step the GPU waited in (the host issuing ops), a busy time well
+above the predicted kernels' sum is kernels running slower in the step than they were calibrated alone.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "validation"))
+
+CLASSES = ("gemm", "attention", "memory-bound", "optimizer")
+KERNEL_CLASSES = (("attention", ("flash", "fmha", "sdpa", "attention", "attn")),
+                  ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "splitk")))
+"""Name fragments (lower case) per class, tried in order (cuDNN's attention kernels also say sm90 / xmma)."""
+OPTIMIZER_RANGE = "Optimizer.step"
+"""The prefix of the CPU range torch.profiler records around every optimizer step (`Optimizer.step#AdamW.step`)."""
+SIMULATOR_KIND = {"gemm": "gemm", "attention": "attention", "elementwise": "memory-bound", "optimizer": "optimizer"}
+"""The plan's op kinds (simulator.plan.opgraph.Compute.kind) as kernel classes."""
+
+
+@dataclass(frozen=True)
+class StepKernels:
+    by_class_s: dict[str, float]
+    kernels: int
+    busy_s: float
+    """Union of the kernels' intervals."""
+    span_s: float
+    """First kernel's start to last kernel's end."""
+
+
+def kernel_class(name: str) -> str:
+    low = name.lower()
+    for cls, fragments in KERNEL_CLASSES:
+        if any(f in low for f in fragments):
+            return cls
+    return "memory-bound"
+
+
+def traced_kernels(trace: dict) -> StepKernels:
+    """Kernel time by class in a Chrome trace of torch.profiler (times in microseconds)."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    ranges = [(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in events
+              if e.get("ph") == "X" and str(e.get("name", "")).startswith(OPTIMIZER_RANGE)]
+    launched_in_step = {e["args"]["correlation"] for e in events
+                        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+                        and any(a <= e["ts"] <= b for a, b in ranges)}
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    by_class = dict.fromkeys(CLASSES, 0.0)
+    for k in kernels:
+        cls = "optimizer" if k.get("args", {}).get("correlation") in launched_in_step else kernel_class(k["name"])
+        by_class[cls] += k["dur"] * 1e-6
+    spans = sorted((k["ts"], k["ts"] + k["dur"]) for k in kernels)
+    busy, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    span = max(b for _, b in spans) - spans[0][0] if spans else 0.0
+    return StepKernels(by_class, len(kernels), busy * 1e-6, span * 1e-6)
+
+
+def predicted_by_class(sc) -> dict[str, float]:
+    """The step as the simulator prices it, its compute summed by kernel class (the engine's trace, one event per
+    op and micro-batch)."""
+    import tempfile  # noqa: PLC0415
+
+    from calibrate.plan import scenario_compute_ops  # noqa: PLC0415
+    from calibrate.replay.plan import as_replayed  # noqa: PLC0415
+    from simulator.run import simulate  # noqa: PLC0415
+
+    replayed = as_replayed(sc)
+    kinds = {op.name: SIMULATOR_KIND.get(op.kind, "memory-bound") for op in scenario_compute_ops(replayed)}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        report = simulate(replayed, trace_path=path)
+        events = json.loads(path.read_text())["traceEvents"]
+    out = dict.fromkeys(CLASSES, 0.0)
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") != "compute":
+            continue
+        op = str(e["name"]).rsplit(" ", 1)[-1]
+        if op in kinds:
+            out[kinds[op]] += e["dur"] * 1e-6
+    out["optimizer"] = max(out["optimizer"], report["breakdown"]["optimizer_s"])
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace", help="torch.profiler Chrome trace of one step")
+    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--profile", required=True, help="the calibration profile the step is priced from")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    from replay_gpu import profile_topology  # noqa: PLC0415
+    from simulator.errors import ScenarioError  # noqa: PLC0415
+    from simulator.scenario import load_scenario  # noqa: PLC0415
+    try:
+        trace = json.loads(Path(args.trace).read_text())
+        sets = (*args.set, *profile_topology(json.loads(Path(args.profile).read_text()), args.set))
+        sc = load_scenario(args.scenario, [*sets, f"cluster.profile={args.profile}"])
+    except (OSError, ValueError, ScenarioError) as e:
+        print(f"step_trace: {e}", file=sys.stderr)
+        return 2
+    traced = traced_kernels(trace)
+    if traced.kernels == 0:
+        print(f"step_trace: {args.trace} has no GPU kernel events (a trace of a CPU run?); nothing to compare",
+              file=sys.stderr)
+        return 2
+    predicted = predicted_by_class(sc)
+    rows = [{"class": c, "predicted_s": predicted[c], "traced_s": traced.by_class_s[c],
+             "error": predicted[c] / traced.by_class_s[c] - 1.0 if traced.by_class_s[c] else None} for c in CLASSES]
+    total = {"predicted_s": sum(predicted.values()), "kernels_s": sum(traced.by_class_s.values()),
+             "busy_s": traced.busy_s, "span_s": traced.span_s, "kernels": traced.kernels}
+    if args.json:
+        print(json.dumps({"rows": rows, "total": total}, indent=1))
+        return 0
+    print(f"{'class':14} {'predicted ms':>13} {'traced ms':>10} {'error':>8}")
+    for r in rows:
+        err = f"{r['error']:+7.1%}" if r["error"] is not None else "      -"
+        print(f"{r['class']:14} {r['predicted_s'] * 1e3:13.1f} {r['traced_s'] * 1e3:10.1f} {err:>8}")
+    print(f"{'all kernels':14} {total['predicted_s'] * 1e3:13.1f} {total['kernels_s'] * 1e3:10.1f} "
+          f"{total['predicted_s'] / max(total['kernels_s'], 1e-12) - 1:+7.1%}")
+    print(f"traced step: {traced.kernels} kernels, GPU busy {traced.busy_s * 1e3:.1f} ms of a {traced.span_s * 1e3:.1f} ms"
+          f" span ({1 - traced.busy_s / max(traced.span_s, 1e-12):.1%} idle)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
