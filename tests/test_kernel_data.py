@@ -256,3 +256,18 @@ def test_a_transfer_point_of_another_family_is_a_clear_error(tmp_path):
                                                                         "rule": "r", "points": [p]}}}))
     with pytest.raises(ScenarioError, match="family 'cudnn'"):
         load_data(str(bad))
+
+
+def test_the_h200_is_priced_from_the_h100s_published_kernels():
+    """hgx-h200 names the H100 as its chip (the same GH100 die; measured on an H200, the H100's published GEMM and
+    attention figures read within 3-7 % of it, validation/published_vs_measured.py): its compute-bound kernels cost
+    what the H100's do, and the report says whose points price them."""
+    h100, h200 = CostModel(load_topology("dgx-h100")), CostModel(load_topology("hgx-h200"))
+    for phase in ("fwd", "bwd"):
+        op = Compute("a", "attention", 4.0 * 32 * 4096 * 4096 * 128 * 0.5, 0.0, "bf16", (32, 4096, 4096, 128, 0.5, phase))
+        assert h200.spec_compute_time(op) == pytest.approx(h100.spec_compute_time(op))
+        assert h200.attention_efficiency(op) != ATTENTION_EFFICIENCY[phase]  # a table, not the spec constant
+    for dtype in ("bf16", "fp8"):
+        op = _gemm(8192, 8192, 8192, dtype)
+        assert h200.spec_compute_time(op) == pytest.approx(h100.spec_compute_time(op), rel=1e-3)
+    assert "H100 SXM5 80GB, the chip of H200 SXM 141GB" in h200.kernel_source()

@@ -9,7 +9,8 @@ source. From them:
   (least squares in log time, through the same roofline and launch gap `CostModel.spec_compute_time` adds). With
   fewer than `MIN_POINTS_FOR_KNEE` shapes the knee stays the spec-based one. Maximum-achievable-matmul points (the
   best shape of a sweep) are ceilings: they cap eta_max and never raise it, so a GPU/dtype with only such a point
-  keeps the spec-based eta_max where that is below the ceiling (BF16 on A100, H200 and GB200's B200 here). BF16 on H100
+  keeps the spec-based eta_max where that is below the ceiling (BF16 on A100 and GB200's B200 here; the shipped
+  H200 topology names the H100 as its `gpu.chip`). BF16 on H100
   and on HGX B200 is fitted to OpenXLA's published per-shape matmul table (1024-4096 per side) and a few points at
   larger shapes.
 - an attention efficiency table per kernel family (flash2, flash3, cudnn, triton_fa): the published TFLOP/s over peak,
