@@ -271,3 +271,15 @@ def test_the_h200_is_priced_from_the_h100s_published_kernels():
         op = _gemm(8192, 8192, 8192, dtype)
         assert h200.spec_compute_time(op) == pytest.approx(h100.spec_compute_time(op), rel=1e-3)
     assert "H100 SXM5 80GB, the chip of H200 SXM 141GB" in h200.kernel_source()
+
+
+@pytest.mark.parametrize("topology, fwd, bwd", [("dgx-b200", 1384.231, 994.850), ("gb200-nvl72", 1584.0, 1211.0)])
+def test_blackwell_attention_is_priced_from_nvidias_published_cudnn_benchmark(topology, fwd, bwd):
+    """B200 and GB200 price cuDNN attention from NVIDIA's cudnn-frontend SDPA benchmark (causal, head dim 128), not
+    the spec constants: at a published shape the efficiency is the published TFLOP/s over the GPU's BF16 peak."""
+    cm = CostModel(load_topology(topology))
+    peak = cm.peak_flops("bf16")
+    for phase, tflops in (("fwd", fwd), ("bwd", bwd)):
+        op = Compute("a", "attention", 1e12, 0.0, "bf16", (128, 8192, 8192, 128, 0.5, phase))
+        assert cm.attention_efficiency(op) == pytest.approx(tflops * 1e12 / peak)
+    assert "attention cudnn tables" in cm.kernel_source()

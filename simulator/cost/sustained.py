@@ -58,7 +58,9 @@ H100_SUSTAINED = SustainedGemm(
           "1.61x fast at 0.78 of peak; grid 0.55-0.57 (simulator/cost/sustained.py)")
 B200_SUSTAINED = SustainedGemm(
     0.47, "fitted on the corpus fit split's NeMo 25.09 DGX-B200 / DGX-GB200 FP8-CS Megatron rows through TE's FP8 GEMMs "
-          "at 1.036 times the BF16 share (grid 0.36-0.55: Megatron fit MAPE 6.43 % at 0.47; simulator/cost/sustained.py)")
+          "at 1.036 times the BF16 share (grid 0.36-0.55: Megatron fit MAPE 6.43 % at 0.47; re-run with cuDNN's "
+          "published Blackwell attention tables: 6.5 / 6.4 / 6.3 / 6.3 / 6.4 / 6.6 / 6.9 % at 0.44-0.50, kept; "
+          "simulator/cost/sustained.py)")
 SUSTAINED_GEMM = {
     "H100 SXM5 80GB": H100_SUSTAINED,
     "H200 SXM 141GB": SustainedGemm(H100_SUSTAINED.bf16_peak_efficiency,
