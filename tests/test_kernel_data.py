@@ -283,3 +283,27 @@ def test_blackwell_attention_is_priced_from_nvidias_published_cudnn_benchmark(to
         op = Compute("a", "attention", 1e12, 0.0, "bf16", (128, 8192, 8192, 128, 0.5, phase))
         assert cm.attention_efficiency(op) == pytest.approx(tflops * 1e12 / peak)
     assert "attention cudnn tables" in cm.kernel_source()
+
+
+def test_a_head_dim_blackwells_tables_lack_takes_the_h100s_ratio_between_head_dims():
+    """B200's cuDNN tables are published at head dim 128 only: head dim 64 runs at 128's value times cuDNN's 64 / 128
+    ratio on the H100 (the data file's head_dim_ratio), not at 128's speed."""
+    b200, h100 = CostModel(load_topology("dgx-b200")), CostModel(load_topology("dgx-h100"))
+
+    def eff(cm, d, phase):
+        return cm.attention_efficiency(Compute("a", "attention", 1e12, 0.0, "bf16", (32, 8192, 8192, d, 0.5, phase)))
+    for phase in ("fwd", "bwd"):
+        ratio = eff(h100, 64, phase) / eff(h100, 128, phase)
+        assert 0.6 < ratio < 0.9
+        assert eff(b200, 64, phase) == pytest.approx(eff(b200, 128, phase) * ratio)
+    assert "head_dim_ratio" in b200.kernel_source()
+
+
+def test_a_head_dim_ratio_must_name_another_gpu_of_the_file(tmp_path):
+    data = load_data()
+    bad = json.loads(json.dumps(data))
+    bad["gpus"]["B200 (HGX/DGX, 1,000 W)"]["head_dim_ratio"] = {"gpu": "nope", "rule": "r", "why": "w"}
+    path = tmp_path / "kd.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ScenarioError, match="head_dim_ratio"):
+        load_data(str(path))

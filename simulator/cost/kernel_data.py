@@ -24,6 +24,9 @@ source. From them:
   MPT's Triton FlashAttention (`triton_fa`) is published only beside FlashAttention-2 on an A100 (FA2 paper, Fig. 4,
   forward+backward); the paper's text gives the forward's share of the gap (`forward_gap`), which splits that sum
   between the phases (`Transfer.phase_ratio`).
+- a head-dim transfer (`head_dim_ratio` in a GPU's entry): a head dim the GPU's tables lack at both masks is priced
+  at the nearest published head dim's value times the same family's ratio between the two on the GPU it names
+  (B200 and GB200's cuDNN and FlashAttention-2 are published at head dim 128 only; the H100's ratios price 64).
 - a forward+backward point (`phase: fwd_bwd`) of a GPU with no per-phase figure (FlashAttention-2 on the A100: the
   README's fwd+bwd figure only) is priced as a forward and a backward point: its time shared between the phases as
   the same family shares it on the GPU its `fwd_bwd_split` names, at the same mask, head dim and sequence length
@@ -166,6 +169,9 @@ class GpuKernels:
     """family -> Transfer, for the families this GPU has no points of (`transfer_of`)."""
     split_by: dict = field(default_factory=dict)
     """family -> the GPU whose forward/backward balance split this GPU's fwd_bwd points of it (`phase_points`)."""
+    head_dims_from: "GpuKernels | None" = None
+    """The GPU (its tables in TFLOP/s) whose ratio between head dims prices a head dim this GPU's tables lack at
+    both masks (the data file's `head_dim_ratio`); None: the nearest head dim's value."""
 
     def attention_source(self, family: str) -> str | None:
         """What prices `family`'s attention on this GPU, for the report; None: no table (the spec constants)."""
@@ -174,6 +180,10 @@ class GpuKernels:
                     f"forward/backward time on the {self.split_by[family]} "
                     f"(a transfer, simulator/cost/kernel_data.json fwd_bwd_split)")
         if any(k[0] == family for k in self.attention):
+            ref = self.head_dims_from
+            if ref is not None and any(k[0] == family for k in ref.attention):
+                return (f"{family} tables, head dims they lack by {family}'s ratio between head dims on the {ref.gpu} "
+                        f"(a transfer, simulator/cost/kernel_data.json head_dim_ratio)")
             return f"{family} tables"
         t = self.transfers.get(family)
         if t is not None and any(k[0] == t.base for k in self.attention):
@@ -186,7 +196,8 @@ class GpuKernels:
         """The family's published efficiency at this shape; None when the family has no points for the phase.
         The op's mask's table when the family has one (else the other mask's), linear in head dim between its
         published head dims; beyond them, the nearest head dim's value times the other mask's ratio between the
-        two head dims where that mask has both (cuDNN's causal forward is published at head dim 128 only). A family
+        two head dims where that mask has both (cuDNN's causal forward is published at head dim 128 only), else
+        times the ratio on the GPU `head_dims_from` names (the data file's `head_dim_ratio`). A family
         without points here but with a `Transfer`: the base family's efficiency times the published ratio, split
         between the phases where the transfer has a forward gap (`Transfer.phase_ratio`)."""
         masks = {k[2] for k in self.attention if k[0] == family and k[1] == phase}
@@ -205,6 +216,11 @@ class GpuKernels:
         if nearest != d_head and other and other[0] <= min(d_head, nearest) and max(d_head, nearest) <= other[-1]:
             value *= (self._at_dims(family, phase, not mask, d_head, seq)
                       / self._at_dims(family, phase, not mask, nearest, seq))
+        elif nearest != d_head and self.head_dims_from is not None:
+            ref = self.head_dims_from
+            at_op, at_nearest = (ref.attention_efficiency(family, phase, causal, d, seq) for d in (d_head, nearest))
+            if at_op and at_nearest:
+                value *= at_op / at_nearest
         return value
 
     def _dims(self, family, phase, mask) -> list:
@@ -285,6 +301,11 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].phase", f"{p['phase']!r} is unknown",
                                         " | ".join(PHASES))
         _check_split(data["gpus"], gpu, f"{where}: gpus.{gpu}.fwd_bwd_split")
+        by = entry.get("head_dim_ratio")
+        if by is not None and not (isinstance(by, dict) and by.get("gpu") in data["gpus"] and by["gpu"] != gpu
+                                   and by.get("rule") and by.get("why")):
+            raise ScenarioError(f"{where}: gpus.{gpu}.head_dim_ratio", f"{by!r}",
+                                "{gpu: another GPU of this file, rule: what it prices, why: the evidence for it}")
     if not isinstance(data.get("transfers", {}), dict):
         raise ScenarioError(f"{where}: transfers", "expected an object",
                             "family -> {base, gpu, phase, rule, points, forward_gap (optional)}")
@@ -423,4 +444,6 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
     own = {k[0] for k in attention}
     transfers = {f: t for f in load_data(path).get("transfers", {}) if f not in own
                  for t in [transfer_of(f, path)] if t is not None}
-    return GpuKernels(gpu_name, gemm, attention, transfers, split_by)
+    by = load_data(path)["gpus"][gpu_name].get("head_dim_ratio")
+    ref = GpuKernels(by["gpu"], {}, attention_tables(phase_points(by["gpu"], path), None)) if by else None
+    return GpuKernels(gpu_name, gemm, attention, transfers, split_by, ref)
