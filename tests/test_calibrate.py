@@ -364,3 +364,19 @@ def test_the_residual_adds_backward_is_timed_as_the_gradient_sum_where_the_strea
     pool = RandomPool(CPU, torch.float32, 4 * 4096)
     g1, g2 = pool.take(layout(spec), 3)
     assert torch.equal(runner(spec, "bwd", pool)(3), g1 + g2)
+
+
+def test_the_gpu_timing_check_says_nothing_to_check_without_a_gpu_and_times_all_three_ways(monkeypatch, capsys):
+    """validation/gpu_timing_check.py exits 0 with a message on a machine without CUDA; its rows (as issued, queued,
+    traced) come out for each shape, here on the CPU at one tiny shape."""
+    import sys
+    import torch
+    sys.path.insert(0, str(ROOT / "validation"))
+    import gpu_timing_check
+    if not torch.cuda.is_available():
+        assert gpu_timing_check.main([]) == 0
+        assert "no CUDA device" in capsys.readouterr().out
+    monkeypatch.setattr(gpu_timing_check, "SHAPES", [(64, 64, 64)])
+    monkeypatch.setattr(gpu_timing_check, "TRACE_REPS", 5)
+    (row,) = gpu_timing_check.rows(torch.device("cpu"))
+    assert row["shape"] == [64, 64, 64] and min(row["issued_s"], row["queued_s"], row["traced_s"]) > 0

@@ -388,7 +388,7 @@ def test_llm_foundry_bf16_and_fp8_rows_pair_on_precision_only():
     bf16 = sorted(i for i in runs if i.endswith("-bf16"))
     assert len(bf16) == 5
     for i in bf16:
-        assert _pair_kind(_flat(runs[i]), _flat(runs[i.replace("-bf16", "-fp8")])) == "precision", i
+        assert _pair_kind(_flat(runs[i]), _flat(runs[i.replace("-bf16", "-fp8")]), True) == "precision", i
 
 
 def test_a_cp_pair_may_set_the_cp_attention_exchange_on_its_cp_side_only():
@@ -397,8 +397,8 @@ def test_a_cp_pair_may_set_the_cp_attention_exchange_on_its_cp_side_only():
     from simulator.validate.corpus import _flat, _pair_kind
     doc = yaml.safe_load((REFERENCES / "llama3_405b.yaml").read_text())
     runs = {r["id"]: _flat(r["scenario"]) for r in doc["runs"]}
-    assert _pair_kind(runs["405b-16k-gpus-dp128"], runs["405b-16k-gpus-cp16-128k"]) == "cp"
-    assert _pair_kind({"parallel.cp": 1, "parallel.tp": 2}, {"parallel.cp": 2, "parallel.tp": 4}) is None
+    assert _pair_kind(runs["405b-16k-gpus-dp128"], runs["405b-16k-gpus-cp16-128k"], True) == "cp"
+    assert _pair_kind({"parallel.cp": 1, "parallel.tp": 2}, {"parallel.cp": 2, "parallel.tp": 4}, True) is None
 
 
 def test_bloom_row_builds_the_published_176b_model_and_the_stated_pipeline_split():
@@ -431,14 +431,14 @@ def test_torchtitan_compile_and_fp8_rows_pair_on_precision_and_the_two_defaults_
     from simulator.validate.corpus import _flat, _pair_kind
     a = {r["id"]: _flat(r["scenario"]) for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_sagemaker.yaml").read_text())["runs"]}
     (b,) = [_flat(r["scenario"]) for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_awsome.yaml").read_text())["runs"]]
-    assert _pair_kind(a["llama3-8b-32-h100-compile-2024"], a["llama3-8b-32-h100-compile-fp8-2024"]) == "precision"
-    assert _pair_kind(a["llama3-8b-32-h100-default-2024"], b) == "same recipe, another release"
+    assert _pair_kind(a["llama3-8b-32-h100-compile-2024"], a["llama3-8b-32-h100-compile-fp8-2024"], True) == "precision"
+    assert _pair_kind(a["llama3-8b-32-h100-default-2024"], b, False) == "same recipe, another release"
 
 
 def test_torchtitan_default_and_compiled_rows_pair_on_compile():
     from simulator.validate.corpus import _flat, _pair_kind
     a = {r["id"]: _flat(r["scenario"]) for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_sagemaker.yaml").read_text())["runs"]}
-    assert _pair_kind(a["llama3-8b-32-h100-default-2024"], a["llama3-8b-32-h100-compile-2024"]) == "compile"
+    assert _pair_kind(a["llama3-8b-32-h100-default-2024"], a["llama3-8b-32-h100-compile-2024"], True) == "compile"
 
 
 def test_crusoe_torchtitan_rows_run_fsdp2_over_every_gpu_with_the_tables_local_batch():
@@ -474,7 +474,7 @@ def test_async_tp_rows_pair_vanilla_and_async_tp_on_tp_overlap_alone():
     from simulator.validate.corpus import _flat, _pair_kind
     runs = {r["id"]: r["scenario"] for r in yaml.safe_load((REFERENCES / "torchtitan_llama3_async_tp.yaml").read_text())["runs"]}
     for base, dp, batch in (("llama3-70b-256-h100-tp8-bf16", 32, 16), ("llama3-8b-64-h100-tp8-bf16", 8, 12)):
-        assert _pair_kind(_flat(runs[base]), _flat(runs[base + "-async-tp"])) == "tp_overlap"
+        assert _pair_kind(_flat(runs[base]), _flat(runs[base + "-async-tp"]), True) == "tp_overlap"
         for rid in (base, base + "-async-tp"):
             sc = scenario_from_mapping(runs[rid], base_dir=ROOT)
             p, t = sc.parallel, sc.training
@@ -503,3 +503,16 @@ def test_the_nemo_22_08_a100_rows_are_fit_rows_run_as_the_recipe_at_the_table_co
         if rid in printed:
             assert c.tokens_per_s_per_gpu * sc.gpus == printed[rid]
 
+
+
+def test_one_benchmarks_sdpa_back_ends_pair_as_attention_kernel_and_releases_only_across_files():
+    """NVIDIA's Llama 3.2 1B benchmark times each shape with cuDNN and FlashAttention-2 through SDPA: within one file
+    the two rows pair as 'attention kernel'; the same difference across two files stays 'same recipe, another
+    release' (torchtitan's SDPA back end changed between releases)."""
+    from simulator.validate.corpus import _flat, _pair_kind
+    runs = {r["id"]: _flat(r["scenario"]) for r in yaml.safe_load((REFERENCES / "hf_llama32_1b_b200.yaml").read_text())["runs"]}
+    assert len(runs) == 12
+    for shape in ("bs24-sl768", "bs1-sl16384"):
+        a, b = runs[f"llama32-1b-1-b200-{shape}-cudnn"], runs[f"llama32-1b-1-b200-{shape}-flash"]
+        assert _pair_kind(a, b, True) == "attention kernel"
+        assert _pair_kind(a, b, False) == "same recipe, another release"

@@ -49,6 +49,7 @@ PAIR_KEYS = (
     ("recompute", ("training.recompute", "training.recompute_layers"), ("parallel.sp",)),
     ("tp_overlap", ("framework.tp_comm_overlap", "parallel.overlap_tp"), ()),
     ("compile", ("framework.compile",), ()),
+    ("attention kernel", ("framework.sdpa_backend",), ()),
     ("ep_overlap", ("framework.overlap_moe_expert_parallel_comm", "parallel.ep_overlap"), ()),
     ("schedule", ("parallel.pp_schedule", "parallel.vpp", "parallel.pp_layers"), ()),
     ("cp", ("parallel.cp",), ("parallel.dp", "training.seq_len", "training.global_batch", "cluster.nodes", "parallel.cp_comm")),
@@ -57,7 +58,8 @@ PAIR_KEYS = (
 """Pair kinds: (kind, the keys that define it, keys that may change with it). A pair is of the first kind one of
 whose defining keys differs and whose keys cover the whole difference (`name` never counts); 'same recipe,
 another release' (nothing differs but what the release itself changed: torchtitan's SDPA backend) is the
-measurements' spread across releases. `parallel.cp_comm` (ring or all-gather attention) only means something
+measurements' spread across releases, paired across source files only (every other kind within one file, so
+'attention kernel' pairs one benchmark's SDPA back ends). `parallel.cp_comm` (ring or all-gather attention) only means something
 where cp > 1, so a cp pair may name it on one side only."""
 
 
@@ -165,9 +167,12 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def _pair_kind(a: dict, b: dict) -> Optional[str]:
+def _pair_kind(a: dict, b: dict, same_file: bool) -> Optional[str]:
+    """The pair's kind: 'same recipe, another release' across source files only, every other kind within one."""
     keys = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
     for kind, defining, also in PAIR_KEYS:
+        if (kind == PAIR_KEYS[0][0]) == same_file:
+            continue
         if keys <= set(defining) | set(also) and (not defining or keys & set(defining)):
             return kind
     return None
@@ -187,9 +192,9 @@ def feature_pairs(outcomes: list) -> list[dict]:
     rows = []
     for i, a in enumerate(scored):
         for b in scored[i + 1:]:
-            kind = _pair_kind(flat[a.case.id], flat[b.case.id])
             same_file = a.case.id.rsplit(":", 1)[0] == b.case.id.rsplit(":", 1)[0]
-            if kind is None or (kind == "same recipe, another release") == same_file:
+            kind = _pair_kind(flat[a.case.id], flat[b.case.id], same_file)
+            if kind is None:
                 continue
             if (a.case.tokens_per_s_per_gpu is None) != (b.case.tokens_per_s_per_gpu is None):
                 continue
