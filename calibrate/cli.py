@@ -32,6 +32,8 @@ MAX_CPU_RANKS = 64
 """--cpu-ranks: gloo processes on one host; each holds a torch runtime (~300 MB)."""
 MAX_SEED = 2**63 - 1
 """torch.manual_seed takes a 64-bit seed."""
+MAX_BUDGET_S = 7 * 24 * 3600.0
+"""--budget-s: at most a week."""
 
 
 def terminate_on_sigterm() -> None:
@@ -56,6 +58,8 @@ def check_numbers(args) -> None:
         raise BadInput(f"--cpu-ranks {args.cpu_ranks}: must be at least 1 and at most {MAX_CPU_RANKS}")
     if not 0 <= args.seed <= MAX_SEED:
         raise BadInput(f"--seed {args.seed}: must be 0 .. 2**63-1")
+    if args.budget_s is not None and not 0 < args.budget_s <= MAX_BUDGET_S:
+        raise BadInput(f"--budget-s {args.budget_s:g}: must be more than 0 and at most {MAX_BUDGET_S:g} seconds")
 
 
 def check_out(out: Path) -> None:
@@ -87,6 +91,9 @@ def parser() -> argparse.ArgumentParser:
                    help="CPU: gloo processes for the collectives (group sizes 2, 4, ... up to R; default 2)")
     p.add_argument("--only", metavar="LIST", help=f"comma-separated subset of {','.join(PROBE_NAMES)}")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget-s", type=float, metavar="S",
+                   help="stop measuring after S seconds and write what was measured (the rest is listed as skipped): "
+                        "for a machine lent for a fixed time")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
     return p
 
@@ -206,7 +213,7 @@ def _calibrate(args, argv: list[str]) -> int:
     ctx = Context(device=device, plan=plan, seed=args.seed)
     # the bar only on a terminal (a pipe or CI log gets the wall-time line alone)
     bar = not args.no_progress and stderr_is_terminal()
-    profile = calibrate(ctx, RunOptions(probes=probes, threads=threads, progress=bar), prov,
+    profile = calibrate(ctx, RunOptions(probes=probes, threads=threads, progress=bar, budget_s=args.budget_s), prov,
                         matching_spec(device, name), console)
     write_atomic(out, profile_text(profile))
     # piped output gets rich's 80 columns unless told: the table needs about 100

@@ -28,6 +28,8 @@ class RunOptions:
     """Which of PROBES and 'collectives' to run."""
     threads: int
     progress: bool = True
+    budget_s: float | None = None
+    """Seconds after which no further point is measured (they are listed as skipped); None: no limit."""
 
 
 def _run_task(task: Task, failed: dict[str, str], device: torch.device) -> tuple[dict | None, dict | None]:
@@ -42,6 +44,15 @@ def _run_task(task: Task, failed: dict[str, str], device: torch.device) -> tuple
         if device.type == "cuda":
             torch.cuda.empty_cache()
         return None, {"table": task.table, "what": task.what, "reason": first_line(e)}
+
+
+def spent(start: float, budget_s: float | None) -> bool:
+    """Whether the run's time budget (`--budget-s`) is used up."""
+    return budget_s is not None and time.monotonic() - start >= budget_s
+
+
+def budget_reason(budget_s: float) -> str:
+    return f"time budget spent (--budget-s {budget_s:g})"
 
 
 def calibrate(ctx: Context, opts: RunOptions, prov: dict, spec: dict | None, console: Console) -> dict:
@@ -70,6 +81,10 @@ def calibrate(ctx: Context, opts: RunOptions, prov: dict, spec: dict | None, con
         for i, tasks in enumerate(task_lists):
             for task in tasks:
                 bar.update(job, description=task.what)
+                if spent(start, opts.budget_s):
+                    skipped.append({"table": task.table, "what": task.what, "reason": budget_reason(opts.budget_s)})
+                    bar.advance(job)
+                    continue
                 entry, skip = _run_task(task, failed, ctx.device)
                 if isinstance(entry, list):  # a probe that measures several points at once
                     tables[task.table] += entry
@@ -79,7 +94,9 @@ def calibrate(ctx: Context, opts: RunOptions, prov: dict, spec: dict | None, con
                     skipped.append(skip)
                 bar.advance(job)
             task_lists[i] = []  # free the probe's input pools before the next probe
-        if coll_plan is not None:
+        if coll_plan is not None and spent(start, opts.budget_s):
+            skipped.append({"table": "collectives", "what": "all", "reason": budget_reason(opts.budget_s)})
+        elif coll_plan is not None:
             bar.update(job, description=f"collectives ({coll_plan.backend}, starting {coll_plan.max_world} processes)")
 
             def on_progress(what: str) -> None:

@@ -380,3 +380,20 @@ def test_the_gpu_timing_check_says_nothing_to_check_without_a_gpu_and_times_all_
     monkeypatch.setattr(gpu_timing_check, "TRACE_REPS", 5)
     (row,) = gpu_timing_check.rows(torch.device("cpu"))
     assert row["shape"] == [64, 64, 64] and min(row["issued_s"], row["queued_s"], row["traced_s"]) > 0
+
+
+def test_a_time_budget_writes_what_was_measured_and_lists_the_rest_as_skipped(tmp_path):
+    """--budget-s: a machine lent for a fixed time gets a profile of what fitted in it, not nothing (a full H200
+    sweep stopped by `timeout` once wrote no profile at all)."""
+    out = tmp_path / "cpu.json"
+    assert cli.main(["--device", "cpu", "--quick", "--only", "gemm,optimizer", "--budget-s", "1e-6", "--out", str(out),
+                     "--no-progress"]) == 0
+    prof = load_profile(out)
+    assert not prof.gemm and not prof.optimizer
+    assert prof.skipped and all("time budget spent (--budget-s 1e-06)" in s.reason for s in prof.skipped)
+
+
+def test_a_budget_out_of_range_is_one_line_and_exit_2(capsys):
+    assert cli.main(["--device", "cpu", "--budget-s", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--budget-s 0: must be more than 0" in err
