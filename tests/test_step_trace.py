@@ -29,11 +29,11 @@ def test_kernels_are_classed_by_name(name, cls):
 
 
 def trace():
-    """Three kernels in the step (two overlapping), one launched inside the optimizer's range."""
+    """Three kernels in the step (two overlapping), one launched inside the optimizer's range (through the driver API)."""
     return {"traceEvents": [
         {"ph": "X", "cat": "cpu_op", "name": "Optimizer.step#AdamW.step", "ts": 1000.0, "dur": 1000.0},
         {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 100.0, "dur": 5.0, "args": {"correlation": 1}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1500.0, "dur": 5.0, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "ts": 1500.0, "dur": 5.0, "args": {"correlation": 7}},
         {"ph": "X", "cat": "kernel", "name": "nvjet_tst_128x256", "ts": 200.0, "dur": 300.0, "args": {"correlation": 1}},
         {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 400.0, "dur": 200.0},
         {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "ts": 1600.0, "dur": 100.0,

@@ -32,6 +32,9 @@ KERNEL_CLASSES = (("attention", ("flash", "fmha", "sdpa", "attention", "attn")),
 """Name fragments (lower case) per class, tried in order (cuDNN's attention kernels also say sm90 / xmma)."""
 OPTIMIZER_RANGE = "Optimizer.step"
 """The prefix of the CPU range torch.profiler records around every optimizer step (`Optimizer.step#AdamW.step`)."""
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+"""Trace categories of the host calls that launch kernels (cudaLaunchKernel; cuLaunchKernel from the driver API, which
+cuBLAS's and Triton's kernels may use): their `correlation` names the kernel they launched."""
 SIMULATOR_KIND = {"gemm": "gemm", "attention": "attention", "elementwise": "memory-bound", "optimizer": "optimizer"}
 """The plan's op kinds (simulator.plan.opgraph.Compute.kind) as kernel classes."""
 
@@ -60,7 +63,7 @@ def traced_kernels(trace: dict) -> StepKernels:
     ranges = [(e["ts"], e["ts"] + e.get("dur", 0.0)) for e in events
               if e.get("ph") == "X" and str(e.get("name", "")).startswith(OPTIMIZER_RANGE)]
     launched_in_step = {e["args"]["correlation"] for e in events
-                        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+                        if e.get("ph") == "X" and e.get("cat") in LAUNCH_CATEGORIES and "correlation" in e.get("args", {})
                         and any(a <= e["ts"] <= b for a, b in ranges)}
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
     by_class = dict.fromkeys(CLASSES, 0.0)
