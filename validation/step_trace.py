@@ -12,7 +12,7 @@ kernel), GEMM (cuBLAS / CUTLASS / nvjet kernels), optimizer (every kernel launch
 `Optimizer.step` range, whatever its name), memory-bound (the rest: norms, activations, casts, the loss, copies).
 It also prints the GPU's busy time (the union of kernel intervals) and the step's span (first kernel start to last
 kernel end): a span well above the busy time is a step the GPU waited in (the host issuing ops; the profiler slows
-the host too, `calibrate replay --torch-trace` records Python frames, so compare the span with the untimed steps'
+the host too, `calibrate replay --torch-trace` records Python frames, so compare the span with the measured steps'
 time as well), a busy time well above the predicted kernels' sum is kernels running slower in the step than they
 were calibrated alone.
 """
