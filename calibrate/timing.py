@@ -99,7 +99,7 @@ def queue_ahead_cycles(per_call_s: float, reps: int) -> int:
 def queue_ahead_chunks(per_call_s: float, reps: int) -> list[tuple[int, int]]:
     """(first repeat, sleep cycles) for each chunk of at most QUEUE_AHEAD_CHUNK repeats that starts with a sleep;
     one chunk with no sleep for long calls."""
-    if queue_ahead_cycles(per_call_s, 1) == 0:
+    if per_call_s >= QUEUE_AHEAD_BELOW_S:
         return [(0, 0)]
     return [(first, queue_ahead_cycles(per_call_s, min(QUEUE_AHEAD_CHUNK, reps - first)))
             for first in range(0, reps, QUEUE_AHEAD_CHUNK)]
@@ -135,10 +135,7 @@ def _measure_once(fn: Callable[[int], object], device: torch.device, budget: Bud
     per_call = max(min(warm[1:] or warm), 1e-7)
     reps = int(min(budget.max_reps, max(budget.min_reps, math.ceil(budget.target_s / per_call))))
     if device.type == "cuda":
-        if queue_ahead_cycles(per_call, 1):
-            reps = min(reps, QUEUE_AHEAD_MAX_REPS)
-        chunks = queue_ahead_chunks(per_call, reps)
-        if chunks == [(0, 0)]:  # long calls: an event pair around each
+        if per_call >= QUEUE_AHEAD_BELOW_S:  # long calls: an event pair around each
             spans = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), 1)
                      for _ in range(reps)]
             for i, (a, b, _) in enumerate(spans):
@@ -146,8 +143,9 @@ def _measure_once(fn: Callable[[int], object], device: torch.device, budget: Bud
                 fn(calls + i)
                 b.record()
         else:  # short calls: one pair around each queued chunk, so no event's own cost lands in a call's time
+            reps = min(reps, QUEUE_AHEAD_MAX_REPS)
             spans = []
-            for first, cycles in chunks:
+            for first, cycles in queue_ahead_chunks(per_call, reps):
                 n = min(QUEUE_AHEAD_CHUNK, reps - first)
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 torch.cuda._sleep(cycles)  # the GPU waits while the host queues the chunk: it then runs back to back

@@ -162,8 +162,7 @@ def main(argv: list[str]) -> int:
             f"bars: step time {TIME_BAR:.0%}, peak memory {MEMORY_BAR:.0%}: {'met' if ok else 'NOT met'}")
     text = f"{head}\n\n{table(rows)}\n"
     print(text)
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir is not None:  # made before the replays (their traces and the profile went there)
         (out_dir / "replay_gpu.md").write_text(text)
         (out_dir / "replay_gpu.json").write_text(json.dumps(
             {"device_name": device_name, "device": args.device, "commit": _commit(), "scenario": str(scenario.name),

@@ -396,6 +396,12 @@ def attention_tables(points: list[dict], peaks: dict | None) -> dict:
     return {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
 
 
+def reference_kernels(gpu_name: str, path: str = str(DATA_FILE)) -> GpuKernels:
+    """Another GPU's published per-phase attention tables in TFLOP/s, whose ratios price a transfer to this one
+    (`fwd_bwd_split`, `head_dim_ratio`); its forward+backward points are left out (`attention_tables`)."""
+    return GpuKernels(gpu_name, {}, attention_tables(gpu_points(gpu_name, path)["attention"], None))
+
+
 def phase_points(gpu_name: str, path: str = str(DATA_FILE)) -> list[dict]:
     """One GPU's attention points by phase: its forward and backward points as published, and each forward+backward
     point as a forward and a backward point, `split_fwd_bwd` by the same family's tables on the GPU its
@@ -407,7 +413,7 @@ def phase_points(gpu_name: str, path: str = str(DATA_FILE)) -> list[dict]:
     split = []
     if any(p["phase"] == "fwd_bwd" for p in points):
         by = entry["fwd_bwd_split"]["gpu"]
-        ref = GpuKernels(by, {}, attention_tables(gpu_points(by, path)["attention"], None))
+        ref = reference_kernels(by, path)
         for p in (p for p in points if p["phase"] == "fwd_bwd"):
             shape = (bool(p["causal"]), p["d_head"], p["seq"])
             ref_fwd, ref_bwd = (ref.attention_efficiency(p["family"], ph, *shape) for ph in ("fwd", "bwd"))
@@ -445,5 +451,4 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
     transfers = {f: t for f in load_data(path).get("transfers", {}) if f not in own
                  for t in [transfer_of(f, path)] if t is not None}
     by = load_data(path)["gpus"][gpu_name].get("head_dim_ratio")
-    ref = GpuKernels(by["gpu"], {}, attention_tables(phase_points(by["gpu"], path), None)) if by else None
-    return GpuKernels(gpu_name, gemm, attention, transfers, split_by, ref)
+    return GpuKernels(gpu_name, gemm, attention, transfers, split_by, reference_kernels(by["gpu"], path) if by else None)
