@@ -120,6 +120,14 @@ class ModelSpec:
     (MLA + MoE for DeepSeek-V3), a final norm, then the shared LM head and a cross-entropy loss. The
     embedding and the head are the main model's; the modules sit on the last pipeline stage (`plan/mtp.py`).
     0 = none (at most MAX_MTP_LAYERS)."""
+    parallel_block: bool = False
+    """Attention and MLP side by side on one normalised input, y = x + Attn(LN(x)) + MLP(LN(x)) (GPT-J, PaLM
+    §2 "Parallel Layers", GPT-NeoX's use_parallel_residual, Falcon's parallel_attn, Cohere; MegaScale's
+    "parallel transformer block", Jiang et al. 2024 §3.1), instead of one after the other. One norm and one
+    residual add per layer; under TP the two branches' partial outputs are summed before one all-reduce (with
+    SP, one all-gather of the shared input and one reduce-scatter of the sum) instead of two each. A model
+    whose two branches normalise separately (GPT-NeoX, Falcon-40B: two norms of the same input) is priced with
+    one (the second norm is one memory-bound pass over the layer input). Dense layers only."""
     rope_theta: Optional[float] = field(default=None, metadata={"min": 1.0, "max": 1e12})
     """Rotary base (config.json rope_theta); null = the framework's default. Only the exports read it:
     it changes what the model learns, not what a step costs."""
@@ -202,6 +210,9 @@ def _check_model(m: ModelSpec, path: str) -> ModelSpec:
             raise ScenarioError(f"{path}.moe.top_groups", f"{m.moe.top_groups} exceeds groups {m.moe.groups}", f"1 .. {m.moe.groups}")
         if m.moe.dense_layers >= m.layers:
             raise ScenarioError(f"{path}.moe.dense_layers", f"{m.moe.dense_layers} leaves no MoE layer of {m.layers}")
+    if m.parallel_block and m.moe:
+        raise ScenarioError(f"{path}.parallel_block", "a parallel block with MoE layers is not modelled",
+                            "false for a model with moe")
     if m.mtp_layers and m.layers + m.mtp_layers > MAX_LAYERS:
         raise ScenarioError(f"{path}.mtp_layers", f"{m.mtp_layers} MTP layers after {m.layers} exceed MAX_LAYERS = {MAX_LAYERS}",
                             f"0 .. {MAX_LAYERS - m.layers}")
@@ -301,6 +312,9 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
         raw["mtp_layers"] = mtp
     if gpt:
         raw["positions"] = take("positions", "n_positions", "max_position_embeddings", default=0)
+    parallel = _parallel_block(cfg, mtype)
+    if parallel is not None:
+        raw["parallel_block"], source["parallel_block"] = parallel
     tie = cfg.get("tie_word_embeddings")
     raw["tie_embeddings"] = gpt if tie is None else tie  # GPT-2/3 tie; Llama-family configs say so explicitly
     if cfg.get("head_dim"):
@@ -315,6 +329,24 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
         if key in source:
             raise ScenarioError(f"{path} config.json {source[key]}", e.problem, e.allowed) from None
         raise
+
+
+PARALLEL_BLOCK_KEYS = {"gpt_neox": ("use_parallel_residual", True), "falcon": ("parallel_attn", True),
+                       "stablelm": ("use_parallel_residual", False)}
+"""config.json keys that choose the parallel block, with transformers' default where the key is absent
+(GPTNeoXConfig, FalconConfig, StableLmConfig __init__ defaults)."""
+ALWAYS_PARALLEL = ("gptj", "cohere", "phi")
+"""Model types whose decoder layer always sums attention and MLP of one input (transformers GPTJBlock,
+CohereDecoderLayer, PhiDecoderLayer: `attn_output + feed_forward_hidden_states + residual`)."""
+
+
+def _parallel_block(cfg: dict, mtype: str) -> tuple[Any, str] | None:
+    """(the `parallel_block` value, the config key it came from) for configs that say, else None."""
+    if mtype in ALWAYS_PARALLEL:
+        return True, "model_type"
+    key, default = PARALLEL_BLOCK_KEYS.get(mtype, ("use_parallel_residual", None))
+    value = cfg.get(key, default)
+    return None if value is None else (value, key if key in cfg else "model_type")
 
 
 def _times(k: int, value):

@@ -53,8 +53,8 @@ def mlp_params(m: ModelSpec, ffn: int) -> int:
 
 
 def norm_params(m: ModelSpec) -> int:
-    """Two norms per layer: RMSNorm has a weight (h), LayerNorm a weight and a bias (2h)."""
-    return 2 * m.hidden * (1 if m.arch == "llama" else 2)
+    """Two norms per layer (one in a parallel block): RMSNorm has a weight (h), LayerNorm a weight and a bias (2h)."""
+    return (1 if m.parallel_block else 2) * m.hidden * (1 if m.arch == "llama" else 2)
 
 
 def mtp_extra_norm_params(m: ModelSpec) -> int:

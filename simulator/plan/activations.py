@@ -99,7 +99,9 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     non-SP layout). CP: local s/c queries against all s keys. MoE layer: router input and fp32
     probabilities, the dispatched rows (tokens x top_k x ep_imbalance) through the expert FFN, the
     per-row probability the weighted SwiGLU keeps (`PERMUTED_PROB_BYTES`; a GeLU expert keeps its
-    outputs for the weighted combine instead), and shared experts as a dense FFN. Under precision fp8
+    outputs for the weighted combine instead), and shared experts as a dense FFN. A parallel block
+    (`model.parallel_block`) keeps one norm input and one projection input for both branches, and one
+    dropout mask. Under precision fp8
     the inputs kept only for FP8 GEMMs are stored in FP8 (`FP8_GEMM_INPUTS`)."""
     rc = recompute or layer_recompute(sc, layer)
     m, z = sc.model, shard(sc)
@@ -180,6 +182,9 @@ def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str,
         terms.update(_mlp_terms(sc, z, m.ffn_hidden / z.t, T, ""))
     if m.hidden_dropout:
         terms["mlp_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
+    if m.parallel_block:  # one norm, whose output both branches read; one bias-dropout-add of their sum
+        for k in ("norm2_input", "fc1_input", "attn_dropout_mask"):
+            terms.pop(k, None)
     if wgrad_input_saved(sc) and sc.parallel.sp and z.t > 1:
         # DTensor TP: the column linears' autograd keeps the all-gathered input, not the SP shard
         for k in ("qkv_input", "fc1_input"):

@@ -49,6 +49,8 @@ def autocast_layer_terms(sc: Scenario, z: Shard, terms: dict[str, float]) -> dic
     for key in ("norm1_input", "norm2_input", "layer_input"):
         if key in out:
             out[key] *= RESIDUAL_BYTES / z.ab
+    if m.parallel_block and "qkv_input" in out:  # w1 (and w3) cast the shared norm output afresh too
+        out["fc1_input"] = out["qkv_input"]
     for key, casts in PROJECTION_CASTS.items():
         if key in out:
             out[key] *= casts if (key == "qkv_input" or m.gated_mlp) else 1

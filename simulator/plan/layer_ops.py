@@ -169,6 +169,9 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
         seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
     _attention_forward(sc, z, seq, tag)
     _gemm(sc, seq, gemm("out_proj", z.T, z.h, z.q, z))
+    if m.parallel_block:
+        _parallel_mlp(sc, z, seq, sp)
+        return seq
     if z.t > 1:
         seq.comm(tp_collective(sc, z, "sp_reducescatter_attn" if sp else "tp_allreduce_attn", "reduce_scatter" if sp else "all_reduce"))
     seq.compute(residual_add(sc, z, "residual1"))
@@ -215,6 +218,29 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     seq.compute(residual_add(sc, z, "residual2"))
     return seq
 
+
+def _parallel_mlp(sc: Scenario, z: Shard, seq: OpList, sp: bool) -> None:
+    """The MLP branch of a parallel block (`model.parallel_block`), after the attention branch's out-projection:
+    it reads the same normalised (and, with SP, gathered) input, so no second norm or all-gather; the
+    out-projection's partial output is FC2's accumulator (C = A B + C: one more read of a T x h tensor), and
+    the branches' sum goes through one all-reduce (one reduce-scatter with SP) and one residual add. The
+    backward mirrors it (`layer_passes`): one gather of the output gradient, both branches' dgrads summed into
+    the QKV dgrad's output, one reduce-scatter (or all-reduce) of the input gradient."""
+    ops = _mlp_ops(sc, z, moe=False)
+    if not ops:
+        raise ValueError("a parallel block's MLP has no columns on this rank")  # tp > ffn_hidden: refused upstream
+    for op in ops[:-1]:
+        _compute(sc, seq, op)
+    _compute(sc, seq, replace(ops[-1], bytes=ops[-1].bytes + BRANCH_SUM_READ * z.T * z.h * z.ab))
+    if z.t > 1:
+        seq.comm(tp_collective(sc, z, "sp_reducescatter_block" if sp else "tp_allreduce_block",
+                               "reduce_scatter" if sp else "all_reduce"))
+    seq.compute(residual_add(sc, z, "residual"))
+
+
+BRANCH_SUM_READ = 1
+"""Passes over a T x h tensor that summing a parallel block's two branches adds: the other branch's output
+read as the GEMM's C operand (cuBLAS beta = 1; Transformer Engine's GEMM `accumulate`)."""
 
 EP_COUNT_BYTES = 8
 """Bytes per expert of the token-count exchange that precedes every EP dispatch: the ranks must know how
@@ -272,7 +298,8 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     wgrad_ag: list[Comm] = []
     sp = sc.parallel.sp and z.t > 1
     async_linear = tp_linear_async(sc)
-    regather = None  # async column linear: its re-gather's node, then its wgrad waits for the dgrad's reduce-scatter
+    regather = None  # async column linear: its re-gather's node, then its wgrads wait for the dgrad's reduce-scatter
+    parallel = sc.model.parallel_block
     micro_pipeline = sc.overlap_tp and overlap_mode(sc) == "micro_pipeline"
     saved_input = wgrad_input_saved(sc)
     last_gemm = None  # the GEMM the walk met last: the one a forward all-gather fed
@@ -288,14 +315,15 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
                 continue
             if regather is not None and op.dim == "tp" and op.collective == "all_gather":
                 # the column linear's dgrad reduce-scatter, under its wgrad GEMM (which needs the re-gather)
-                ag, wgrad = regather
+                ag, wgrads = regather
                 rs = b.comm(Comm(op.name + "_bwd", "tp", "reduce_scatter", op.bytes, blocking=False), extra=(ag,))
-                b.compute(wgrad, extra=(ag,))
+                for wgrad in wgrads:
+                    b.compute(wgrad, extra=(ag,))
                 b.pending.append(rs)
                 regather = None
                 continue
             blocking = op.blocking
-            if micro_pipeline and op.dim == "tp" and op.collective == "all_gather" and not _one_linear(sc, last_gemm):
+            if micro_pipeline and op.dim == "tp" and op.collective == "all_gather" and (parallel or not _one_linear(sc, last_gemm)):
                 # the dgrad's reduce-scatter reads the sum of several linears' dgrads: not a matmul's output, so
                 # the micro-pipeline pass leaves it a plain collective the norm's backward waits for
                 blocking = True
@@ -321,23 +349,31 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         if op.kind == "gemm":
             last_gemm = op.name
         dgrad, wgrad = backward_of(op, z)
+        if parallel and op.name == "qkv":  # the MLP branch's input gradient is this dgrad's accumulator
+            dgrad = replace(dgrad, bytes=dgrad.bytes + BRANCH_SUM_READ * z.T * z.h * z.ab)
         if async_linear and op.name in COLUMN_LINEARS and wgrad is not None:
-            # re-gather the SP input under the dgrad GEMM; the wgrad comes with the reduce-scatter (above)
-            regather_op = replace(tp_collective(sc, z, op.name + "_regather_wgrad", "all_gather"), blocking=False)
-            regather = (b.comm(regather_op), wgrad)
+            # re-gather the SP input under the dgrad GEMM; the wgrad comes with the reduce-scatter (above). A
+            # parallel block's two column linears read one gathered input: the second shares the first's re-gather
+            if regather is None:
+                regather_op = replace(tp_collective(sc, z, op.name + "_regather_wgrad", "all_gather"), blocking=False)
+                regather = (b.comm(regather_op), [wgrad])
+            else:
+                regather[1].append(wgrad)
             b.compute(dgrad)
             continue
         if dgrad is not None:
             b.compute(dgrad)
         if wgrad is not None:
             w_ops.append(wgrad)
-        if op.kind == "gemm" and op.name in COLUMN_LINEARS and z.t > 1 and not sp:
+        if op.kind == "gemm" and op.name in COLUMN_LINEARS and z.t > 1 and not sp and not (parallel and op.name == "fc1"):
+            # (a parallel block all-reduces its two branches' input gradients once, after the QKV dgrad)
             b.comm(tp_collective(sc, z, f"tp_allreduce_{op.name}_dgrad", "all_reduce"))
     # weight-grad list: norm weight grads are folded into their backward kernels
     w = OpList()
     ag = {c.name.split("_", 2)[-1].replace("_wgrad", ""): c for c in wgrad_ag}
     for op in w_ops:
-        key = {"qkv_wgrad": "attn", "fc1_wgrad": "mlp", "shared_fc1_wgrad": "shared"}.get(op.name)
+        # a parallel block's FC1 reads the attention's gathered input: its weight gradient, met first, waits for it
+        key = {"qkv_wgrad": "attn", "fc1_wgrad": "attn" if parallel else "mlp", "shared_fc1_wgrad": "shared"}.get(op.name)
         if key and key in ag:
             # the re-gather reads the saved SP-sharded input: with overlap_tp it starts at once, behind earlier
             # W GEMMs; without, it runs in line like every other TP collective
