@@ -77,8 +77,8 @@ class Training:
     block --recompute-num-layers N). Null: every layer. Only with recompute full."""
     attention: str = field(default="flash", metadata={"choices": ("flash", "eager")})
     """flash: the scores are never stored (FlashAttention); eager: softmax scores and dropout mask are (s^2 terms)."""
-    optimizer: str = field(default="adamw", metadata={"choices": ("adamw", "sgd")})
-    """adamw: two fp32 moments per parameter; sgd: none (plain SGD without momentum)."""
+    optimizer: str = field(default="adamw", metadata={"choices": ("adamw", "sgd", "lamb")})
+    """adamw: two fp32 moments per parameter; lamb: those and a per-tensor trust ratio (`step_ops.LAMB_EXTRA_BYTES`); sgd: none (no momentum)."""
     optimizer_impl: Optional[str] = field(default=None, metadata={"choices": ("fused", "foreach", "for_loop")})
     """Which implementation steps it, for a calibration profile's curves; null: the framework's (`optimizer_impl`)."""
     grad_dtype: Optional[str] = field(default=None, metadata={"choices": ("fp32", "bf16")})

@@ -244,6 +244,8 @@ class CostModel:
             # H200 a 1B step's GEMM kernels ran faster than calibrate's (`sustained.py`)
             if op.kind == "optimizer":
                 t = self.profile.optimizer_time(op.shape[0], self.optimizer_impl)
+                if t is not None and len(op.shape) > 1:  # LAMB: AdamW's measured speed over LAMB's bytes
+                    t *= op.shape[1]
             else:
                 probed, scale = as_probed(op, self.eager_chains)
                 t = self.profile.compute_time(probed)

@@ -48,7 +48,9 @@ Transformer Engine `fp8_autocast`)."""
 MASTER_BYTES = 4
 """fp32 master copy of each weight under bf16/fp8 training (ZeRO §3.1; MEG-DO)."""
 ADAM_STATE_BYTES = 8
-"""Adam first and second moments, fp32 each (ZeRO §3.1: K = 12 with the master)."""
+"""Adam first and second moments, fp32 each (ZeRO §3.1: K = 12 with the master); LAMB keeps the same two."""
+MOMENT_OPTIMIZERS = ("adamw", "lamb")
+"""Optimizers that keep Adam's two moments per parameter."""
 AUTOCAST_CACHE_BYTES = 2
 """`training.autocast`: the bf16 copy autocast caches of each fp32 weight it casts (leaf tensors that
 require grad), kept until the outermost autocast context exits (torch.autocast `_enter`/`_exit`,
@@ -126,7 +128,7 @@ def state_bytes_per_param(precision: str, grad_bytes: int, optimizer: str, zero:
     W = G = 2, K = 12; MEG-DO: 18 and 6 + 12/d for bf16 weights and fp32 grads). `autocast`: the fp32
     parameter is its own master (W = 4, K = Adam's 8); its bf16 copy is a buffer (`autocast_cache`)."""
     w = 4 if autocast else WEIGHT_BYTES[precision]
-    k = (0 if precision == "fp32" or autocast else MASTER_BYTES) + (ADAM_STATE_BYTES if optimizer == "adamw" else 0)
+    k = (0 if precision == "fp32" or autocast else MASTER_BYTES) + (ADAM_STATE_BYTES if optimizer in MOMENT_OPTIMIZERS else 0)
     dw, dg, dk = sharding_policy(zero).state_divisors(group)
     return StateBytes(weights=w / dw, grads=grad_bytes / dg, optimizer=k / dk)
 

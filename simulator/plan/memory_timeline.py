@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from ..scenario import Scenario
 from .layout import last_chunk, rank_chunks
-from .memory import (ADAM_STATE_BYTES, HELD_BUFFERS, LAYER_TRANSIENTS, MASTER_BYTES, OPTIMIZER_TRANSIENTS,
+from .memory import (ADAM_STATE_BYTES, MOMENT_OPTIMIZERS, HELD_BUFFERS, LAYER_TRANSIENTS, MASTER_BYTES, OPTIMIZER_TRANSIENTS,
                      OUTSIDE_ALLOCATOR, _transient_total, buffer_bytes, embedding_activation_terms,
                      head_activation_terms, layer_activation_terms, static_bytes, zero_groups)
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_params, rank_params
@@ -103,7 +103,7 @@ def _units(sc: Scenario, pp_rank: int, chunk: int, grads_per_param: float) -> li
 def _adam_share(sc: Scenario) -> float:
     """Part of the optimizer bytes that Adam creates at its first step: m and v, not the fp32 master."""
     tr = sc.training
-    if tr.optimizer != "adamw":
+    if tr.optimizer not in MOMENT_OPTIMIZERS:
         return 0.0
     master = 0 if tr.precision == "fp32" or tr.autocast else MASTER_BYTES
     return ADAM_STATE_BYTES / (ADAM_STATE_BYTES + master)

@@ -161,19 +161,33 @@ def tied_embedding_allreduce(sc: Scenario) -> Comm | None:
                 sc.model.vocab * sc.model.hidden / sc.parallel.tp * sc.training.grad_bytes, blocking=True, group="embd")
 
 
-def optimizer_bytes_per_param(sc: Scenario) -> float:
+LAMB_EXTRA_BYTES = 20
+"""LAMB's HBM traffic per parameter beyond AdamW's, as apex's FusedLAMB runs it (csrc/multi_tensor_lamb.cu):
+stage 1 is Adam's pass but writes the update over the gradient (+4, the master not written), the per-tensor
+L2 norms of the master and of the update read both (+8), stage 2 reads update and master and writes the
+master (+12): 4 + 8 + 12 - 4 = 20 B (You et al. 2020, "Large Batch Optimization for Deep Learning", Alg. 2).
+The norms' cross-rank sum under a sharded optimizer (a few bytes per tensor) is not priced."""
+
+
+def optimizer_bytes_per_param(sc: Scenario, optimizer: str | None = None) -> float:
     """HBM traffic of one optimizer step per (sharded) parameter: AdamW reads grad, master, m, v and writes
     master, m, v and the 16-bit weight (~30 B, docs/modeling.md §7.4) plus ~4 B for the global grad norm;
-    SGD reads grad and master and writes master and weight."""
+    LAMB adds `LAMB_EXTRA_BYTES`; SGD reads grad and master and writes master and weight."""
+    optimizer = optimizer or sc.training.optimizer
     low = sc.training.precision != "fp32" and not sc.training.autocast  # autocast keeps no 16-bit copy to write
-    if sc.training.optimizer == "adamw":
-        return 4 * 4 + 3 * 4 + (2 if low else 0) + 4
+    if optimizer in ("adamw", "lamb"):
+        return 4 * 4 + 3 * 4 + (2 if low else 0) + 4 + (LAMB_EXTRA_BYTES if optimizer == "lamb" else 0)
     return 2 * 4 + 4 + (2 if low else 0) + 4
 
 
 def optimizer_op(sc: Scenario, params_on_rank: float) -> Compute:
-    return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * optimizer_bytes_per_param(sc), "fp32",
-                   (int(params_on_rank),))
+    """The optimizer step on this rank's parameter shard. A calibration profile measures AdamW's kernels: LAMB's
+    shape carries its bytes over AdamW's, which `CostModel` scales a measured time by (both are multi-tensor,
+    memory-bound passes)."""
+    shape: tuple = (int(params_on_rank),)
+    if sc.training.optimizer == "lamb":
+        shape += (optimizer_bytes_per_param(sc) / optimizer_bytes_per_param(sc, "adamw"),)
+    return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * optimizer_bytes_per_param(sc), "fp32", shape)
 
 
 def dp_buckets(sc: Scenario, tensors: Sequence[float], elt_bytes: int) -> list[float]:
