@@ -159,6 +159,10 @@ class Framework:
     """Where the column-parallel weight gradient's gathered input comes from (`TP_WGRAD_INPUTS`); null: `regather`."""
     fp8_output_layer: Optional[Sourced] = None
     """true: `training.precision: fp8` runs the output layer (LM head) in FP8 as well; null or false: it stays BF16."""
+    fp8_tp_all_gather: Optional[Sourced] = None
+    """true: under `training.precision: fp8` with tp > 1 the layers' TP all-gathers (the SP input of the column
+    linears forward, the output gradient backward) carry FP8 tensors, 1 byte per element; reduce-scatters stay
+    16-bit (`plan/float8_comm.py`); null or false: every TP collective is 16-bit."""
     mtp_from_config: Optional[Sourced] = None
     """false: the framework does not build the multi-token-prediction modules a model's config.json names
     (`num_nextn_predict_layers`) unless asked: a scenario whose `model` is a preset or a config file trains without
@@ -197,7 +201,7 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.selective_recompute", f"{fw.selective_recompute.value!r}", " | ".join(SELECTIVE_RECOMPUTES))
     if fw.tp_overlap is not None and fw.tp_overlap.value not in TP_OVERLAPS:
         raise ScenarioError(f"{where}.tp_overlap", f"{fw.tp_overlap.value!r}", " | ".join(TP_OVERLAPS))
-    for key in ("fp8_output_layer", "mtp_from_config", "grad_accum_cast", "pp_partitioned"):
+    for key in ("fp8_output_layer", "fp8_tp_all_gather", "mtp_from_config", "grad_accum_cast", "pp_partitioned"):
         entry = getattr(fw, key)
         if entry is not None and not isinstance(entry.value, bool):
             raise ScenarioError(f"{where}.{key}", f"{entry.value!r}", "true | false")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import fusion, op_sac
+from .float8_comm import cast_shares, fp8_tp_gathers, tp_collective_bytes
 from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
 from .documents import scenario_packing
 from .eager_attention import EAGER, EAGER_DROPOUT, eager_kernels
@@ -118,6 +119,27 @@ def _attention_backward(sc: Scenario, z: Shard, seq: OpList) -> None:
 
 # ----------------------------------------------------------------------------------- one layer
 
+def _gathered_gemm(sc: Scenario, z: Shard, seq: OpList, gather: str | None, g: Compute) -> None:
+    """A column linear behind its SP all-gather (`gather`, its name; None without SP) and its FP8 cast: the cast
+    runs before the all-gather where the framework gathers FP8 (`float8_comm.fp8_tp_gathers`: the gathered
+    tensor is the GEMM's FP8 operand, so the all-gather stays next to its GEMM), else right before the GEMM."""
+    cast = fp8_cast(sc, g, cast_shares(sc, g.name))
+    early = cast is not None and gather is not None and fp8_tp_gathers(sc)
+    if early:
+        seq.compute(cast)
+    if gather is not None:
+        seq.comm(_layer_gather(sc, z, gather))
+    if cast is not None and not early:
+        seq.compute(cast)
+    seq.compute(g)
+
+
+def _layer_gather(sc: Scenario, z: Shard, name: str) -> Comm:
+    """A layer's SP all-gather of a column linear's input: 16-bit, or FP8 where the framework gathers FP8
+    (`float8_comm.tp_collective_bytes`)."""
+    return replace(tp_collective(sc, z, name, "all_gather"), bytes=tp_collective_bytes(sc, z, "all_gather"))
+
+
 def _mlp_ops(sc: Scenario, z: Shard, moe: bool):
     """(forward GEMM/act list) for a dense MLP or the shared experts; FFN sharded by TP."""
     m = sc.model
@@ -141,7 +163,7 @@ def _moe_tokens(sc: Scenario, z: Shard) -> tuple[int, float]:
 
 def _gemm(sc: Scenario, seq: OpList, g: Compute) -> None:
     """A GEMM on the compute stream, behind its FP8 input quantization when it runs in FP8 (`opgraph.fp8_cast`)."""
-    cast = fp8_cast(sc, g)
+    cast = fp8_cast(sc, g, cast_shares(sc, g.name))
     if cast is not None:
         seq.compute(cast)
     seq.compute(g)
@@ -162,9 +184,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     if cast is not None:
         seq.compute(cast)
     seq.compute(elementwise("norm1", z.T_sp * z.h, NORM_PASSES[0], z))
-    if z.t > 1 and sp:
-        seq.comm(tp_collective(sc, z, "sp_allgather_attn", "all_gather"))
-    _gemm(sc, seq, gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
+    _gathered_gemm(sc, z, seq, "sp_allgather_attn" if sp else None, gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
     if m.rotary:
         seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
     _attention_forward(sc, z, seq, tag)
@@ -201,17 +221,17 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
         seq.compute(elementwise("unpermute", routed * e.top_k * z.h, 2, z))
         shared = _mlp_ops(sc, z, moe=True)
         if shared:
-            if sp:
-                seq.comm(tp_collective(sc, z, "sp_allgather_shared", "all_gather"))
-            for op in shared:
+            _gathered_gemm(sc, z, seq, "sp_allgather_shared" if sp else None, shared[0])
+            for op in shared[1:]:
                 _compute(sc, seq, op)
             if z.t > 1:
                 seq.comm(tp_collective(sc, z, "sp_reducescatter_shared" if sp else "tp_allreduce_shared",
                                   "reduce_scatter" if sp else "all_reduce"))
     else:
-        if sp:
-            seq.comm(tp_collective(sc, z, "sp_allgather_mlp", "all_gather"))
-        for op in _mlp_ops(sc, z, moe=False):
+        mlp = _mlp_ops(sc, z, moe=False)
+        if mlp:  # (none where tp exceeds ffn_hidden)
+            _gathered_gemm(sc, z, seq, "sp_allgather_mlp" if sp else None, mlp[0])
+        for op in mlp[1:]:
             _compute(sc, seq, op)
         if z.t > 1:
             seq.comm(tp_collective(sc, z, "sp_reducescatter_mlp" if sp else "tp_allreduce_mlp", "reduce_scatter" if sp else "all_reduce"))
@@ -327,7 +347,9 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
                 # the dgrad's reduce-scatter reads the sum of several linears' dgrads: not a matmul's output, so
                 # the micro-pipeline pass leaves it a plain collective the norm's backward waits for
                 blocking = True
-            b.comm(Comm(op.name + "_bwd", op.dim, _BWD_COMM[op.collective], op.bytes, blocking))
+            bwd = _BWD_COMM[op.collective]
+            nbytes = tp_collective_bytes(sc, z, bwd) if op.dim == "tp" else op.bytes  # an FP8 gather's gradient: 16-bit
+            b.comm(Comm(op.name + "_bwd", op.dim, bwd, nbytes, blocking))
             last_gemm = None
             if op.collective == "all_gather" and sp and not saved_input:
                 # Megatron re-gathers the SP input for the weight gradient (KOR22 §4.2.2), overlapped with dgrad

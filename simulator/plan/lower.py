@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .layout import chunk_owner, group_shape, rank_chunks
+from .float8_comm import amax_all_reduces, dense_gather_bytes, fsdp_fp8_gathers
 from .step_ops import (bucket_release_blocks, dp_buckets, optimizer_op, param_gather_buckets, pp_activation_bytes,
                         sp_norm_grad_allreduce, tied_embedding_allreduce)
 from .sharded_params import param_bytes
@@ -211,7 +212,11 @@ def _param_buckets(sc: Scenario, blocks: tuple[Block, ...], groups: dict) -> tup
             cum.append(acc)
         ends_per_group[g] = (sizes, cum)
         tensors = [t for b in blocks for t in getattr(b, attr)]
+        # FSDP's FP8 weight gathers under PP (float8_comm): each bucket at the blocks' mean bytes per element
+        fp8 = (sum(dense_gather_bytes(sc, b.key, b.tensors_dense) for b in blocks) / max(1e-30, sum(sizes))
+               if g == "dp_cp" and fsdp_fp8_gathers(sc) else 1.0)
         for j, (nbytes, start, _) in enumerate(_split_buckets(param_gather_buckets(sc, tensors))):
+            nbytes *= fp8
             k = min(bisect_right(cum, start * (1 + 1e-12) + 1e-9), len(blocks) - 1)
             found.append((k, 0 if g == "dp_cp" else 1, j, start, Comm("param_all_gather", "dp", "all_gather", nbytes,
                                                                      blocking=False, group=g)))
@@ -237,7 +242,11 @@ def _zero3(sc: Scenario, blocks: tuple[Block, ...], coll: str, groups: dict) -> 
         for g, n in zip(DP_GROUPS, (b.params_dense, b.params_expert)):
             uses = ("F" in b.letters or "B" in b.letters) if coll == "all_gather" else b.makes_grads
             if groups[g] > 1 and n > 0 and uses:
-                cs.append(Comm(name, "dp", coll, n * elt, blocking=False, group=g))
+                nbytes = n * elt
+                if coll == "all_gather" and g == "dp_cp":  # FP8 weights where FSDP gathers them so (float8_comm)
+                    cs.extend(amax_all_reduces(sc, b.key, b.tensors_dense, g))
+                    nbytes = dense_gather_bytes(sc, b.key, b.tensors_dense)
+                cs.append(Comm(name, "dp", coll, nbytes, blocking=False, group=g))
                 if coll == "reduce_scatter" and g == "dp_cp" and groups.get("dp_rep", 1) > 1:
                     cs.append(hsdp_replica_allreduce(n * elt, groups["dp_cp"]))
         out.append(tuple(cs))

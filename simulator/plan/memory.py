@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .float8_comm import gathered_param_bytes
 from . import op_sac
 from .autocast_saved import ce_backward_temporaries
 from .memory_fit import MemoryReport, fits, headroom_gib, stage_capacities
@@ -285,7 +286,7 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     if pol.gathers_per_block:
         # resharded: the blocks being gathered, used and prefetched; kept from forward to backward: every
         # block of the rank stays gathered through the steady state (a micro-batch is always in flight)
-        out["zero3_params"] = (ZERO3_LIVE_UNITS * unit if pol.regather_for_backward else rp.total) * param_bytes(sc)
+        out["zero3_params"] = (ZERO3_LIVE_UNITS * unit if pol.regather_for_backward else rp.total) * gathered_param_bytes(sc)
         out["zero3_grads"] = unit * tr.grad_bytes
     if tr.precision == "fp8":
         out["fp8_weight_cache"] = FP8_WEIGHT_CACHE_BYTES * (ZERO3_LIVE_UNITS * unit if pol.gathers_per_block else rp.total)

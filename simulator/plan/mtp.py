@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .float8_comm import cast_shares
 from .layer_ops import _gemm, backward_of, layer_passes
 from .opgraph import (NORM_PASSES, Comm, Compute, LayerPasses, Node, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward,
                       gemm, tp_collective)
@@ -68,7 +69,7 @@ def _proj_backward(sc: Scenario, z: Shard, b: OpList) -> Compute | None:
     sp = sc.parallel.sp and z.t > 1
     if sp:
         b.comm(tp_collective(sc, z, "mtp_sp_allgather_eh_proj_bwd", "all_gather"))
-    cast = fp8_cast(sc, eh_proj_gemm(z))
+    cast = fp8_cast(sc, eh_proj_gemm(z), cast_shares(sc, "eh_proj"))
     if cast is not None:  # FP8: the output gradient is quantized for the dgrad and wgrad GEMMs
         b.compute(fp8_cast_backward(cast))
     dgrad, wgrad = backward_of(eh_proj_gemm(z), z)

@@ -214,7 +214,7 @@ FP8_CASTS = {"te_delayed": TE_DELAYED, "te_delayed_uncached": TE_DELAYED_UNCACHE
 """A framework file's `fp8_recipe` (frameworks/spec.py FP8_RECIPES) -> the casts it prices."""
 
 
-def fp8_cast(sc: Scenario, g: Compute) -> Compute | None:
+def fp8_cast(sc: Scenario, g: Compute, shares: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> Compute | None:
     """The FP8 quantizations a GEMM needs in forward, as one memory-bound op before it: its input activation
     (m x k per kernel) and its weight (k x n), each `Fp8Casts.per_element` bytes per element; the weight once per
     step (1/m of it per micro-batch) where the recipe caches it. shape = (activation elements, weight elements,
@@ -222,13 +222,14 @@ def fp8_cast(sc: Scenario, g: Compute) -> Compute | None:
     (`fp8_cast_backward`). `repeat`: the kernels one micro-batch's activation quantization launches
     (`Fp8Casts.kernels_per_tensor`, per expert where the recipe has no multi-tensor kernel); the weights' launches,
     once per step where cached, are not counted. None for a GEMM not in FP8. The amax reductions across ranks are
-    not priced."""
+    not priced. `shares`: the parts of the activation, weight and output gradient this rank casts
+    (`float8_comm.cast_shares`: a shard where the framework casts before an FP8 all-gather)."""
     if g.dtype != "fp8" or g.kind != "gemm":
         return None
     m, n, k = g.shape
     casts = FP8_CASTS[sc.framework.fp8_recipe]
     per_elt = casts.per_element()
-    act, weight, grad = m * k * g.repeat, k * n * g.repeat, m * n * g.repeat
+    act, weight, grad = (x * g.repeat * share for x, share in zip((m * k, k * n, m * n), shares))
     nbytes = per_elt * (act + (weight / sc.micro_batches if casts.weight_per_step else weight))
     launches = casts.kernels_per_tensor * (1 if casts.grouped_fused else g.repeat)
     return Compute("fp8_cast_" + g.name, "elementwise", 0.0, float(nbytes), "bf16", (act, weight, grad, per_elt), launches)

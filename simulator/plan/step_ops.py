@@ -9,6 +9,7 @@ from dataclasses import replace
 from bisect import bisect_left
 from typing import Sequence
 
+from .float8_comm import PRECOMPUTE_AMAX_BYTES, fsdp_fp8_gathers, head_in_fp8
 from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
 from .opgraph import (CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, Comm, Compute,
                       Node, OpList, Shard, elementwise, gemm, shard, tp_collective)
@@ -42,10 +43,10 @@ def head_gemm(sc: Scenario, z: Shard, v: int) -> Compute:
     """The LM head's GEMM (tokens x vocab shard x hidden). Under FP8 it stays BF16 unless the framework runs its
     output layer in FP8 (`fp8_output_layer`: Megatron's output layer is a plain ColumnParallelLinear, not a TE
     module; torchtitan's float8 converter swaps every nn.Linear its empty `filter_fqns` does not name)."""
-    fw = sc.framework.spec.fp8_output_layer
-    if z.dtype == "fp8" and not (fw is not None and fw.value):
+    if z.dtype == "fp8" and not head_in_fp8(sc):
         z = replace(z, gb=GEMM_BYTES["bf16"], dtype="bf16")
     return gemm("lm_head", z.T, v, z.h, z)
+
 
 
 def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
@@ -184,10 +185,19 @@ def optimizer_op(sc: Scenario, params_on_rank: float) -> Compute:
     """The optimizer step on this rank's parameter shard. A calibration profile measures AdamW's kernels: LAMB's
     shape carries its bytes over AdamW's, which `CostModel` scales a measured time by (both are multi-tensor,
     memory-bound passes)."""
+    per_param = optimizer_bytes_per_param(sc) + _precompute_amax_bytes(sc)
     shape: tuple = (int(params_on_rank),)
-    if sc.training.optimizer == "lamb":
-        shape += (optimizer_bytes_per_param(sc) / optimizer_bytes_per_param(sc, "adamw"),)
-    return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * optimizer_bytes_per_param(sc), "fp32", shape)
+    if sc.training.optimizer == "lamb" or per_param != optimizer_bytes_per_param(sc):
+        shape += (per_param / optimizer_bytes_per_param(sc, "adamw"),)
+    return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * per_param, "fp32", shape)
+
+
+def _precompute_amax_bytes(sc: Scenario) -> float:
+    """torchtitan's `float8_precompute_scale`: the amax pass over the weight shards after the optimizer step
+    (`float8_comm.PRECOMPUTE_AMAX_BYTES` per parameter), else 0."""
+    if fsdp_fp8_gathers(sc) and sc.framework.option("float8_precompute_scale"):
+        return float(PRECOMPUTE_AMAX_BYTES)
+    return 0.0
 
 
 def dp_buckets(sc: Scenario, tensors: Sequence[float], elt_bytes: int) -> list[float]:
