@@ -82,3 +82,21 @@ def test_every_torchtitan_validation_row_says_which_sdpa_backend_its_versions_ra
     rows = [run for p in sorted((ROOT / "validation" / "references").glob("torchtitan_*.yaml"))
             for run in yaml.safe_load(p.read_text())["runs"]]
     assert rows and all(r["scenario"]["framework"].get("sdpa_backend") in ("cudnn", "flash") for r in rows)
+
+
+def _sac_layer(**framework):
+    from simulator.plan.layer_ops import layer_forward
+    from simulator.plan.op_sac import op_sac, recompute_list
+    from simulator.plan.opgraph import shard
+    sc = scenario_from_mapping(titan(**framework))
+    fwd = tuple(layer_forward(sc, 0, shard(sc), tag="R").nodes)
+    return op_sac(sc, shard(sc), fwd), [n.op.kind for n in recompute_list(sc, shard(sc), fwd).nodes]
+
+
+def test_releases_before_2025_12_re_run_cudnn_attention_in_the_op_sac_replay():
+    saved, rerun = _sac_layer(sdpa_backend="cudnn")
+    assert "attn" in saved.saved and "attention" not in rerun
+    old, old_rerun = _sac_layer(sdpa_backend="cudnn", op_sac_saves_cudnn=False)
+    assert "attn" not in old.saved and "attention" in old_rerun
+    flash, flash_rerun = _sac_layer(sdpa_backend="flash", op_sac_saves_cudnn=False)  # flash was always saved
+    assert "attn" in flash.saved and "attention" not in flash_rerun

@@ -55,6 +55,17 @@ def applies(sc) -> bool:
     return sc.training.recompute == "selective" and sel is not None and sel.value == "op"
 
 
+def _sdpa_saved(sc) -> bool:
+    """Whether the save list holds the SDPA op the scenario runs: always, but cuDNN's SDPA in torchtitan releases
+    before pytorch/torchtitan b39377f9f (#2095, 2025-12-01, "add all SDPA backends to op_sac_save_list"), whose list
+    named the flash and memory-efficient kernels only (torchtitan/parallelisms/parallelize_llama.py:206-207 at
+    25ec560): the framework option `op_sac_saves_cudnn` false. Unsaved, the attention forward re-runs in the
+    backward's replay."""
+    if sc.framework.option("op_sac_saves_cudnn") is False and sc.training.attention != "eager":
+        return sc.framework.attention_kernel != "cudnn"
+    return True
+
+
 def _pieces(op: Compute, gated: bool) -> list[Compute]:
     """The torchtitan linears a plan GEMM stands for (`LINEARS`), each its own GEMM op."""
     n_lin = LINEARS.get(op.name, 1) if gated else 1
@@ -95,7 +106,10 @@ def op_sac(sc, z: Shard, forward: tuple[Node, ...]) -> OpSac:
         if op.name.startswith(CP_RING):
             continue
         if op.kind == "attention":
-            saved[op.name] = saved.get(op.name, 0.0) + _attention_outputs(sc, z, op)
+            if _sdpa_saved(sc):
+                saved[op.name] = saved.get(op.name, 0.0) + _attention_outputs(sc, z, op)
+            else:
+                rerun.append(op)
             continue
         if op.kind != "gemm":
             rerun.append(op)

@@ -46,7 +46,7 @@ FEATURES = ("precision", "cp", "schedule", "tp_overlap", "recompute")
 FP8_OPTIONS = ("framework.float8", "framework.float8_fsdp_all_gather", "framework.float8_precompute_scale")
 """torchtitan's float8 switches: they come with `training.precision` (float8 sets it) or with one another."""
 PAIR_KEYS = (
-    ("same recipe, another release", (), ("framework.sdpa_backend",)),
+    ("same recipe, another release", (), ("framework.sdpa_backend", "framework.op_sac_saves_cudnn")),
     ("precision", ("training.precision",), ("framework.tp_comm_overlap", "parallel.overlap_tp", *FP8_OPTIONS)),
     ("fp8 all-gather", ("framework.float8_fsdp_all_gather",), FP8_OPTIONS),
     ("recompute", ("training.recompute", "training.recompute_layers"), ("parallel.sp",)),
