@@ -124,3 +124,19 @@ def test_fp8_gathers_make_the_step_faster_and_both_estimators_agree():
     t = {k: simulate(on, estimator=k)["iteration_time_s"] for k in ("analytic", "engine")}
     assert t["analytic"] == pytest.approx(t["engine"], rel=1e-6)
     assert simulate(on)["comm"]["dp"]["time_s"] < simulate(base)["comm"]["dp"]["time_s"]
+
+
+def test_under_pipelining_fsdp_s_once_a_step_gather_is_fp8_too():
+    def gathered(**options):
+        raw = {"model": MODEL, "framework": {"name": "torchtitan", "float8": True, **options},
+               "cluster": {"topology": "dgx-h100", "nodes": 1},
+               "parallel": {"dp": 4, "pp": 2, "zero": 3},
+               "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": 8, "precision": "fp8"}}
+        plan = build_plan(scenario_from_mapping(raw))
+        return sum(b.comm.bytes for st in plan.stages for d in st.dp.values() for b in d.params)
+    h, v, layers = MODEL["hidden"], MODEL["vocab"], MODEL["layers"]
+    q, kv, f = h, h // 4, MODEL["ffn_hidden"]
+    linears = layers * (h * (q + 2 * kv) + q * h + 3 * h * f) + v * h  # the layers' and the LM head's (in FP8)
+    other = v * h + (2 * layers + 1) * h                                # the embedding and the norms
+    expected = (linears + 2 * other) / (2 * (linears + other))
+    assert gathered(float8_fsdp_all_gather=True) / gathered() == pytest.approx(expected, rel=1e-3)

@@ -54,10 +54,10 @@ def tp_collective_bytes(sc: Scenario, z: Shard, collective: str) -> float:
 
 def fsdp_fp8_gathers(sc: Scenario) -> bool:
     """Whether FSDP all-gathers the float8 linears' weights in FP8 (`float8_fsdp_all_gather`): only where FSDP
-    shards the parameters (`parallel.zero: 3` over more than one rank), as torchtitan turns it on only with
-    data_parallel_shard_degree > 1 (and ignores it otherwise)."""
+    shards (`parallel.zero` 3, or the 1 it becomes under pipelining, over more than one rank), as torchtitan turns
+    it on only with data_parallel_shard_degree > 1 (and ignores it otherwise)."""
     p = sc.parallel
-    return (sc.training.precision == "fp8" and bool(sc.framework.option("float8_fsdp_all_gather")) and p.zero == 3
+    return (sc.training.precision == "fp8" and bool(sc.framework.option("float8_fsdp_all_gather")) and p.zero >= 1
             and p.dp * p.cp // p.dp_replicate > 1)
 
 
