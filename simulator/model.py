@@ -122,10 +122,12 @@ class ModelSpec:
     0 = none (at most MAX_MTP_LAYERS)."""
     sliding_window: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_POSITIONS})
     """Sliding attention window W (config.json sliding_window): in a sliding layer a query attends to itself
-    and the W - 1 tokens before it, keys k with q - W < k <= q (transformers masking_utils.py
-    `sliding_window_overlay`: kv_idx > q_idx - sliding_window; its flash path passes FlashAttention
-    window_size = (W - 1, W - 1), i.e. W - 1 keys to the left of the diagonal, with the causal mask on top).
-    Mistral 7B v0.1: 4096. null = every layer attends to all earlier tokens (at most MAX_POSITIONS)."""
+    and the W - 1 tokens before it, keys k with q - W < k <= q: Hugging Face's meaning (transformers
+    masking_utils.py `sliding_window_overlay`: kv_idx > q_idx - sliding_window). FlashAttention counts the
+    keys beside the diagonal instead (flash_attn_func: window_size = (left, right) lets query i see keys
+    i - left .. i + right), so this W is its window_size = (W - 1, 0); transformers' flash path passes
+    (W - 1, W - 1) with causal on, the same band. Mistral 7B v0.1: 4096. null = every layer attends to all
+    earlier tokens (at most MAX_POSITIONS)."""
     full_attention_every: int = field(default=0, metadata={"min": 0, "max": MAX_LAYERS})
     """With a sliding_window: 0 = every layer slides; N = layers N-1, 2N-1, ... (0-based, every N-th) attend to
     all earlier tokens and the rest slide. Gemma 2 = 2 (transformers configuration_gemma2.py: layer i slides
