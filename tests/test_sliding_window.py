@@ -251,3 +251,16 @@ def test_the_analytic_listing_and_the_engine_agree_under_a_window(sets):
     cost = build_cost_model(sc)
     a, e = estimate(sc, cost, in_pass_sharing=False), simulate_engine(sc, cost, contention=False)
     assert a.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-9)
+
+
+def test_stages_holding_different_numbers_of_full_layers_agree_across_the_three_evaluators():
+    """pp 4 over 32 layers with a full layer every 6th: stage 2 holds two full layers (17, 23), the others one;
+    the engine's representative mode, its --full run and the analytic listing give the same step."""
+    from evaluators import three_step_times
+    sc = _load("model.sliding_window=4096", "model.full_attention_every=6", "parallel.dp=2", "parallel.pp=4",
+               "parallel.zero=1", "parallel.pp_schedule=1f1b")
+    full_layers = [[i for i in range(8 * s, 8 * s + 8) if not sc.model.is_sliding_layer(i)] for s in range(4)]
+    assert full_layers == [[5], [11], [17, 23], [29]]
+    analytic, representative, whole = three_step_times(sc)
+    assert representative == pytest.approx(whole, rel=1e-9)
+    assert analytic == pytest.approx(whole, rel=1e-3)
