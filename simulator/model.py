@@ -361,13 +361,13 @@ QWEN_MAX_WINDOW_LAYERS = 28
 
 def _sliding_window(cfg: dict, mtype: str, layers, path: str) -> tuple[int, str] | None:
     """(full_attention_every, the config key it came from) when the config slides a window over some layer, else
-    None. Sources (transformers 5.x configuration_*.py): `layer_types`, a list of "sliding_attention" /
+    None. Sources (transformers 5.24 configuration_*.py): `layer_types`, a list of "sliding_attention" /
     "full_attention" per layer, wins; Qwen2/Qwen3 slide only with `use_sliding_window: true`, the layers from
     `max_window_layers` on; gemma2 slides the even layers ((i + 1) % 2); gemma3 every layer but each
     `sliding_window_pattern`-th (default 6); any other config with a `sliding_window` (Mistral 7B v0.1)
     slides every layer."""
-    if cfg.get("sliding_window") is None or cfg.get("use_sliding_window") is False:
-        return None
+    if cfg.get("sliding_window") is None or cfg.get("use_sliding_window", not mtype.startswith("qwen")) is False:
+        return None  # Qwen's configs default use_sliding_window to false
     kinds, key = cfg.get("layer_types"), "layer_types"
     if kinds is None and cfg.get("use_sliding_window") is True:
         first = cfg.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS)

@@ -136,6 +136,8 @@ def test_qwen2_without_use_sliding_window_has_no_window():
     m = model_from_hf_config({**BASE, "model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False,
                               "max_window_layers": 28})
     assert m.sliding_window is None
+    assert model_from_hf_config({**BASE, "model_type": "qwen2", "sliding_window": 4096}).sliding_window is None, \
+        "transformers' Qwen2Config defaults use_sliding_window to false"
 
 
 def test_qwen2_with_use_sliding_window_slides_the_layers_from_max_window_layers():
