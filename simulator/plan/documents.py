@@ -179,20 +179,24 @@ def attention_layers(sc) -> range:
     return range(sc.model.layers + sc.model.mtp_layers)
 
 
+def _mean_over_layers(sc, field: str) -> float:
+    """`field` of each attending layer's `layer_mask` (1 where none applies), averaged over `attention_layers`."""
+    masks = [layer_mask(sc, i) for i in attention_layers(sc)]
+    return sum(getattr(m, field) if m else 1.0 for m in masks) / len(masks)
+
+
 def mean_cost_vs_causal(sc) -> float:
     """The attention work left over the causal mask's, averaged over every attending layer (`attention_layers`)."""
-    costs = [layer_mask(sc, i) for i in attention_layers(sc)]
-    return sum(pk.cost_vs_causal if pk else 1.0 for pk in costs) / len(costs)
+    return _mean_over_layers(sc, "cost_vs_causal")
 
 
 def attention_summary(sc) -> dict:
     """The report's `attention` block: the mask and what it costs against one causal document per sequence,
     averaged over the layers that attend (main and MTP) where a sliding window leaves some full."""
-    masks = [layer_mask(sc, i) for i in attention_layers(sc)]
     pk = scenario_packing(sc)
     return {"mask": sc.training.attention_mask,
-            "cost_vs_causal": sum(m.cost_vs_causal if m else 1.0 for m in masks) / len(masks),
-            "cp_busiest_vs_causal": sum(m.cp_busiest_vs_causal if m else 1.0 for m in masks) / len(masks),
+            "cost_vs_causal": mean_cost_vs_causal(sc),
+            "cp_busiest_vs_causal": _mean_over_layers(sc, "cp_busiest_vs_causal"),
             "cp_balance": sc.parallel.cp_balance,
             "mean_piece_tokens": pk.mean_segment if pk else float(sc.training.seq_len),
             "sliding_window": sc.model.sliding_window,
