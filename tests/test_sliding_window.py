@@ -266,3 +266,10 @@ def test_stages_holding_different_numbers_of_full_layers_agree_across_the_three_
     analytic, representative, whole = three_step_times(sc)
     assert representative == pytest.approx(whole, rel=1e-9)
     assert analytic == pytest.approx(whole, rel=1e-3)
+
+
+def test_the_text_report_names_the_window_and_its_layers():
+    from simulator.report.text import format_report
+    text = format_report(simulate(_load("model.sliding_window=4096", "model.full_attention_every=2"), "analytic"))
+    line = next(x for x in text.splitlines() if x.strip().startswith("attention:"))
+    assert "sliding window 4,096 tokens on 16 layer(s)" in line and "0.617x the causal mask's work" in line
