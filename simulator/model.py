@@ -128,6 +128,19 @@ class ModelSpec:
     SP, one all-gather of the shared input and one reduce-scatter of the sum) instead of two each. A model
     whose two branches normalise separately (GPT-NeoX, Falcon-40B: two norms of the same input) is priced with
     one (the second norm is one memory-bound pass over the layer input). Dense layers only."""
+    sliding_window: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_POSITIONS})
+    """Sliding attention window W (config.json sliding_window): in a sliding layer a query attends to itself
+    and the W - 1 tokens before it, keys k with q - W < k <= q: Hugging Face's meaning (transformers
+    masking_utils.py `sliding_window_overlay`: kv_idx > q_idx - sliding_window). FlashAttention counts the
+    keys beside the diagonal instead (flash_attn_func: window_size = (left, right) lets query i see keys
+    i - left .. i + right), so this W is its window_size = (W - 1, 0); transformers' flash path passes
+    (W - 1, W - 1) with causal on, the same band. Mistral 7B v0.1: 4096. null = every layer attends to all
+    earlier tokens (at most MAX_POSITIONS)."""
+    full_attention_every: int = field(default=0, metadata={"min": 0, "max": MAX_LAYERS})
+    """With a sliding_window: 0 = every layer slides; N = layers N-1, 2N-1, ... (0-based, every N-th) attend to
+    all earlier tokens and the rest slide. Gemma 2 = 2 (transformers configuration_gemma2.py: layer i slides
+    when (i + 1) % 2, the even layers); Gemma 3 = its sliding_window_pattern, 6 (configuration_gemma3.py:
+    slides when (i + 1) % N). Needs sliding_window."""
     rope_theta: Optional[float] = field(default=None, metadata={"min": 1.0, "max": 1e12})
     """Rotary base (config.json rope_theta); null = the framework's default. Only the exports read it:
     it changes what the model learns, not what a step costs."""
@@ -181,6 +194,21 @@ class ModelSpec:
             return False
         return (i - self.moe.dense_layers) % self.moe.layer_freq == 0
 
+    def is_sliding_layer(self, i: int) -> bool:
+        """Layer i (0-based) attends through the sliding window (`sliding_window`, `full_attention_every`); an MTP
+        module's layer (i >= layers) like the model's last, as `is_moe_layer` reads it."""
+        if self.sliding_window is None:
+            return False
+        if i >= self.layers:
+            i = self.layers - 1
+        n = self.full_attention_every
+        return n == 0 or (i + 1) % n != 0
+
+    @property
+    def sliding_layers(self) -> int:
+        """Main layers that slide."""
+        return sum(self.is_sliding_layer(i) for i in range(self.layers))
+
     def is_mtp_layer(self, i: int) -> bool:
         """Layer index i is the transformer layer of an MTP module (Hugging Face numbers DeepSeek-V3's
         MTP module `model.layers.61`, after the 61 main layers: the same indices)."""
@@ -213,6 +241,9 @@ def _check_model(m: ModelSpec, path: str) -> ModelSpec:
     if m.parallel_block and m.moe:
         raise ScenarioError(f"{path}.parallel_block", "a parallel block with MoE layers is not modelled",
                             "false for a model with moe")
+    if m.full_attention_every and m.sliding_window is None:
+        raise ScenarioError(f"{path}.full_attention_every", f"{m.full_attention_every} without a sliding_window",
+                            "0, or give model.sliding_window")
     if m.mtp_layers and m.layers + m.mtp_layers > MAX_LAYERS:
         raise ScenarioError(f"{path}.mtp_layers", f"{m.mtp_layers} MTP layers after {m.layers} exceed MAX_LAYERS = {MAX_LAYERS}",
                             f"0 .. {MAX_LAYERS - m.layers}")
@@ -319,6 +350,11 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
     raw["tie_embeddings"] = gpt if tie is None else tie  # GPT-2/3 tie; Llama-family configs say so explicitly
     if cfg.get("head_dim"):
         raw["head_dim"] = take("head_dim", "head_dim")
+    window = _sliding_window(cfg, mtype, raw["layers"], path)
+    if window is not None:
+        raw["sliding_window"] = take("sliding_window", "sliding_window")
+        source["full_attention_every"] = window[1]
+        raw["full_attention_every"] = window[0]
     if cfg.get("rope_theta") is not None and not gpt:
         raw["rope_theta"] = take("rope_theta", "rope_theta")
     raw["name"] = str(cfg.get("_name_or_path") or name)[:200]
@@ -347,6 +383,50 @@ def _parallel_block(cfg: dict, mtype: str) -> tuple[Any, str] | None:
     key, default = PARALLEL_BLOCK_KEYS.get(mtype, ("use_parallel_residual", None))
     value = cfg.get(key, default)
     return None if value is None else (value, key if key in cfg else "model_type")
+
+
+LAYER_TYPES = ("sliding_attention", "full_attention")
+"""config.json `layer_types` entries clustersim reads (transformers masking_utils.py LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING)."""
+QWEN_MAX_WINDOW_LAYERS = 28
+"""transformers configuration_qwen2.py / qwen3's default max_window_layers: layers from it on slide."""
+
+
+def _sliding_window(cfg: dict, mtype: str, layers, path: str) -> tuple[int, str] | None:
+    """(full_attention_every, the config key it came from) when the config slides a window over some layer, else
+    None. Sources (transformers 5.24 configuration_*.py): `layer_types`, a list of "sliding_attention" /
+    "full_attention" per layer, wins; Qwen2/Qwen3 slide only with `use_sliding_window: true`, the layers from
+    `max_window_layers` on; gemma2 slides the even layers ((i + 1) % 2); gemma3 every layer but each
+    `sliding_window_pattern`-th (default 6); any other config with a `sliding_window` (Mistral 7B v0.1)
+    slides every layer."""
+    if cfg.get("sliding_window") is None or cfg.get("use_sliding_window", not mtype.startswith("qwen")) is False:
+        return None  # Qwen's configs default use_sliding_window to false
+    kinds, key = cfg.get("layer_types"), "layer_types"
+    if kinds is None and cfg.get("use_sliding_window") is True:
+        first = cfg.get("max_window_layers", QWEN_MAX_WINDOW_LAYERS)
+        if isinstance(first, int) and isinstance(layers, int):
+            kinds, key = [LAYER_TYPES[i < first] for i in range(layers)], "max_window_layers"
+    if kinds is None:
+        if mtype == "gemma2":
+            return 2, "model_type"
+        if mtype.startswith("gemma3"):
+            n = cfg.get("sliding_window_pattern", 6)
+            return n, "sliding_window_pattern"
+        return 0, "sliding_window"
+    where = f"{path} config.json {key}"
+    if not isinstance(kinds, list) or not all(k in LAYER_TYPES for k in kinds):
+        raise ScenarioError(where, f"{short(kinds)} is not a list of layer types", " / ".join(LAYER_TYPES) + " per layer")
+    if isinstance(layers, int) and len(kinds) != layers:
+        raise ScenarioError(where, f"{len(kinds)} entries for {layers} layers", "one per layer")
+    full = [i for i, k in enumerate(kinds) if k == "full_attention"]
+    if len(full) == len(kinds):
+        return None
+    if not full:
+        return 0, key
+    n = full[0] + 1
+    if any(((i + 1) % n == 0) != (k == "full_attention") for i, k in enumerate(kinds)):
+        raise ScenarioError(where, f"full-attention layers {short(full)} are not every N-th layer",
+                            "all sliding, or full attention on layers N-1, 2N-1, ... (model.full_attention_every)")
+    return n, key
 
 
 def _times(k: int, value):

@@ -61,7 +61,7 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
 
     def lp(layer):
         mtp = sc.model.is_mtp_layer(layer)
-        key = ("mtp" if mtp else "lp", sc.model.is_moe_layer(layer), layer_recompute(sc, layer))
+        key = ("mtp" if mtp else "lp", sc.model.is_moe_layer(layer), sc.model.is_sliding_layer(layer), layer_recompute(sc, layer))
         if key not in cache:
             cache[key] = (mtp_passes if mtp else layer_passes)(sc, layer, z)
         return cache[key]

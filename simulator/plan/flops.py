@@ -32,23 +32,27 @@ def training_flops_per_token(m: ModelSpec, seq_len: int, causal: bool = True) ->
 
 
 def model_flops_per_step(m: ModelSpec, seq_len: int, global_batch: int, attention_share: float = 1.0) -> float:
-    """`attention_share`: the attention a mask leaves over the causal mask's (packed documents, `documents.py`)."""
+    """`attention_share`: the attention a mask leaves over the causal mask's (packed documents, a sliding window: `documents.py`)."""
     dense = 6 * flop_params(m) + attention_flops_per_token(m, seq_len) * attention_share
     return dense * seq_len * global_batch
 
 
 DOCUMENT_CONVENTION = "; attention as the document mask leaves it"
+WINDOW_CONVENTION = "; attention as the sliding window leaves it"
 
 
 def scenario_model_flops(sc: "Scenario") -> tuple[float, str]:
     """(model FLOPs per step, the convention they follow) of a scenario: with `training.attention_mask:
     document` only the attention within documents counts (the causal mask's across documents is not work
-    the model does)."""
-    from .documents import scenario_packing  # noqa: PLC0415
-    pk = scenario_packing(sc)
-    share = pk.cost_vs_causal if pk is not None else 1.0
+    the model does), and under `model.sliding_window` only the keys inside each sliding layer's window: the
+    attention share is the mean over the attending layers (main and MTP) of each one's work over the causal
+    mask's (`documents.mean_cost_vs_causal`)."""
+    from .documents import attention_layers, layer_window, mean_cost_vs_causal, scenario_packing  # noqa: PLC0415
+    share = mean_cost_vs_causal(sc)
     flops = model_flops_per_step(sc.model, sc.training.seq_len, sc.training.global_batch, share)
-    return flops, FLOP_CONVENTION + (DOCUMENT_CONVENTION if pk is not None else "")
+    windowed = any(layer_window(sc, i) is not None for i in attention_layers(sc))
+    convention = FLOP_CONVENTION + (DOCUMENT_CONVENTION if scenario_packing(sc) is not None else "")
+    return flops, convention + (WINDOW_CONVENTION if windowed else "")
 
 
 def gemm_dtype(sc: "Scenario") -> str:

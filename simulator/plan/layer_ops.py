@@ -13,7 +13,7 @@ from dataclasses import replace
 from . import fusion, op_sac
 from .float8_comm import cast_shares, fp8_tp_gathers, tp_collective_bytes
 from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
-from .documents import scenario_packing
+from .documents import layer_mask
 from .eager_attention import EAGER, EAGER_DROPOUT, eager_kernels
 from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
                       LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add, shard,
@@ -46,29 +46,42 @@ def _attention_op(sc: Scenario, z: Shard, name: str, s_kv: int, causal_fraction:
     return Compute(name, "attention", flops, float(io), z.dtype, shape)
 
 
-def _masked(sc: Scenario, z: Shard, op: Compute, ring: bool = False) -> Compute:
-    """`op` under the document mask (`plan/documents.py`): without CP, b sequences priced as b * s / l_eff
-    sequences of l_eff tokens (the kernels' work and shapes); with CP, the busiest rank's share of the work.
-    Eager attention computes the masked entries too: unchanged."""
-    pk = scenario_packing(sc)
+def _masked(sc: Scenario, z: Shard, op: Compute, layer: int, ring: bool = False) -> Compute:
+    """`op` of layer `layer` under its mask (`documents.layer_mask`: packed documents, a sliding window).
+
+    Without CP: the b sequences priced as causal sequences of l_eff = min(mean piece, W) tokens, as many (bh')
+    as make the shape's causal work equal the masked work, bh' = bh * cost_vs_causal * s(s+1) / (l_eff(l_eff+1))
+    (for documents alone this is bh * s / l_eff: sum l(l+1) = sum l * (l_eff + 1) with l_eff = sum l^2 / sum l).
+    A band of width W runs like a causal kernel of length W: with key blocks of B tokens each query block of
+    the band walks W/B key blocks, two of them partial (the diagonal and the window's far edge), where a causal
+    kernel of length W walks W/(2B) on average, one partial: the same share of masked blocks, 2B/W, which is
+    what costs a masked kernel its speed; the band's longer key loop amortises each query block's prologue a
+    little better, so the causal-W price errs slow by at most that. The efficiency is read at the shape's
+    sqrt(s_q s_kv) = l_eff, the kernel's working length.
+
+    With CP: the busiest rank's share of the masked work (`cp_busiest_vs_causal`); the ring's or the all-gather's
+    traffic is unchanged, every K/V chunk still travels (a rank whose window does not reach a chunk still
+    receives it to pass it on). Eager attention computes the masked entries too: unchanged."""
+    pk = layer_mask(sc, layer)
     if pk is None or sc.training.attention == "eager":
         return op
     if sc.parallel.cp == 1 and not ring:
-        l_eff = max(1, min(z.s, round(pk.mean_segment)))
+        l_eff = max(1, min(z.s, round(pk.kernel_tokens)))
         bh, _, _, d, frac, phase = op.shape
-        return replace(op, flops=op.flops * pk.cost_vs_causal, shape=(max(1, round(bh * z.s / l_eff)), l_eff, l_eff, d, frac, phase))
+        scale = pk.cost_vs_causal * z.s * (z.s + 1) / (l_eff * (l_eff + 1))
+        return replace(op, flops=op.flops * pk.cost_vs_causal, shape=(max(1, round(bh * scale)), l_eff, l_eff, d, frac, phase))
     return replace(op, flops=op.flops * pk.cp_busiest_vs_causal)
 
 
-def _attention_forward(sc: Scenario, z: Shard, seq: OpList, tag: str = "") -> None:
+def _attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int, tag: str = "") -> None:
     c = sc.parallel.cp
     kv_bytes = float(2 * z.T * z.kv * z.ab)  # local K and V chunk
     if c == 1:
-        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn", z.s, 0.5, bwd=False)))
+        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn", z.s, 0.5, bwd=False), layer))
     elif sc.parallel.cp_comm == "allgather":
         seq.comm(Comm("cp_kv_allgather", "cp", "all_gather", kv_bytes * c))
         # local queries (head-tail balanced) against the whole gathered sequence: on average half of it
-        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn", z.s * c, 0.5, bwd=False)))
+        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn", z.s * c, 0.5, bwd=False), layer))
     else:
         # zig-zag ring (RFA): step 0 is the local causal block, steps 1..c-1 unmasked half blocks against
         # remote K/V (s_local queries x s_local/2 keys, or half the queries x all keys: the same work),
@@ -80,27 +93,27 @@ def _attention_forward(sc: Scenario, z: Shard, seq: OpList, tag: str = "") -> No
                 # pass the chunk on as soon as it arrived (the first one right after the QKV projection)
                 nxt = seq.comm(Comm(f"cp_kv_ring{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
                                extra=extra, after_compute=(i == 0))
-            seq.compute(_ring_step_attention(sc, z, f"attn_step{i}", i, bwd=False), extra=extra)
+            seq.compute(_ring_step_attention(sc, z, f"attn_step{i}", i, bwd=False, layer=layer), extra=extra)
             if i > 0:
                 seq.compute(elementwise(f"cp_merge{i}", z.T * z.q, 3, z, elt_bytes=4))
             prev = nxt if i < c - 1 else None
 
 
-def _ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool) -> Compute:
+def _ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool, layer: int) -> Compute:
     """Step 0: causal s_local x s_local; later steps: an unmasked s_local x s_local/2 block (zig-zag)."""
     if step == 0:
-        return _masked(sc, z, _attention_op(sc, z, name, z.s, 0.5, bwd=bwd), ring=True)
-    return _masked(sc, z, _attention_op(sc, z, name, z.s // 2, 1.0, bwd=bwd), ring=True)
+        return _masked(sc, z, _attention_op(sc, z, name, z.s, 0.5, bwd=bwd), layer, ring=True)
+    return _masked(sc, z, _attention_op(sc, z, name, z.s // 2, 1.0, bwd=bwd), layer, ring=True)
 
 
-def _attention_backward(sc: Scenario, z: Shard, seq: OpList) -> None:
+def _attention_backward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     c = sc.parallel.cp
     kv_bytes = float(2 * z.T * z.kv * z.ab)
     if c == 1:
-        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True)))
+        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True), layer))
     elif sc.parallel.cp_comm == "allgather":
         seq.comm(Comm("cp_kv_allgather_bwd", "cp", "all_gather", kv_bytes * c))
-        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn_bwd", z.s * c, 0.5, bwd=True)))
+        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn_bwd", z.s * c, 0.5, bwd=True), layer))
         seq.comm(Comm("cp_dkv_reduce_scatter", "cp", "reduce_scatter", kv_bytes * c))
     else:
         # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA); each step
@@ -111,7 +124,7 @@ def _attention_backward(sc: Scenario, z: Shard, seq: OpList) -> None:
             if i < c - 1:
                 nxt = seq.comm(Comm(f"cp_kv_ring_bwd{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
                                extra=extra, after_compute=(i == 0))
-            seq.compute(_ring_step_attention(sc, z, f"attn_bwd_step{i}", i, bwd=True), extra=extra)
+            seq.compute(_ring_step_attention(sc, z, f"attn_bwd_step{i}", i, bwd=True, layer=layer), extra=extra)
             seq.compute(elementwise(f"cp_accumulate{i}_bwd", z.T * (z.q + 2 * z.kv), 3, z, elt_bytes=4))
             seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1) or not sc.overlap_cp))
             prev = nxt if i < c - 1 else None
@@ -187,7 +200,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     _gathered_gemm(sc, z, seq, "sp_allgather_attn" if sp else None, gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
     if m.rotary:
         seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
-    _attention_forward(sc, z, seq, tag)
+    _attention_forward(sc, z, seq, layer, tag)
     _gemm(sc, seq, gemm("out_proj", z.T, z.h, z.q, z))
     if m.parallel_block:
         _parallel_mlp(sc, z, seq, sp)
@@ -364,9 +377,9 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             attention_done = True
             if rc == "selective" and sc.training.attention == "eager" and not op_level:
                 sub = OpList("R")
-                _attention_forward(sc, z, sub)
+                _attention_forward(sc, z, sub, layer)
                 b.extend(sub)
-            _attention_backward(sc, z, b)
+            _attention_backward(sc, z, b, layer)
             continue
         if op.kind == "gemm":
             last_gemm = op.name

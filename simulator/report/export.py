@@ -123,6 +123,9 @@ def approximations(sc: Scenario, framework: str) -> list[str]:
         if m.rope_theta and m.rope_theta != NANOTRON_ROPE_THETA:
             out.append(f"nanotron 0.4's Llama uses rotary base {NANOTRON_ROPE_THETA:g}, the model's is {m.rope_theta:g} "
                        "(same cost per step, a different model)")
+    if m.sliding_window is not None:
+        out.append(f"the sliding window (model.sliding_window {m.sliding_window}, on {m.sliding_layers} of {m.layers} layers) "
+                   "is not written: the file trains every layer with full causal attention, more work than was simulated")
     if p.pp_layers is not None:
         out.append(f"uneven pipeline stages {list(p.pp_layers)} are not written: the framework splits layers evenly")
     return out

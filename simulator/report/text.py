@@ -96,11 +96,15 @@ def format_report(r: dict) -> str:
                 f"{d['gpu']} {d['replicas']} replica(s) x {d['micro_batches']} micro-batches"
                 + (f" ({d['fewer']} with one fewer)" if d["fewer"] else "") for d in pl["dp_shares"]))
     att = r.get("attention")
-    if att and att["mask"] == "document":
+    if att and (att["mask"] == "document" or att.get("sliding_window") is not None):
         cp = (f"; busiest CP rank {att['cp_busiest_vs_causal']:.2f}x the causal mask's share ({att['cp_balance']})"
               if lay["cp"] > 1 else "")
-        out.append(f"  attention: document mask, {att['cost_vs_causal']:.3f}x the causal mask's work"
-                   f" (token-weighted document piece {att['mean_piece_tokens']:,.0f} tokens){cp}")
+        masks = []
+        if att["mask"] == "document":
+            masks.append(f"document mask (token-weighted document piece {att['mean_piece_tokens']:,.0f} tokens)")
+        if att.get("sliding_window") is not None:
+            masks.append(f"sliding window {att['sliding_window']:,} tokens on {att['sliding_layers']} layer(s)")
+        out.append(f"  attention: {', '.join(masks)}, {att['cost_vs_causal']:.3f}x the causal mask's work{cp}")
     if lay.get("loss", "standard") != "standard":
         out.append(f"  loss: {lay['loss']} cross-entropy")
     fw = r.get("framework")
