@@ -50,3 +50,12 @@ def apply_overrides(raw: dict, overrides: list[str], base_dir: Path | None) -> d
             node = child
         node[parts[-1]] = value
     return raw
+
+
+def override_keys(overrides: list[str]) -> tuple[set[str], frozenset[str]]:
+    """(the dotted keys the overrides set, the framework options they set by name: `framework.<option>=...` or
+    within a `framework={...}` mapping), for `resolve.drop_options_setting`."""
+    parsed = [parse_override(o) for o in overrides]
+    options = {path[1] for path, _ in parsed if len(path) == 2 and path[0] == "framework"}
+    options |= {k for path, value in parsed if path == ["framework"] and isinstance(value, dict) for k in value}
+    return {".".join(path) for path, _ in parsed}, frozenset(options)

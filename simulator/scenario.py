@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .errors import ScenarioError
-from .overrides import apply_overrides, parse_override  # noqa: F401 (apply_overrides: the sweep's import)
+from .overrides import apply_overrides, override_keys  # noqa: F401 (apply_overrides: the sweep's import)
 from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_setting, layout_rules
 from .inputs import existing_file, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model, without_config_mtp
@@ -340,7 +340,7 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     raw = apply_overrides(raw, list(overrides), base_dir)
     if overrides and isinstance(raw.get("framework"), dict):
         # a key set on the command line is the last word: the file's framework options that set it give way
-        raw["framework"] = drop_options_setting(raw["framework"], {".".join(parse_override(o)[0]) for o in overrides})
+        raw["framework"] = drop_options_setting(raw["framework"], *override_keys(overrides))
     raw, framework = apply_framework(raw)
     top = from_mapping(_RawScenario, raw, "")
     if top.model is None:

@@ -189,3 +189,20 @@ def test_export_best_explains_when_no_layout_can_run():
     ranked = [Evaluation(layout=layout_of(sc), status="ok", summary={"tokens_per_s_per_gpu": 1.0})]
     with pytest.raises(ScenarioError, match="model mixtral-8x7b"):
         export_best(ranked, "torchtitan", sc, raw, bd)
+
+
+def test_torchtitan_02_toml_writes_the_float8_section_with_the_fsdp_options():
+    sc = load_scenario("scenarios/8b_8gpu.yaml",
+                       ["framework={name: torchtitan, float8: true, float8_fsdp_all_gather: true, "
+                        "float8_precompute_scale: true, float8_filter_output: true}", "training.precision=fp8"])
+    text = to_torchtitan_toml(sc)
+    section = text.split("[quantize.linear.float8]\n")[1].splitlines()
+    assert section[:3] == ["enable_fsdp_float8_all_gather = true", "precompute_float8_dynamic_scale_for_fsdp = true",
+                           'filter_fqns = ["output"]']
+
+
+def test_a_parallel_block_and_another_optimizer_are_named_as_approximations():
+    from simulator.report.export import approximations
+    sc = load_scenario("scenarios/8b_8gpu.yaml", ["model.parallel_block=true", "training.optimizer=lamb"])
+    notes = " ".join(approximations(sc, "megatron"))
+    assert "parallel block" in notes and "lamb is not written" in notes

@@ -38,6 +38,9 @@ CASES = {
     "deepseek_v3_mla_moe": (S70, ["model=deepseek-v3", "parallel.ep=8", "parallel.tp=8", "parallel.pp=1",
                                   "parallel.dp=64", "parallel.zero=1"]),
     "gpt3": (S70, ["model=gpt3-175b", "training.seq_len=2048"]),
+    "8b_fp8_fsdp_float8": (S8B, ["framework.float8=true", "framework.float8_fsdp_all_gather=true",
+                                 "framework.float8_precompute_scale=true", "framework.float8_filter_output=true",
+                                 "training.precision=fp8"]),
 }
 
 
@@ -87,9 +90,12 @@ def test_torchtitan_03_config_manager_reads_the_exports(tmp_path):
 
 def test_torchtitan_02_config_manager_reads_the_toml_exports(tmp_path):
     python = venv_with("torchtitan==0.2.2", "triton==3.9.0")
-    scenarios = _scenarios(TORCHTITAN_CASES)
+    scenarios = _scenarios(TORCHTITAN_CASES + ["8b_fp8_fsdp_float8"])
     paths = _write(tmp_path, to_torchtitan_toml, scenarios, "toml")
-    _check_torchtitan(_parse(python, "torchtitan_parse.py", ["0.2", *paths.values()]), paths, scenarios, "0.2")
+    rows = _parse(python, "torchtitan_parse.py", ["0.2", *paths.values()])
+    _check_torchtitan(rows, paths, scenarios, "0.2")
+    assert rows[str(paths["8b_fp8_fsdp_float8"])]["float8"] == [True, True, ["output"]]
+    assert rows[str(paths["8b_fp8"])]["float8"] == [False, False, []]
 
 
 def test_nanotron_04_loader_reads_the_exports(tmp_path):

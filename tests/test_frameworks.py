@@ -171,3 +171,23 @@ def test_a_framework_file_with_a_non_boolean_grad_accum_cast_is_refused():
     with pytest.raises(ScenarioError) as e:
         _check(fw, "deepspeed.yaml")
     assert "grad_accum_cast" in str(e.value) and "true | false" in str(e.value)
+
+
+def test_an_option_set_on_the_command_line_beside_the_key_it_sets_stands_and_must_agree():
+    from simulator.scenario import load_scenario
+    sets = ["framework.float8=true", "framework.float8_fsdp_all_gather=true", "training.precision=fp8"]
+    sc = load_scenario("scenarios/8b_8gpu.yaml", sets)
+    options = dict(sc.framework.options)
+    assert options["float8"] is True and options["float8_fsdp_all_gather"] is True and sc.training.precision == "fp8"
+    with pytest.raises(ScenarioError) as e:
+        load_scenario("scenarios/8b_8gpu.yaml", ["framework.float8=true", "training.precision=bf16"])
+    assert e.value.path == "framework.float8"
+
+
+def test_a_file_s_option_gives_way_to_the_key_it_sets_on_the_command_line(tmp_path):
+    from simulator.scenario import load_scenario
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\nframework: {name: torchtitan, float8: true}\ncluster: {topology: dgx-h100, nodes: 1}\n"
+                 "parallel: {dp: 8, zero: 3}\ntraining: {seq_len: 8192, global_batch: 8, precision: fp8}\n")
+    sc = load_scenario(f, ["training.precision=bf16"])
+    assert sc.training.precision == "bf16" and dict(sc.framework.options)["float8"] is False

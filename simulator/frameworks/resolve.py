@@ -225,14 +225,16 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
     return raw, choice
 
 
-def drop_options_setting(raw_framework, keys) -> Any:
+def drop_options_setting(raw_framework, keys, keep: frozenset = frozenset()) -> Any:
     """`framework:` as written, less the options that set one of the dotted `keys`: a sweep's candidate
-    layout says those keys itself (its `parallel.zero` replaces `distributed_optimizer`)."""
+    layout says those keys itself (its `parallel.zero` replaces `distributed_optimizer`). Options named in `keep`
+    stay (set on the same command line as the key: both are the last word, and must agree)."""
     if not isinstance(raw_framework, dict) or not isinstance(raw_framework.get("name"), str) \
             or raw_framework["name"] not in FRAMEWORKS:
         return raw_framework
     fw = load_framework(raw_framework["name"])
-    return {k: v for k, v in raw_framework.items() if k == "name" or k not in fw.options or fw.options[k].sets not in keys}
+    return {k: v for k, v in raw_framework.items()
+            if k == "name" or k in keep or k not in fw.options or fw.options[k].sets not in keys}
 
 
 def layout_rules(choice: FrameworkChoice, parallel, model):

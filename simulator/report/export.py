@@ -123,6 +123,11 @@ def approximations(sc: Scenario, framework: str) -> list[str]:
         if m.rope_theta and m.rope_theta != NANOTRON_ROPE_THETA:
             out.append(f"nanotron 0.4's Llama uses rotary base {NANOTRON_ROPE_THETA:g}, the model's is {m.rope_theta:g} "
                        "(same cost per step, a different model)")
+    if m.parallel_block:
+        out.append("the parallel block (model.parallel_block: attention and MLP on one normalised input) is not written: "
+                   "the file trains sequential blocks (a second norm per layer and, under TP, twice the layer's TP collectives)")
+    if t.optimizer != "adamw":
+        out.append(f"training.optimizer {t.optimizer} is not written: the file's optimizer is the framework's AdamW")
     if m.sliding_window is not None:
         out.append(f"the sliding window (model.sliding_window {m.sliding_window}, on {m.sliding_layers} of {m.layers} layers) "
                    "is not written: the file trains every layer with full causal attention, more work than was simulated")
@@ -235,7 +240,17 @@ def to_torchtitan_toml(sc: Scenario, label: str = "", notes: tuple[str, ...] = (
         lines.append('selective_ac_option = "op"')
     if (p.overlap_tp and p.tp > 1) or fusion.compiled(sc):
         lines += ["", "[compile]", "enable = true", 'components = ["model", "loss"]']
+    if t.precision == "fp8":  # torchtitan v0.2.2 job_config.py:731-746 (Float8Linear), its llama3_405b.toml's section
+        fw = sc.framework
+        lines += ["", "[quantize.linear.float8]",
+                  f"enable_fsdp_float8_all_gather = {_toml_bool(fw.option('float8_fsdp_all_gather'))}",
+                  f"precompute_float8_dynamic_scale_for_fsdp = {_toml_bool(fw.option('float8_precompute_scale'))}",
+                  "filter_fqns = " + ('["output"]' if fw.option("float8_filter_output") else "[]")]
     return "\n".join(lines) + "\n"
+
+
+def _toml_bool(value) -> str:
+    return "true" if value else "false"
 
 
 def _megatron_vocab_divisor(vocab: int, tp: int) -> int:

@@ -22,12 +22,15 @@ def main(form: str, paths: list[str]) -> None:
             cfg = ConfigManager().parse_args(["--job.config_file", path])
             ac = cfg.activation_checkpoint.mode
         p, t = cfg.parallelism, cfg.training
+        f8 = cfg.quantize.linear.float8 if form == "0.2" else None
         print(json.dumps({"path": path, "replicate": p.data_parallel_replicate_degree, "shard": p.data_parallel_shard_degree,
                           "tp": p.tensor_parallel_degree, "pp": p.pipeline_parallel_degree, "cp": p.context_parallel_degree,
                           "ep": p.expert_parallel_degree, "schedule": p.pipeline_parallel_schedule,
                           "microbatch": p.pipeline_parallel_microbatch_size, "local_batch": t.local_batch_size,
                           "global_batch": t.global_batch_size, "seq_len": t.seq_len, "reshard": p.fsdp_reshard_after_forward,
-                          "activation_checkpoint": ac}))
+                          "activation_checkpoint": ac,
+                          "float8": None if f8 is None else [f8.enable_fsdp_float8_all_gather,
+                                                             f8.precompute_float8_dynamic_scale_for_fsdp, list(f8.filter_fqns)]}))
 
 
 if __name__ == "__main__":
