@@ -54,7 +54,7 @@ def test_the_kernels_add_up_and_cost_more_than_one_roofline_over_their_sums():
 
 
 def test_a_gpt_scenario_prices_attention_dropout_and_a_llama_one_does_not():
-    from simulator.plan.layer_ops import _attention_op  # noqa: PLC0415
+    from simulator.plan.attention_ops import attention_op  # noqa: PLC0415
     from simulator.plan.opgraph import shard  # noqa: PLC0415
     from simulator.scenario import scenario_from_mapping  # noqa: PLC0415
     llama = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"), ["training.attention=eager"])
@@ -64,11 +64,11 @@ def test_a_gpt_scenario_prices_attention_dropout_and_a_llama_one_does_not():
                                  "cluster": {"topology": "dgx-a100", "nodes": 1}})
     for sc, tag in ((llama, EAGER), (gpt, EAGER_DROPOUT)):
         z = shard(sc)
-        op = _attention_op(sc, z, "attn", z.s, 0.5, bwd=False)
+        op = attention_op(sc, z, "attn", z.s, 0.5, bwd=False)
         assert op.shape[6] == tag
         assert op.flops == eager_flops(*op.shape[:4], "fwd")  # every entry, the causal half included
     flash = load_scenario(str(ROOT / "scenarios/8b_8gpu.yaml"))
-    assert len(_attention_op(flash, shard(flash), "attn", 8192, 0.5, bwd=False).shape) == 6
+    assert len(attention_op(flash, shard(flash), "attn", 8192, 0.5, bwd=False).shape) == 6
 
 
 def test_the_report_names_eager_attention_not_the_frameworks_fused_kernel():

@@ -140,3 +140,35 @@ def test_under_pipelining_fsdp_s_once_a_step_gather_is_fp8_too():
     other = v * h + (2 * layers + 1) * h                                # the embedding and the norms
     expected = (linears + 2 * other) / (2 * (linears + other))
     assert gathered(float8_fsdp_all_gather=True) / gathered() == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("recipe, act, weight, wgrad", [("tensorwise", 7, 7, "fp8"), ("rowwise", 8, 10, "fp8"),
+                                                        ("rowwise_with_gw_hp", 3, 6, "bf16")])
+def test_each_torchao_recipe_casts_as_torchao_s_roofline_counts_and_runs_its_weight_gradient(recipe, act, weight, wgrad):
+    sc = _scenario(zero=0, float8_recipe=recipe)
+    z = shard(sc)
+    g = gemm("fc2", z.T, z.h, MODEL["ffn_hidden"], z)
+    cast = fp8_cast(sc, g, cast_shares(sc, "fc2"))
+    assert cast.shape[-1] == act
+    assert cast.bytes == pytest.approx(act * z.T * MODEL["ffn_hidden"] + weight * MODEL["ffn_hidden"] * z.h)
+    p = layer_passes(sc, 0)
+    assert {n.op.dtype for n in p.W if n.op.kind == "gemm" and n.op.name.endswith("_wgrad")} == {wgrad}
+
+
+def test_rowwise_float8_gathers_tp_activations_in_bf16_and_refuses_fsdp_s_fp8_gather():
+    sc = _scenario(tp=4, dp=2, float8_recipe="rowwise")
+    z = shard(sc)
+    assert all(nbytes == z.T * z.h * 2 for _, nbytes in _tp(layer_passes(sc, 0).F))
+    with pytest.raises(ScenarioError) as e:
+        _scenario(float8_recipe="rowwise", float8_fsdp_all_gather=True)
+    assert e.value.path == "framework.float8_fsdp_all_gather" and "float8_recipe tensorwise" in e.value.problem
+
+
+def test_axiswise_recipes_rescale_each_backward_fp8_gemm_s_output():
+    def rescales(recipe):
+        p = layer_passes(_scenario(zero=0, float8_recipe=recipe), 0)
+        return sorted(n.op.name for n in p.B + p.W if n.op.name.endswith("_rescale"))
+    assert rescales("tensorwise") == []
+    assert rescales("rowwise") == sorted([f"{g}_{k}_rescale" for g in ("qkv", "out_proj", "fc1", "fc2")
+                                          for k in ("dgrad", "wgrad")])
+    assert rescales("rowwise_with_gw_hp") == sorted(f"{g}_dgrad_rescale" for g in ("qkv", "out_proj", "fc1", "fc2"))

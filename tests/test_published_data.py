@@ -459,16 +459,18 @@ def test_crusoe_torchtitan_rows_run_fsdp2_over_every_gpu_with_the_tables_local_b
 
 def test_torchao_readme_row_runs_the_benchmark_scripts_layout():
     """torchao's float8 README rows: 8 H100, batch 1, seq 8192, torch.compile, FSDP2, per-op SAC; bf16, then
-    tensorwise float8 with the script's FP8 all-gather settings."""
+    tensorwise float8 with the script's FP8 all-gather settings, then rowwise float8 (bf16 all-gather)."""
     from simulator.scenario import scenario_from_mapping
-    bf16, fp8 = yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_torchao.yaml").read_text())["runs"]
-    for r, precision in ((bf16, "bf16"), (fp8, "fp8")):
+    bf16, fp8, rowwise = yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_torchao.yaml").read_text())["runs"]
+    for r, precision in ((bf16, "bf16"), (fp8, "fp8"), (rowwise, "fp8")):
         sc = scenario_from_mapping(r["scenario"], base_dir=ROOT)
         p, t = sc.parallel, sc.training
         assert sc.gpus == 8 and (p.dp, p.zero) == (8, 3) and (t.micro_batch, t.global_batch, t.seq_len) == (1, 8, 8192)
         assert t.recompute == "selective" and t.precision == precision and dict(sc.framework.options)["compile"] is True
     options = dict(scenario_from_mapping(fp8["scenario"], base_dir=ROOT).framework.options)
     assert options["float8_fsdp_all_gather"] is True and options["float8_precompute_scale"] is True
+    options = dict(scenario_from_mapping(rowwise["scenario"], base_dir=ROOT).framework.options)
+    assert options["float8_recipe"] == "rowwise" and options["float8_fsdp_all_gather"] is False
 
 
 def test_async_tp_rows_pair_vanilla_and_async_tp_on_tp_overlap_alone():

@@ -209,9 +209,10 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
             continue
         _put(raw, opt.sets, target)
     for opt_name, opt in fw.options.items():
-        if opt.requires is not None and resolved[opt_name] is True and resolved[opt.requires] is not True:
-            raise ScenarioError(f"framework.{opt_name}", f"true under {name} needs {opt.requires} true ({opt.source})",
-                                f"{opt.requires}: true beside it, or {opt_name}: false")
+        for other, want in opt.needs():
+            if resolved[opt_name] is True and (resolved[other] != want if want else resolved[other] is not True):
+                raise ScenarioError(f"framework.{opt_name}", f"true under {name} needs {other} {want or 'true'} "
+                                    f"({opt.source})", f"{other}: {want or 'true'} beside it, or {opt_name}: false")
     for key, entry in fw.defaults.items():
         if _get(raw, key) is KeyError:
             _put(raw, key, copy.deepcopy(entry.value))

@@ -49,7 +49,8 @@ ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "triton_fa")
 the scenario layer does not import the cost layer)."""
 PP_SPLITS = ("even", "cost-balanced", "remainder-first")
 SELECTIVE_RECOMPUTES = ("core_attn", "op")
-FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "te_current", "torchao_tensorwise")
+FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "te_current", "torchao_tensorwise", "torchao_rowwise",
+               "torchao_rowwise_gw_hp")
 """FP8 cast pricings (`plan/opgraph.py` FP8_CASTS has one each): Transformer Engine's fused cast(-transpose)
 kernels with delayed scaling, the weights' FP8 copies cached across a step's micro-batches (`te_delayed`: the
 caller passes `is_first_microbatch`) or cast on every forward (`te_delayed_uncached`: it does not); Transformer
@@ -109,8 +110,13 @@ class Option:
     choices: Optional[list[Any]] = None
     """Allowed option values; null: true | false (or a number with `scale`)."""
     requires: Optional[str] = None
-    """Another option of the framework that must be true when this one is true (torchtitan's async TP is an
-    Inductor pass: it needs `compile`); null: none."""
+    """Other options of the framework this one needs when true, comma-separated: a name (that option true:
+    torchtitan's async TP is an Inductor pass, it needs `compile`) or name=value (that option at that value);
+    null: none."""
+
+    def needs(self) -> list[tuple[str, str]]:
+        """`requires` as (option, wanted value or '' for true) pairs."""
+        return [tuple(n.strip().partition("=")[::2]) for n in (self.requires or "").split(",") if n.strip()]
     scale: Optional[float] = None
     """The option takes a positive number and sets the key to number x scale (DeepSpeed's bucket sizes in
     elements -> clustersim's MB)."""
@@ -218,8 +224,9 @@ def _check(fw: Framework, where: str) -> Framework:
         if key not in LACKABLE:
             raise ScenarioError(f"{where}.lacks.{key}", "not a parallel dimension a framework may lack", " | ".join(LACKABLE))
     for n, o in fw.options.items():
-        if o.requires is not None and o.requires not in fw.options:
-            raise ScenarioError(f"{where}.options.{n}.requires", f"{o.requires!r} is not an option", ", ".join(fw.options))
+        for other, _ in o.needs():
+            if other not in fw.options:
+                raise ScenarioError(f"{where}.options.{n}.requires", f"{other!r} is not an option", ", ".join(fw.options))
         for what, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES)):
             picks = getattr(o, what)
             if picks is not None and not set(picks) <= set(fw.option_choices(n)):

@@ -55,7 +55,7 @@ class Packing:
 
     @property
     def kernel_tokens(self) -> float:
-        """The length of the causal sequences the kernels are priced as (`layer_ops._masked`): min(piece, W)."""
+        """The length of the causal sequences the kernels are priced as (`attention_ops.masked`): min(piece, W)."""
         return min(self.mean_segment, self.window) if self.window is not None else self.mean_segment
 
 

@@ -23,6 +23,10 @@ from ..scenario import Scenario
 from .opgraph import Comm, Shard
 from .sharded_params import param_bytes
 
+TENSORWISE = "torchao_tensorwise"
+"""The recipe whose FP8 tensors can be gathered (one scale per tensor): torchtitan turns the FP8 TP all-gathers on
+only without a rowwise recipe (TT022 parallelize.py:77-86) and refuses the FSDP one with any recipe_name
+(float8.py:80-85)."""
 FP8_BYTES = 1
 """Bytes per element of an FP8 (e4m3 / e5m2) tensor."""
 AMAX_BYTES = 4
@@ -43,7 +47,8 @@ def head_in_fp8(sc: Scenario) -> bool:
 def fp8_tp_gathers(sc: Scenario) -> bool:
     """Whether the layers' TP all-gathers carry FP8 (module docstring)."""
     entry = sc.framework.spec.fp8_tp_all_gather
-    return bool(entry is not None and entry.value) and sc.training.precision == "fp8" and sc.parallel.tp > 1
+    return (bool(entry is not None and entry.value) and sc.training.precision == "fp8" and sc.parallel.tp > 1
+            and sc.framework.fp8_recipe == TENSORWISE)
 
 
 def tp_collective_bytes(sc: Scenario, z: Shard, collective: str) -> float:

@@ -13,9 +13,8 @@ from dataclasses import replace
 from . import fusion, op_sac
 from .float8_comm import cast_shares, fp8_tp_gathers, tp_collective_bytes
 from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
-from .documents import layer_mask
-from .eager_attention import EAGER, EAGER_DROPOUT, eager_kernels
-from .opgraph import (GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
+from .attention_ops import attention_backward, attention_forward
+from .opgraph import (FP8_CASTS, GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
                       LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add, shard,
                       tp_collective)
 from ..scenario import Scenario
@@ -24,111 +23,6 @@ from .schedules import schedule_spec
 from .ep_dispatch import ep_message_bytes
 from .policy import scenario_policy
 from .sharded_params import autocast_layer_params, layer_rank_params, param_bytes
-
-# ----------------------------------------------------------------------------------- attention
-
-def _attention_flops(z: Shard, s_kv: int, causal_fraction: float) -> float:
-    """Forward 4*b*s_q*s_kv*d_h per head (QK^T and AV), times the causal fraction (FA benchmark)."""
-    return 4.0 * z.b * z.s * s_kv * z.d_head * z.heads * causal_fraction
-
-
-def _attention_op(sc: Scenario, z: Shard, name: str, s_kv: int, causal_fraction: float, bwd: bool) -> Compute:
-    """Flash: fwd 1x, bwd 2.5x (recomputes the scores, FA benchmark_flash_attention.py);
-    bytes = Q, K, V, O (and dO, dQ, dK, dV in backward). Eager: the s^2 scores go through HBM."""
-    phase = "bwd" if bwd else "fwd"
-    shape = (z.b * z.heads, z.s, s_kv, z.d_head, causal_fraction, phase)
-    if sc.training.attention == "eager":  # its kernels, every entry computed (`plan/eager_attention.py`)
-        ks = eager_kernels(*shape[:4], phase, sc.model.hidden_dropout, z.ab)
-        return Compute(name, "attention", sum(k.flops for k in ks), sum(k.bytes for k in ks), z.dtype,
-                       shape + (EAGER_DROPOUT if sc.model.hidden_dropout else EAGER,))
-    flops = _attention_flops(z, s_kv, causal_fraction) * (2.5 if bwd else 1.0)
-    io = (2 * z.T * z.q + 2 * z.b * s_kv * z.kv) * z.ab * (2 if bwd else 1)
-    return Compute(name, "attention", flops, float(io), z.dtype, shape)
-
-
-def _masked(sc: Scenario, z: Shard, op: Compute, layer: int, ring: bool = False) -> Compute:
-    """`op` of layer `layer` under its mask (`documents.layer_mask`: packed documents, a sliding window).
-
-    Without CP: the b sequences priced as causal sequences of l_eff = min(mean piece, W) tokens, as many (bh')
-    as make the shape's causal work equal the masked work, bh' = bh * cost_vs_causal * s(s+1) / (l_eff(l_eff+1))
-    (for documents alone this is bh * s / l_eff: sum l(l+1) = sum l * (l_eff + 1) with l_eff = sum l^2 / sum l).
-    A band of width W runs like a causal kernel of length W: with key blocks of B tokens each query block of
-    the band walks W/B key blocks, two of them partial (the diagonal and the window's far edge), where a causal
-    kernel of length W walks W/(2B) on average, one partial: the same share of masked blocks, 2B/W, which is
-    what costs a masked kernel its speed; the band's longer key loop amortises each query block's prologue a
-    little better, so the causal-W price errs slow by at most that. The efficiency is read at the shape's
-    sqrt(s_q s_kv) = l_eff, the kernel's working length.
-
-    With CP: the busiest rank's share of the masked work (`cp_busiest_vs_causal`); the ring's or the all-gather's
-    traffic is unchanged, every K/V chunk still travels (a rank whose window does not reach a chunk still
-    receives it to pass it on). Eager attention computes the masked entries too: unchanged."""
-    pk = layer_mask(sc, layer)
-    if pk is None or sc.training.attention == "eager":
-        return op
-    if sc.parallel.cp == 1 and not ring:
-        l_eff = max(1, min(z.s, round(pk.kernel_tokens)))
-        bh, _, _, d, frac, phase = op.shape
-        scale = pk.cost_vs_causal * z.s * (z.s + 1) / (l_eff * (l_eff + 1))
-        return replace(op, flops=op.flops * pk.cost_vs_causal, shape=(max(1, round(bh * scale)), l_eff, l_eff, d, frac, phase))
-    return replace(op, flops=op.flops * pk.cp_busiest_vs_causal)
-
-
-def _attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int, tag: str = "") -> None:
-    c = sc.parallel.cp
-    kv_bytes = float(2 * z.T * z.kv * z.ab)  # local K and V chunk
-    if c == 1:
-        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn", z.s, 0.5, bwd=False), layer))
-    elif sc.parallel.cp_comm == "allgather":
-        seq.comm(Comm("cp_kv_allgather", "cp", "all_gather", kv_bytes * c))
-        # local queries (head-tail balanced) against the whole gathered sequence: on average half of it
-        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn", z.s * c, 0.5, bwd=False), layer))
-    else:
-        # zig-zag ring (RFA): step 0 is the local causal block, steps 1..c-1 unmasked half blocks against
-        # remote K/V (s_local queries x s_local/2 keys, or half the queries x all keys: the same work),
-        # each merged into the running output through the log-sum-exp (fp32: read O, O_blk, write O)
-        prev = None
-        for i in range(c):
-            extra = (prev,) if prev is not None else ()
-            if i < c - 1:
-                # pass the chunk on as soon as it arrived (the first one right after the QKV projection)
-                nxt = seq.comm(Comm(f"cp_kv_ring{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
-                               extra=extra, after_compute=(i == 0))
-            seq.compute(_ring_step_attention(sc, z, f"attn_step{i}", i, bwd=False, layer=layer), extra=extra)
-            if i > 0:
-                seq.compute(elementwise(f"cp_merge{i}", z.T * z.q, 3, z, elt_bytes=4))
-            prev = nxt if i < c - 1 else None
-
-
-def _ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool, layer: int) -> Compute:
-    """Step 0: causal s_local x s_local; later steps: an unmasked s_local x s_local/2 block (zig-zag)."""
-    if step == 0:
-        return _masked(sc, z, _attention_op(sc, z, name, z.s, 0.5, bwd=bwd), layer, ring=True)
-    return _masked(sc, z, _attention_op(sc, z, name, z.s // 2, 1.0, bwd=bwd), layer, ring=True)
-
-
-def _attention_backward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
-    c = sc.parallel.cp
-    kv_bytes = float(2 * z.T * z.kv * z.ab)
-    if c == 1:
-        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True), layer))
-    elif sc.parallel.cp_comm == "allgather":
-        seq.comm(Comm("cp_kv_allgather_bwd", "cp", "all_gather", kv_bytes * c))
-        seq.compute(_masked(sc, z, _attention_op(sc, z, "attn_bwd", z.s * c, 0.5, bwd=True), layer))
-        seq.comm(Comm("cp_dkv_reduce_scatter", "cp", "reduce_scatter", kv_bytes * c))
-    else:
-        # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA); each step
-        # adds its block's dQ and dK/dV into fp32 accumulators
-        prev = None
-        for i in range(c):
-            extra = (prev,) if prev is not None else ()
-            if i < c - 1:
-                nxt = seq.comm(Comm(f"cp_kv_ring_bwd{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
-                               extra=extra, after_compute=(i == 0))
-            seq.compute(_ring_step_attention(sc, z, f"attn_bwd_step{i}", i, bwd=True, layer=layer), extra=extra)
-            seq.compute(elementwise(f"cp_accumulate{i}_bwd", z.T * (z.q + 2 * z.kv), 3, z, elt_bytes=4))
-            seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1) or not sc.overlap_cp))
-            prev = nxt if i < c - 1 else None
-
 
 # ----------------------------------------------------------------------------------- one layer
 
@@ -200,7 +94,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     _gathered_gemm(sc, z, seq, "sp_allgather_attn" if sp else None, gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
     if m.rotary:
         seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
-    _attention_forward(sc, z, seq, layer, tag)
+    attention_forward(sc, z, seq, layer, tag)
     _gemm(sc, seq, gemm("out_proj", z.T, z.h, z.q, z))
     if m.parallel_block:
         _parallel_mlp(sc, z, seq, sp)
@@ -377,13 +271,16 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             attention_done = True
             if rc == "selective" and sc.training.attention == "eager" and not op_level:
                 sub = OpList("R")
-                _attention_forward(sc, z, sub, layer)
+                attention_forward(sc, z, sub, layer)
                 b.extend(sub)
-            _attention_backward(sc, z, b, layer)
+            attention_backward(sc, z, b, layer)
             continue
         if op.kind == "gemm":
             last_gemm = op.name
         dgrad, wgrad = backward_of(op, z)
+        if wgrad is not None and wgrad.dtype == "fp8" and FP8_CASTS[sc.framework.fp8_recipe].wgrad_bf16:
+            wgrad = _in_bf16(wgrad, z)
+        rescales = op.kind == "gemm" and op.dtype == "fp8" and FP8_CASTS[sc.framework.fp8_recipe].rescales_backward
         if parallel and op.name == "qkv":  # the MLP branch's input gradient is this dgrad's accumulator
             dgrad = replace(dgrad, bytes=dgrad.bytes + BRANCH_SUM_READ * z.T * z.h * z.ab)
         if async_linear and op.name in COLUMN_LINEARS and wgrad is not None:
@@ -398,8 +295,12 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             continue
         if dgrad is not None:
             b.compute(dgrad)
+            if rescales:
+                b.compute(_rescale(dgrad, z))
         if wgrad is not None:
             w_ops.append(wgrad)
+            if rescales and wgrad.dtype == "fp8":
+                w_ops.append(_rescale(wgrad, z))
         if op.kind == "gemm" and op.name in COLUMN_LINEARS and z.t > 1 and not sp and not (parallel and op.name == "fc1"):
             # (a parallel block all-reduces its two branches' input gradients once, after the QKV dgrad)
             b.comm(tp_collective(sc, z, f"tp_allreduce_{op.name}_dgrad", "all_reduce"))
@@ -425,6 +326,19 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         w_nodes = passes.W if mode == "micro_pipeline" else chunk_tp_overlap(passes.W, z.t, mode)
         return LayerPasses(layer, chunk_tp_overlap(passes.F, z.t, mode), chunk_tp_overlap(passes.B, z.t, mode), w_nodes)
     return passes
+
+
+def _rescale(g: Compute, z: Shard) -> Compute:
+    """The pass that applies an axiswise recipe's scales to a backward GEMM's output (`Fp8Casts.rescales_backward`):
+    read and write the m x n output."""
+    m, n, _ = g.shape
+    return elementwise(g.name + "_rescale", m * n * g.repeat, 2, z)
+
+
+def _in_bf16(g: Compute, z: Shard) -> Compute:
+    """A GEMM run in bf16 instead of FP8: its operands at 2 bytes (the recipe's rowwise_with_gw_hp weight gradient)."""
+    m, n, k = g.shape
+    return replace(g, dtype="bf16", bytes=float((m * k + k * n) * 2 + m * n * z.ab) * g.repeat)
 
 
 def _one_linear(sc: Scenario, gemm_name: str | None) -> bool:

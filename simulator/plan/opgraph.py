@@ -9,7 +9,7 @@ dimension's stream. Memory-bound byte counts: docs/modeling.md §7.3 (derived).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Union
+from typing import Optional, Union
 
 from ..scenario import Scenario
 
@@ -177,9 +177,23 @@ class Fp8Casts:
     grouped_fused: bool = True
     """A grouped GEMM's per-expert tensors are quantized by one multi-tensor kernel (TE's delayed scaling); false:
     one quantization per expert (`kernels_per_tensor` each)."""
+    weight_bytes: Optional[int] = None
+    """Bytes moved per weight element where they differ from `per_element` (a recipe that scales the weight along
+    each axis from its bf16 copy); None: the same."""
+    wgrad_bf16: bool = False
+    """The weight-gradient GEMM runs in bf16 on the bf16 input and output gradient (torchao's rowwise_with_gw_hp)."""
+    rescales_backward: bool = False
+    """The backward's FP8 GEMMs (slow accumulation) run as cuBLAS's tensorwise kernel, then one pass over the output
+    applies the row and column scales (read and write it): torchao's axiswise recipes (pytorch/ao 8c81863
+    torchao/float8/float8_ops.py:44-55, addmm_float8_unwrapped: "The rowwise CUTLASS-based kernel is so slow without
+    fast-accum that we'd rather use the tensorwise cuBLAS-based kernel and do the scaling manually afterwards";
+    config.py:174-176, only the forward GEMM uses fast accumulation; pytorch/ao #1325, #2184)."""
 
     def per_element(self) -> int:
         return 2 * self.reads + self.written + self.transpose_copy
+
+    def per_weight_element(self) -> int:
+        return self.weight_bytes if self.weight_bytes is not None else self.per_element()
 
 
 TE_DELAYED = Fp8Casts(reads=1, written=2, transpose_copy=0, weight_per_step=True)
@@ -209,8 +223,24 @@ TE_DELAYED_UNCACHED = replace(TE_DELAYED, weight_per_step=False)
 """Transformer Engine's delayed scaling where the caller does not pass `is_first_microbatch` (LLM Foundry's MPT
 calls its te.Linear modules as plain modules): TE casts the weight again on every forward (TransformerEngine v0.10
 transformer_engine/pytorch/module/linear.py:87, `update_fp8_weights = is_first_microbatch is None or ...`)."""
+TORCHAO_ROWWISE = Fp8Casts(reads=2, written=2, transpose_copy=2, weight_per_step=False, weight_bytes=10,
+                           rescales_backward=True)
+"""torchao's rowwise recipe (torchtitan's float8 `recipe_name: rowwise`; its default at the commit read): a rowwise
+scale cannot be transposed, so the backward's column-scaled copies are made from the bf16 tensor. As torchao's own
+roofline counts them (pytorch/ao torchao/testing/training/roofline_utils.py, get_tensor_memory_traffic_ovhd_s,
+compiled kernels): an input or output gradient in two kernels, bf16 -> FP8 along dim 0 plus a bf16 copy along dim 1
+(read 2, write 1 + 2), then that copy -> FP8 (read 2, write 1): 8 B per element; a weight in three, FP8 along dim 0
+(3), a bf16 transpose (4), FP8 along dim 1 (3): 10 B. The forward's rowwise-scaled GEMM (PyTorch's CUTLASS kernel, fast
+accumulation) is priced at the FP8 curve as tensorwise's: the same roofline takes one achievable share of the FP8 peak
+for every recipe, and pytorch/pytorch #147971 (2025-02) measured most shapes at 90-100 % of tensorwise's speed (a
+tail down to 50 %, not priced); the backward's run tensorwise and rescale (`rescales_backward`)."""
+TORCHAO_ROWWISE_GW_HP = Fp8Casts(reads=1, written=1, transpose_copy=0, weight_per_step=False, weight_bytes=6,
+                                 wgrad_bf16=True, rescales_backward=True)
+"""torchao's rowwise_with_gw_hp: input and output gradient cast once, along dim 0 (read 2, write 1: 3 B), the weight
+along both axes (3 + 3: 6 B; the same roofline file), and the weight-gradient GEMM in bf16 on the bf16 tensors."""
 FP8_CASTS = {"te_delayed": TE_DELAYED, "te_delayed_uncached": TE_DELAYED_UNCACHED, "te_current": TE_CURRENT,
-             "torchao_tensorwise": TORCHAO_TENSORWISE}
+             "torchao_tensorwise": TORCHAO_TENSORWISE, "torchao_rowwise": TORCHAO_ROWWISE,
+             "torchao_rowwise_gw_hp": TORCHAO_ROWWISE_GW_HP}
 """A framework file's `fp8_recipe` (frameworks/spec.py FP8_RECIPES) -> the casts it prices."""
 
 
@@ -230,7 +260,7 @@ def fp8_cast(sc: Scenario, g: Compute, shares: tuple[float, float, float] = (1.0
     casts = FP8_CASTS[sc.framework.fp8_recipe]
     per_elt = casts.per_element()
     act, weight, grad = (x * g.repeat * share for x, share in zip((m * k, k * n, m * n), shares))
-    nbytes = per_elt * (act + (weight / sc.micro_batches if casts.weight_per_step else weight))
+    nbytes = per_elt * act + casts.per_weight_element() * (weight / sc.micro_batches if casts.weight_per_step else weight)
     launches = casts.kernels_per_tensor * (1 if casts.grouped_fused else g.repeat)
     return Compute("fp8_cast_" + g.name, "elementwise", 0.0, float(nbytes), "bf16", (act, weight, grad, per_elt), launches)
 

@@ -43,11 +43,13 @@ PRESET_LABELS = {"LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B", "LLAMA3-8B", "LLAMA
 
 FEATURES = ("precision", "cp", "schedule", "tp_overlap", "recompute")
 
-FP8_OPTIONS = ("framework.float8", "framework.float8_fsdp_all_gather", "framework.float8_precompute_scale")
+FP8_OPTIONS = ("framework.float8", "framework.float8_recipe", "framework.float8_fsdp_all_gather",
+               "framework.float8_precompute_scale")
 """torchtitan's float8 switches: they come with `training.precision` (float8 sets it) or with one another."""
 PAIR_KEYS = (
     ("same recipe, another release", (), ("framework.sdpa_backend", "framework.op_sac_saves_cudnn")),
     ("precision", ("training.precision",), ("framework.tp_comm_overlap", "parallel.overlap_tp", *FP8_OPTIONS)),
+    ("fp8 recipe", ("framework.float8_recipe",), FP8_OPTIONS),
     ("fp8 all-gather", ("framework.float8_fsdp_all_gather",), FP8_OPTIONS),
     ("recompute", ("training.recompute", "training.recompute_layers"), ("parallel.sp",)),
     ("tp_overlap", ("framework.tp_comm_overlap", "parallel.overlap_tp"), ()),
