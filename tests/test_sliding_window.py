@@ -273,3 +273,14 @@ def test_the_text_report_names_the_window_and_its_layers():
     text = format_report(simulate(_load("model.sliding_window=4096", "model.full_attention_every=2"), "analytic"))
     line = next(x for x in text.splitlines() if x.strip().startswith("attention:"))
     assert "sliding window 4,096 tokens on 16 layer(s)" in line and "0.617x the causal mask's work" in line
+
+
+def test_the_mistral_7b_preset_is_the_paper_s_table_and_slides_every_layer():
+    """Jiang et al. 2023 (arXiv 2310.06825) Table 1: dim 4096, 32 layers, head_dim 128, hidden_dim 14336, 32 heads,
+    8 KV heads, window 4096, vocabulary 32000; 7.24 B parameters with its untied head."""
+    from simulator.model import load_model
+    from simulator.params import total_params
+    m = load_model("mistralai/Mistral-7B-v0.1")
+    assert (m.hidden, m.layers, m.d_head, m.ffn_hidden, m.heads, m.n_kv, m.vocab) == (4096, 32, 128, 14336, 32, 8, 32000)
+    assert m.sliding_window == 4096 and m.full_attention_every == 0 and m.sliding_layers == 32
+    assert total_params(m) == pytest.approx(7.24e9, rel=0.002)
