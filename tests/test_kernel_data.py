@@ -307,3 +307,26 @@ def test_a_head_dim_ratio_must_name_another_gpu_of_the_file(tmp_path):
     path.write_text(json.dumps(bad))
     with pytest.raises(ScenarioError, match="head_dim_ratio"):
         load_data(str(path))
+
+
+def test_hgx_b200_fp8_gemms_take_its_bf16_curve_by_the_same_die_s_max_achievable_ratio():
+    cm = CostModel(load_topology("dgx-b200"), precision="fp8")
+    bf16, fp8 = cm.kernels().gemm["bf16"], cm.kernels().gemm["fp8"]
+    gb200 = {p["dtype"]: p["tflops"] for p in gpu_points("B200 (GB200 superchip)")["gemm"] if p.get("max_achievable")}
+    assert fp8.transferred_from == "B200 (GB200 superchip)"
+    assert fp8.peak_efficiency == pytest.approx(bf16.peak_efficiency * gb200["fp8"] / gb200["bf16"] / 2)
+    assert fp8.half_efficiency_s == GEMM_HALF_EFFICIENCY_S  # the knee is not transferred
+    assert "fp8 from bf16 by B200 (GB200 superchip)" in cm.kernel_source()
+    # so FP8 GEMMs no longer run faster, against their peak, than the BF16 ones do against theirs
+    big = (8192, 14336, 4096)
+    assert cm.compute_time(_gemm(*big, "bf16")) / cm.compute_time(_gemm(*big, "fp8")) <= 2.0
+
+
+def test_an_fp8_transfer_must_name_another_gpu_and_say_why(tmp_path):
+    data = load_data()
+    gpus = dict(data["gpus"], **{"B200 (HGX/DGX, 1,000 W)": dict(data["gpus"]["B200 (HGX/DGX, 1,000 W)"],
+                                                               fp8_gemm_from={"gpu": "nowhere"})})
+    bad = tmp_path / "k.json"
+    bad.write_text(json.dumps({"gpus": gpus}))
+    with pytest.raises(ScenarioError, match="fp8_gemm_from"):
+        load_data(str(bad))

@@ -186,8 +186,11 @@ class CostModel:
             base = f"spec-based constants (no published kernel points for {gpu.name})"
         else:
             fitted = sorted(d for d, c in k.gemm.items() if c.points)
-            capped = sorted(d for d, c in k.gemm.items() if not c.points)
+            moved = sorted(f"{d} from bf16 by {c.transferred_from}'s max-achievable ratio" for d, c in k.gemm.items()
+                           if c.transferred_from)
+            capped = sorted(d for d, c in k.gemm.items() if not c.points and not c.transferred_from)
             gemm = "; ".join(x for x in (f"GEMM {', '.join(fitted)} fitted to measured shapes" if fitted else "",
+                                         f"GEMM {', '.join(moved)}" if moved else "",
                                          f"GEMM {', '.join(capped)} spec constants under a published ceiling"
                                          if capped else "") if x) or "GEMM spec constants"
             chip = gpu.name if gpu.chip in (None, gpu.name) else f"{gpu.chip}, the chip of {gpu.name}"

@@ -27,6 +27,9 @@ source. From them:
 - a head-dim transfer (`head_dim_ratio` in a GPU's entry): a head dim the GPU's tables lack at both masks is priced
   at the nearest published head dim's value times the same family's ratio between the two on the GPU it names
   (B200 and GB200's cuDNN and FlashAttention-2 are published at head dim 128 only; the H100's ratios price 64).
+- an FP8 transfer (`fp8_gemm_from` in a GPU's entry): a GPU with a BF16 curve and no FP8 point takes the BF16 curve
+  with eta_max times the named GPU's ratio of maximum-achievable FP8 to BF16 efficiency (`fp8_from_bf16`; the HGX
+  B200 from the GB200's B200, the same die).
 - a forward+backward point (`phase: fwd_bwd`) of a GPU with no per-phase figure (FlashAttention-2 on the A100: the
   README's fwd+bwd figure only) is priced as a forward and a backward point: its time shared between the phases as
   the same family shares it on the GPU its `fwd_bwd_split` names, at the same mask, head dim and sequence length
@@ -73,6 +76,8 @@ class GemmCurve:
     half_efficiency_s: float
     points: int
     knee_fitted: bool
+    transferred_from: str = ""
+    """The GPU whose FP8/BF16 relation made this curve from the BF16 one (`fp8_from_bf16`); "" for a fitted curve."""
 
 
 @dataclass(frozen=True)
@@ -301,11 +306,12 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].phase", f"{p['phase']!r} is unknown",
                                         " | ".join(PHASES))
         _check_split(data["gpus"], gpu, f"{where}: gpus.{gpu}.fwd_bwd_split")
-        by = entry.get("head_dim_ratio")
-        if by is not None and not (isinstance(by, dict) and by.get("gpu") in data["gpus"] and by["gpu"] != gpu
-                                   and by.get("rule") and by.get("why")):
-            raise ScenarioError(f"{where}: gpus.{gpu}.head_dim_ratio", f"{by!r}",
-                                "{gpu: another GPU of this file, rule: what it prices, why: the evidence for it}")
+        for key in ("head_dim_ratio", "fp8_gemm_from"):
+            by = entry.get(key)
+            if by is not None and not (isinstance(by, dict) and by.get("gpu") in data["gpus"] and by["gpu"] != gpu
+                                       and by.get("rule") and by.get("why")):
+                raise ScenarioError(f"{where}: gpus.{gpu}.{key}", f"{by!r}",
+                                    "{gpu: another GPU of this file, rule: what it prices, why: the evidence for it}")
     if not isinstance(data.get("transfers", {}), dict):
         raise ScenarioError(f"{where}: transfers", "expected an object",
                             "family -> {base, gpu, phase, rule, points, forward_gap (optional)}")
@@ -428,6 +434,19 @@ def published_gpus(path: str = str(DATA_FILE)) -> list[str]:
 
 
 @lru_cache(maxsize=16)
+def fp8_from_bf16(bf16: GemmCurve, ref_gpu: str, peak_ratio: float, knee_s: float, path: str = str(DATA_FILE)) -> GemmCurve:
+    """An FP8 curve from a BF16 one (`fp8_gemm_from`): eta_max times `ref_gpu`'s best maximum-achievable FP8 TFLOP/s
+    over its best BF16 one, over the FP8/BF16 dense peak ratio (`peak_ratio`, this GPU's: the reference is the
+    same die). The knee is not transferred (`knee_s`, the spec knee): on the H100, where both are fitted, FP8's is
+    9x BF16's (13.9 against 1.5 us)."""
+    best = {dt: max((p["tflops"] for p in gpu_points(ref_gpu, path)["gemm"] if p["dtype"] == dt and p.get("max_achievable")),
+                    default=None) for dt in ("fp8", "bf16")}
+    if best["fp8"] is None or best["bf16"] is None:
+        raise ValueError(f"{ref_gpu} has no maximum-achievable FP8 and BF16 points to transfer from")
+    ratio = best["fp8"] / best["bf16"] / peak_ratio
+    return GemmCurve(bf16.peak_efficiency * ratio, knee_s, 0, False, transferred_from=ref_gpu)
+
+
 def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float, default_knee_s: float,
                 overhead_s: float, path: str = str(DATA_FILE)) -> GpuKernels | None:
     """The curves and tables of one GPU (`peaks`: sorted (dtype, FLOP/s) pairs of the topology); None without points."""
@@ -444,6 +463,9 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
                                default_eta, default_knee_s, overhead_s, operand)
         if curve is not None:
             gemm[dtype] = curve
+    fp8_from = load_data(path)["gpus"][gpu_name].get("fp8_gemm_from")
+    if fp8_from and "fp8" not in gemm and "bf16" in gemm and "fp8" in peak:
+        gemm["fp8"] = fp8_from_bf16(gemm["bf16"], fp8_from["gpu"], peak["fp8"] / peak["bf16"], default_knee_s, path)
     points = phase_points(gpu_name, path)
     attention = attention_tables(points, peak)
     split_by = {p["family"]: p["split_by"] for p in points if "split_by" in p and p["dtype"] in peak}
