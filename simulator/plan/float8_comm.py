@@ -76,7 +76,7 @@ def block_layer(sc: Scenario, key: str) -> int | None:
 def _fp8_tensors(sc: Scenario, key: str, tensors: tuple[float, ...]) -> tuple[float, ...]:
     """A block's dense tensors that are float8 linear weights: a layer's all but its norms (a norm holds at most
     2 x hidden elements, a LayerNorm's weight and bias; every linear more), the LM head where it runs in FP8
-    (`step_ops.head_in_fp8`; `head_rank_tensors` puts it second, after the final norm), none of the embedding."""
+    (`head_in_fp8`; `head_rank_tensors` puts it second, after the final norm), none of the embedding."""
     if block_layer(sc, key) is not None:
         return tuple(t for t in tensors if t > 2 * sc.model.hidden)
     return (tensors[1],) if key == "head" and len(tensors) > 1 and head_in_fp8(sc) else ()
