@@ -433,7 +433,6 @@ def published_gpus(path: str = str(DATA_FILE)) -> list[str]:
     return sorted(load_data(path)["gpus"])
 
 
-@lru_cache(maxsize=16)
 def fp8_from_bf16(bf16: GemmCurve, ref_gpu: str, peak_ratio: float, knee_s: float, path: str = str(DATA_FILE)) -> GemmCurve:
     """An FP8 curve from a BF16 one (`fp8_gemm_from`): eta_max times `ref_gpu`'s best maximum-achievable FP8 TFLOP/s
     over its best BF16 one, over the FP8/BF16 dense peak ratio (`peak_ratio`, this GPU's: the reference is the
@@ -447,6 +446,7 @@ def fp8_from_bf16(bf16: GemmCurve, ref_gpu: str, peak_ratio: float, knee_s: floa
     return GemmCurve(bf16.peak_efficiency * ratio, knee_s, 0, False, transferred_from=ref_gpu)
 
 
+@lru_cache(maxsize=16)
 def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float, default_knee_s: float,
                 overhead_s: float, path: str = str(DATA_FILE)) -> GpuKernels | None:
     """The curves and tables of one GPU (`peaks`: sorted (dtype, FLOP/s) pairs of the topology); None without points."""

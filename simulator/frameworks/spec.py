@@ -62,12 +62,12 @@ GEMM, the backward's and the weight gradient's included (`userbuffers`: Transfor
 Megatron's --tp-comm-overlap; null means this), or only the pairs PyTorch's micro-pipeline TP pass matches
 (`micro_pipeline`: torchtitan's async TP)."""
 TP_WGRAD_INPUTS = ("regather", "saved")
-OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
-"""Adam's implementations, as calibrate's optimizer probe names them (`torch.optim.AdamW` fused / foreach / the
-per-tensor loop)."""
 """Where a column-parallel linear's weight gradient gets its gathered SP input: all-gathered again in the
 backward (`regather`: Megatron, KOR22 §4.2.2; null means this), or the forward's gathered tensor, kept by
 autograd or re-made by the recompute's own all-gather (`saved`: DTensor TP)."""
+OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
+"""Adam's implementations, as calibrate's optimizer probe names them (`torch.optim.AdamW` fused / foreach / the
+per-tensor loop)."""
 LACKABLE = ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep")
 """Parallel dimensions a framework may lack (`Framework.lacks`): a layout under it must keep them at 1."""
 SHARED_CONSTANTS = ("transformer_engine",)
@@ -113,10 +113,6 @@ class Option:
     """Other options of the framework this one needs when true, comma-separated: a name (that option true:
     torchtitan's async TP is an Inductor pass, it needs `compile`) or name=value (that option at that value);
     null: none."""
-
-    def needs(self) -> list[tuple[str, str]]:
-        """`requires` as (option, wanted value or '' for true) pairs."""
-        return [tuple(n.strip().partition("=")[::2]) for n in (self.requires or "").split(",") if n.strip()]
     scale: Optional[float] = None
     """The option takes a positive number and sets the key to number x scale (DeepSpeed's bucket sizes in
     elements -> clustersim's MB)."""
@@ -129,6 +125,10 @@ class Option:
     (Megatron's --fp8-recipe: delayed -> te_delayed, tensorwise -> te_current); a value it does not name, or
     null: the framework's."""
     source: str
+
+    def needs(self) -> list[tuple[str, str]]:
+        """`requires` as (option, wanted value or '' for true) pairs."""
+        return [tuple(n.strip().partition("=")[::2]) for n in (self.requires or "").split(",") if n.strip()]
 
 
 @dataclass(frozen=True, kw_only=True)

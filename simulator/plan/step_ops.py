@@ -48,7 +48,6 @@ def head_gemm(sc: Scenario, z: Shard, v: int) -> Compute:
     return gemm("lm_head", z.T, v, z.h, z)
 
 
-
 def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
     """Final norm, LM head (vocab-parallel), cross-entropy in fp32 with its TP all-reduces of per-token
     max / sum / target logit (Megatron vocab_parallel_cross_entropy)."""
@@ -185,9 +184,10 @@ def optimizer_op(sc: Scenario, params_on_rank: float) -> Compute:
     """The optimizer step on this rank's parameter shard. A calibration profile measures AdamW's kernels: LAMB's
     shape carries its bytes over AdamW's, which `CostModel` scales a measured time by (both are multi-tensor,
     memory-bound passes)."""
-    per_param = optimizer_bytes_per_param(sc) + _precompute_amax_bytes(sc)
+    own = optimizer_bytes_per_param(sc)
+    per_param = own + _precompute_amax_bytes(sc)
     shape: tuple = (int(params_on_rank),)
-    if sc.training.optimizer == "lamb" or per_param != optimizer_bytes_per_param(sc):
+    if sc.training.optimizer == "lamb" or per_param != own:
         shape += (per_param / optimizer_bytes_per_param(sc, "adamw"),)
     return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * per_param, "fp32", shape)
 
