@@ -59,7 +59,7 @@ def masked(sc: Scenario, z: Shard, op: Compute, layer: int, ring: bool = False) 
     return replace(op, flops=op.flops * pk.cp_busiest_vs_causal)
 
 
-def attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int, tag: str = "") -> None:
+def attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     c = sc.parallel.cp
     kv_bytes = float(2 * z.T * z.kv * z.ab)  # local K and V chunk
     if c == 1:

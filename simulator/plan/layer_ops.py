@@ -94,7 +94,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     _gathered_gemm(sc, z, seq, "sp_allgather_attn" if sp else None, gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
     if m.rotary:
         seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
-    attention_forward(sc, z, seq, layer, tag)
+    attention_forward(sc, z, seq, layer)
     _gemm(sc, seq, gemm("out_proj", z.T, z.h, z.q, z))
     if m.parallel_block:
         _parallel_mlp(sc, z, seq, sp)
