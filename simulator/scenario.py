@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from .errors import ScenarioError
 from .overrides import apply_overrides, override_keys  # noqa: F401 (apply_overrides: the sweep's import)
-from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_setting, layout_rules
+from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_setting, hardware_rules, layout_rules
 from .inputs import existing_file, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model, without_config_mtp
 from .diloco_spec import DiLoCo
@@ -495,6 +495,5 @@ def validate_layout(sc: Scenario) -> Scenario:
         for i, name in enumerate(t.recompute_modules):
             if name not in RECOMPUTE_MODULES:
                 raise ScenarioError(f"training.recompute_modules[{i}]", f"unknown module {short(name)}", ", ".join(RECOMPUTE_MODULES))
-    if t.precision == "fp8" and "fp8" not in sc.topology.gpu.peak_tflops:
-        raise ScenarioError("training.precision", f"fp8 but {sc.topology.gpu.name} has no FP8 tensor cores", "fp32 | bf16")
+    hardware_rules(sc.framework, t.precision, sc.topology.gpu)
     return check_cluster_mix(replace(sc, parallel=p))

@@ -68,6 +68,10 @@ class GPUSpec:
     power_limit_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
     """The power cap the cluster runs its GPUs at (`nvidia-smi -pl`), at most `tdp_w`; null = the rated
     power. Tensor-core work slows in proportion (`compute_clock_fraction`); HBM bandwidth does not."""
+    mx_formats: bool = False
+    """Tensor cores that scale each 32-element block themselves (the OCP microscaling formats: MXFP8, with one E8M0
+    scale per 32 values), as Blackwell's (compute capability 10.0) do: Transformer Engine's MXFP8 recipe runs only
+    there (`framework.fp8_recipe: mxfp8`). false: per-tensor FP8 scaling only (Hopper, Ada)."""
     chip: Optional[str] = None
     """The GPU whose published kernel measurements price this one (a GPU of `simulator/cost/kernel_data.json`,
     e.g. "H100 SXM5 80GB"), for a variant of the same chip at the same rated peaks that differs in memory,

@@ -25,7 +25,7 @@ from ..errors import ScenarioError
 from ..inputs import short
 from ..plan.schedules import INTERLEAVED, schedule_spec
 from .pp_split import cost_balanced_layers, remainder_first_layers
-from .spec import DEFAULT_FRAMEWORK, FRAMEWORKS, POLICY_NAMES, Framework, load_framework
+from .spec import BLOCK_SCALED_RECIPES, DEFAULT_FRAMEWORK, FRAMEWORKS, POLICY_NAMES, Framework, load_framework
 
 MAX_OPTION_NUMBER = 1e12
 """Largest numeric option (bucket sizes in elements: 10^12 is far above any model's parameters per rank)."""
@@ -280,3 +280,19 @@ def layout_rules(choice: FrameworkChoice, parallel, model):
                                 f"at most layers + 2 = {model.layers + 2} chunks (the first and last stage hold the embedding and the output)")
         p = replace(p, pp_layers=remainder_first_layers(model.layers, chunks))
     return p
+
+
+def hardware_rules(choice: FrameworkChoice, precision: str, gpu) -> None:
+    """`ScenarioError` where the GPU cannot run the precision as the framework does: FP8 without FP8 tensor cores;
+    a block-scaled FP8 recipe (`spec.BLOCK_SCALED_RECIPES`) without `mx_formats`."""
+    if precision != "fp8":
+        return
+    if "fp8" not in gpu.peak_tflops:
+        raise ScenarioError("training.precision", f"fp8 but {gpu.name} has no FP8 tensor cores", "fp32 | bf16")
+    if choice.fp8_recipe in BLOCK_SCALED_RECIPES and not gpu.mx_formats:
+        key, word = next(((f"framework.{n}", choice.option(n)) for n, o in choice.spec.options.items()
+                          if o.fp8_recipe and o.fp8_recipe.get(choice.option(n)) == choice.fp8_recipe),
+                         ("framework.name", choice.name))
+        raise ScenarioError(key, f"{word} scales FP8 in 32-value blocks, which {gpu.name} cannot (no MX formats; "
+                            "Blackwell, compute capability 10.0, has them)",
+                            "a per-tensor FP8 recipe, or a topology whose gpu has mx_formats: true")

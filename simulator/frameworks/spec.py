@@ -49,13 +49,19 @@ ATTENTION_KERNELS = ("flash2", "flash3", "cudnn", "triton_fa")
 the scenario layer does not import the cost layer)."""
 PP_SPLITS = ("even", "cost-balanced", "remainder-first")
 SELECTIVE_RECOMPUTES = ("core_attn", "op")
-FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "te_current", "torchao_tensorwise", "torchao_rowwise",
-               "torchao_rowwise_gw_hp")
+FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "te_current", "te_mxfp8", "torchao_tensorwise",
+               "torchao_rowwise", "torchao_rowwise_gw_hp")
 """FP8 cast pricings (`plan/opgraph.py` FP8_CASTS has one each): Transformer Engine's fused cast(-transpose)
 kernels with delayed scaling, the weights' FP8 copies cached across a step's micro-batches (`te_delayed`: the
 caller passes `is_first_microbatch`) or cast on every forward (`te_delayed_uncached`: it does not); Transformer
 Engine's per-tensor current scaling (`te_current`: amax, scale and cast kernels for each tensor, a grouped GEMM's
-experts one by one); torchao's dynamic tensorwise casts (`torchao_tensorwise`)."""
+experts one by one); Transformer Engine's MXFP8 block scaling (`te_mxfp8`: one kernel per tensor, both scaled
+copies, 32-value blocks; a GPU with `mx_formats` only); torchao's dynamic tensorwise casts (`torchao_tensorwise`)
+and its rowwise recipes."""
+BLOCK_SCALED_RECIPES = ("te_mxfp8",)
+"""FP8 recipes whose GEMMs scale 32-value blocks in the tensor cores: they run only on a GPU with
+`topology.GPUSpec.mx_formats` (TransformerEngine v2.6 pytorch/fp8.py:47-53, check_mxfp8_support: compute
+capability 10.0 or higher)."""
 TP_OVERLAPS = ("userbuffers", "micro_pipeline")
 """What `parallel.overlap_tp` overlaps (`plan/tp_overlap.py`): every SP all-gather and reduce-scatter beside its
 GEMM, the backward's and the weight gradient's included (`userbuffers`: Transformer Engine's userbuffers under

@@ -212,6 +212,19 @@ expert by expert: split_quantize (module/grouped_linear.py:127, :299-306) runs o
 delayed scaling only (cast.cpp:156-189, "Currently only have fused kernel for FP8 delayed scaling"; the same in
 v2.7-v2.9). Written as TE_DELAYED (the FP8 copy and its transpose: Hopper's TN layout; Blackwell's non-TN FP8
 GEMMs skip the transpose, quantizer.cpp:217, not priced apart); the weights' copies kept across micro-batches."""
+TE_MXFP8 = Fp8Casts(reads=1, written=2, transpose_copy=0, weight_per_step=True, grouped_fused=False)
+"""Transformer Engine's MXFP8 block scaling (Megatron's --fp8-recipe mxfp8, TE's MXFP8BlockScaling; Blackwell only,
+`GPUSpec.mx_formats`). One kernel per tensor reads the bf16 tensor once and writes both the row-scaled and the
+column-scaled FP8 copies, each with one E8M0 scale per 32 values computed in the same pass: no amax kernel, no
+scale kernel, no transpose (the column-scaled copy keeps the layout). TransformerEngine v2.6
+transformer_engine/common/util/cast_kernels.cuh:1047-1053 and :1150-1162 (cast_mxfp8_2D_kernel, BIDIMENSIONAL:
+rowwise and colwise outputs from one read), pytorch/tensor/mxfp8_tensor.py:105-116 (the columnwise data is
+`empty_like(data)`, scales of shape/32), pytorch/csrc/extensions/cast.cpp:156-189 (a grouped GEMM's experts
+quantized one by one: the multi-tensor kernel is delayed scaling's only). The scales' bytes (2/32 B per element,
+1.6 % of the cast's 4 B) are not priced. The weights' copies are made once per step (Megatron-Bridge's MXFP8
+recipe gathers the bf16 parameters into the gradient buffer and quantizes them into the modules' MXFP8 weights:
+Megatron-LM core_v0.14.0 megatron/core/distributed/param_and_grad_buffer.py:304-320,
+reuse_grad_buf_for_mxfp8_param_ag; the gather moves bf16, as without fp8_param_gather)."""
 TORCHAO_TENSORWISE = Fp8Casts(reads=2, written=1, transpose_copy=2, weight_per_step=False)
 """torchao's Float8Linear with dynamic tensorwise scaling (torchtitan's float8 default, float8.py:65-100): every
 forward computes the input's and the weight's amax and casts them (two reads each, one FP8 write), the backward
@@ -239,6 +252,7 @@ TORCHAO_ROWWISE_GW_HP = Fp8Casts(reads=1, written=1, transpose_copy=0, weight_pe
 """torchao's rowwise_with_gw_hp: input and output gradient cast once, along dim 0 (read 2, write 1: 3 B), the weight
 along both axes (3 + 3: 6 B; the same roofline file), and the weight-gradient GEMM in bf16 on the bf16 tensors."""
 FP8_CASTS = {"te_delayed": TE_DELAYED, "te_delayed_uncached": TE_DELAYED_UNCACHED, "te_current": TE_CURRENT,
+             "te_mxfp8": TE_MXFP8,
              "torchao_tensorwise": TORCHAO_TENSORWISE, "torchao_rowwise": TORCHAO_ROWWISE,
              "torchao_rowwise_gw_hp": TORCHAO_ROWWISE_GW_HP}
 """A framework file's `fp8_recipe` (frameworks/spec.py FP8_RECIPES) -> the casts it prices."""

@@ -1,0 +1,103 @@
+"""Transformer Engine's MXFP8 recipe (Megatron's --fp8-recipe mxfp8, Megatron-Bridge's FP8-MX / MXFP8 rows): one
+kernel per tensor writes its row- and column-scaled FP8 copies from one read, a grouped GEMM's experts one by one, the
+weights once per step; it runs only on GPUs whose tensor cores scale 32-value blocks (`GPUSpec.mx_formats`)."""
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.errors import ScenarioError
+from simulator.plan.lower import build_plan, step_compute_ops
+from simulator.plan.opgraph import FP8_CASTS, TE_CURRENT, TE_DELAYED, TE_MXFP8, fp8_cast
+from simulator.run import simulate
+from simulator.scenario import scenario_from_mapping
+from simulator.topology import load_topology
+from simulator.validate.corpus import corpus_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+DENSE = "corpus/megatron_bridge_25_09:llama3-8b-dgx-b200-8gpu-fp8-cs"
+MOE = "corpus/megatron_bridge_25_09:qwen3-30b-a3b-dgx-b200-8gpu-fp8-cs"
+EXPERTS_PER_RANK = 16  # Qwen3 30B-A3B: 128 experts over EP 8
+
+
+def _mapping(row: str, recipe: str, topology: str | None = None) -> dict:
+    m = copy.deepcopy(next(c["mapping"] for c in corpus_runs()[0] if c["id"] == row))
+    m["framework"]["fp8_recipe"] = recipe
+    if topology:
+        m["cluster"]["topology"] = topology
+    return m
+
+
+def _ops(sc) -> dict:
+    return {op.name: op for op in step_compute_ops(build_plan(sc))}
+
+
+def test_mxfp8_maps_to_te_mxfp8():
+    assert scenario_from_mapping(_mapping(DENSE, "mxfp8")).framework.fp8_recipe == "te_mxfp8"
+    assert FP8_CASTS["te_mxfp8"] is TE_MXFP8
+
+
+def test_one_read_and_both_scaled_copies_per_element():
+    """2 B read once, the row-scaled and the column-scaled FP8 copies written (1 B each): delayed scaling's bytes,
+    two fewer than current scaling's second read."""
+    assert TE_MXFP8.per_element() == 4 == TE_DELAYED.per_element()
+    assert TE_CURRENT.per_element() - TE_MXFP8.per_element() == 2
+    assert TE_MXFP8.kernels_per_tensor == 1 and TE_MXFP8.transpose_copy == 0 and TE_MXFP8.weight_per_step
+
+
+def test_a_dense_linear_is_quantized_in_one_kernel_with_fewer_bytes_than_current_scaling():
+    mx = scenario_from_mapping(_mapping(DENSE, "mxfp8"))
+    cs = scenario_from_mapping(_mapping(DENSE, "tensorwise"))
+    a, b = _ops(mx)["fp8_cast_fc1"], _ops(cs)["fp8_cast_fc1"]
+    assert a.repeat == 1 and b.repeat == 3
+    assert a.bytes < b.bytes
+
+
+def test_a_grouped_gemm_quantizes_its_experts_one_by_one():
+    sc = scenario_from_mapping(_mapping(MOE, "mxfp8"))
+    g = _ops(sc)["expert_fc1"]
+    assert g.repeat == EXPERTS_PER_RANK
+    assert fp8_cast(sc, g).repeat == EXPERTS_PER_RANK
+
+
+def test_the_gemms_are_the_same_fp8_gemms_and_only_the_casts_change():
+    mx, cs = (_ops(scenario_from_mapping(_mapping(DENSE, r))) for r in ("mxfp8", "tensorwise"))
+    assert {n: (o.flops, o.dtype) for n, o in mx.items() if o.kind == "gemm"} == \
+           {n: (o.flops, o.dtype) for n, o in cs.items() if o.kind == "gemm"}
+    assert mx["fc1"].dtype == "fp8"
+
+
+def test_the_step_is_faster_than_current_scaling_by_no_more_than_the_casts_it_saves():
+    mx, cs = (simulate(scenario_from_mapping(_mapping(DENSE, r)), "analytic")["iteration_time_s"]
+              for r in ("mxfp8", "tensorwise"))
+    assert mx < cs < 1.06 * mx
+
+
+@pytest.mark.parametrize("topology, has", [("dgx-b200", True), ("gb200-nvl72", True), ("dgx-h100", False),
+                                            ("hgx-h200", False), ("dgx-a100", False)])
+def test_only_blackwell_topologies_have_mx_formats(topology, has):
+    assert load_topology(topology).gpu.mx_formats is has
+
+
+def test_mxfp8_on_a_hopper_gpu_is_refused_at_the_option():
+    with pytest.raises(ScenarioError) as e:
+        scenario_from_mapping(_mapping(DENSE, "mxfp8", topology="dgx-h100"))
+    assert e.value.path == "framework.fp8_recipe"
+    assert "mxfp8" in str(e.value) and "H100" in str(e.value) and "mx_formats" in str(e.value)
+
+
+def test_mxfp8_in_a_bf16_run_is_not_a_hardware_question():
+    m = _mapping(DENSE, "mxfp8", topology="dgx-h100")
+    m["training"]["precision"] = "bf16"
+    assert scenario_from_mapping(m).training.precision == "bf16"
+
+
+def test_the_command_line_refuses_it_with_exit_2_and_no_traceback(tmp_path):
+    f = tmp_path / "mx.yaml"
+    f.write_text(yaml.safe_dump(_mapping(DENSE, "mxfp8", topology="dgx-h100")))
+    r = subprocess.run([sys.executable, "-m", "simulator", "run", str(f)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "framework.fp8_recipe" in r.stderr and "Traceback" not in r.stderr
