@@ -226,7 +226,7 @@ def test_validate_published_prints_per_framework_feature_ratio_and_skipped_table
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     for heading in ("| framework | split | runs | MAPE |", "| framework | feature | value | split |",
-                    "| feature | a | b | split | differs |", "Corpus rows not scored", "no topology for DGX-GB300"):
+                    "| feature | a | b | split | differs |", "Corpus rows not scored", "no topology for DGX-B300"):
         assert heading in out.stdout, heading
     assert "| megatron | fit |" in out.stdout and "| megatron | validation |" in out.stdout
 

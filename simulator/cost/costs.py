@@ -16,7 +16,7 @@ from ..plan.eager_attention import EAGER_DROPOUT, eager_kernels
 from ..plan.fusion import as_probed, eager_chains
 from .ep_sm_share import ep_sm_share
 from .kernel_data import GpuKernels, gpu_kernels, published_gpus
-from .sustained import sustained_fraction
+from .sustained import SUSTAINED_GEMM, sustained_fraction
 from ..errors import ScenarioError
 from ..plan.layout import GroupShape
 from ..plan.opgraph import Comm, Compute
@@ -186,12 +186,14 @@ class CostModel:
             base = f"spec-based constants (no published kernel points for {gpu.name})"
         else:
             fitted = sorted(d for d, c in k.gemm.items() if c.points)
+            fitted = [f"{', '.join(fitted)} (on {k.gemm_from}'s points: the same dense peaks)"] if fitted and k.gemm_from else fitted
             moved = sorted(f"{d} from bf16 by {c.transferred_from}'s max-achievable ratio" for d, c in k.gemm.items()
                            if c.transferred_from)
             capped = sorted(d for d, c in k.gemm.items() if not c.points and not c.transferred_from)
             gemm = "; ".join(x for x in (f"GEMM {', '.join(fitted)} fitted to measured shapes" if fitted else "",
                                          f"GEMM {', '.join(moved)}" if moved else "",
                                          f"GEMM {', '.join(capped)} spec constants under a published ceiling"
+                                         + (f" of {k.gemm_from} (the same dense peaks)" if k.gemm_from else "")
                                          if capped else "") if x) or "GEMM spec constants"
             chip = gpu.name if gpu.chip in (None, gpu.name) else f"{gpu.chip}, the chip of {gpu.name}"
             attention = (f"eager kernels, their traffic at {EAGER_HBM_EFFICIENCY:.2f} of HBM peak (fitted on "
@@ -200,7 +202,8 @@ class CostModel:
             base = f"published kernel points for {chip} ({gemm}; attention {attention})"
         frac = self.sustained_gemm_fraction()
         if frac < 1.0 and "gemm" not in self.efficiency:
-            base += f"; GEMMs at {frac:.2f} of that speed, as training steps sustain it on this GPU (fitted, cost/sustained.py)"
+            how = "fitted" if SUSTAINED_GEMM[gpu.kernel_chip].source.startswith("fitted") else "transferred, not fitted"
+            base += f"; GEMMs at {frac:.2f} of that speed, as training steps sustain it on this GPU ({how}, cost/sustained.py)"
         if gpu.compute_clock_fraction < 1.0:
             base += (f"; tensor-core work at {gpu.compute_clock_fraction:.2f} of its rated speed under the "
                      f"{gpu.power_limit_w:g} W power limit (of {gpu.tdp_w:g} W)")

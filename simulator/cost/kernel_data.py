@@ -27,6 +27,8 @@ source. From them:
 - a head-dim transfer (`head_dim_ratio` in a GPU's entry): a head dim the GPU's tables lack at both masks is priced
   at the nearest published head dim's value times the same family's ratio between the two on the GPU it names
   (B200 and GB200's cuDNN and FlashAttention-2 are published at head dim 128 only; the H100's ratios price 64).
+- a GEMM transfer (`gemm_from` in a GPU's entry): a GPU with no published GEMM point of its own and the same dense
+  tensor-core peaks as another fits its curves to that GPU's points (GB300's B300 to GB200's B200).
 - an FP8 transfer (`fp8_gemm_from` in a GPU's entry): a GPU with a BF16 curve and no FP8 point takes the BF16 curve
   with eta_max times the named GPU's ratio of maximum-achievable FP8 to BF16 efficiency (`fp8_from_bf16`; the HGX
   B200 from the GB200's B200, the same die).
@@ -177,6 +179,9 @@ class GpuKernels:
     head_dims_from: "GpuKernels | None" = None
     """The GPU (its tables in TFLOP/s) whose ratio between head dims prices a head dim this GPU's tables lack at
     both masks (the data file's `head_dim_ratio`); None: the nearest head dim's value."""
+    gemm_from: str = ""
+    """The GPU whose published GEMM points this GPU's curves are fitted to (the data file's `gemm_from`: the same
+    dense tensor-core peaks, no GEMM point of its own); "": its own points."""
 
     def attention_source(self, family: str) -> str | None:
         """What prices `family`'s attention on this GPU, for the report; None: no table (the spec constants)."""
@@ -306,7 +311,7 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].phase", f"{p['phase']!r} is unknown",
                                         " | ".join(PHASES))
         _check_split(data["gpus"], gpu, f"{where}: gpus.{gpu}.fwd_bwd_split")
-        for key in ("head_dim_ratio", "fp8_gemm_from"):
+        for key in ("head_dim_ratio", "fp8_gemm_from", "gemm_from"):
             by = entry.get(key)
             if by is not None and not (isinstance(by, dict) and by.get("gpu") in data["gpus"] and by["gpu"] != gpu
                                        and by.get("rule") and by.get("why")):
@@ -455,6 +460,9 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
         return None
     peak = dict(peaks)
     gemm = {}
+    borrowed = load_data(path)["gpus"][gpu_name].get("gemm_from")
+    if borrowed and not pts["gemm"]:
+        pts["gemm"] = gpu_points(borrowed["gpu"], path)["gemm"]
     for dtype in sorted({p["dtype"] for p in pts["gemm"]}):
         if dtype not in peak:
             continue
@@ -473,4 +481,5 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
     transfers = {f: t for f in load_data(path).get("transfers", {}) if f not in own
                  for t in [transfer_of(f, path)] if t is not None}
     by = load_data(path)["gpus"][gpu_name].get("head_dim_ratio")
-    return GpuKernels(gpu_name, gemm, attention, transfers, split_by, reference_kernels(by["gpu"], path) if by else None)
+    return GpuKernels(gpu_name, gemm, attention, transfers, split_by, reference_kernels(by["gpu"], path) if by else None,
+                      borrowed["gpu"] if borrowed and pts["gemm"] else "")

@@ -28,7 +28,8 @@ Two numbers are *fitted*, each on a fit split, and transferred:
   takes the value through the same H100 relation (transferred, not fitted).
 - transferred, not fitted: the same fraction of the published curve for every dtype where no framework constant
   applies (torchao's FP8 GEMMs take the FP8 curve times it), and for every framework; to H200, the same GH100 die
-  at the same 700 W, and to the variants that name a listed chip as their `gpu.chip` (H800).
+  at the same 700 W; to GB300's B300, whose GEMM curve is the GB200's (the same dense peaks); and to the variants
+  that name a listed chip as their `gpu.chip` (H800).
 Not derated: A100 (its spec 0.78 already sits under the A100's published ceilings, and Megatron's A100 papers read
 +2..+12 % with it). The validation rows these values are checked on are listed in docs/accuracy.md.
 
@@ -67,6 +68,9 @@ SUSTAINED_GEMM = {
                                     "H100's fitted value: the same GH100 die at the same 700 W (not fitted on H200 runs)"),
     "B200 (HGX/DGX, 1,000 W)": B200_SUSTAINED,
     "B200 (GB200 superchip)": B200_SUSTAINED,
+    "B300 (GB300 superchip)": SustainedGemm(B200_SUSTAINED.bf16_peak_efficiency,
+                                            "B200's fitted value: Blackwell Ultra at the same dense BF16/FP8 peaks, its GEMM "
+                                            "curve the GB200's (kernel_data.json gemm_from; not fitted on GB300 runs)"),
 }
 """topology `gpu.kernel_chip` (its `gpu.chip`, else its name) -> the sustained BF16 GEMM efficiency; GPUs not listed
 keep the published curve. Variants of a listed chip (H800, Grand Teton's 96 GB H100) name it as their `gpu.chip`."""
