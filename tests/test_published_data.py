@@ -286,12 +286,33 @@ def test_every_expressible_moe_row_is_scored_or_skipped_with_what_its_recipe_doe
     reasons = {s["id"]: s["reason"] for s in skipped}
     rows = [f"{f.stem}:{r['id']}" for f in CORPUS_FILES for r in yaml.safe_load(f.read_text())["runs"]
             if r["label"].startswith(("Qwen3", "DeepSeekV3")) and r["layout"]["system"] in ("DGX-H100", "DGX-GB200")
-            and r["layout"]["precision"] in EXPRESSIBLE_PRECISIONS and r["layout"]["precision"] not in ("FP8-MX", "MXFP8")]
-    assert len(rows) == 12
+            and r["layout"]["precision"] in EXPRESSIBLE_PRECISIONS]
+    assert len(rows) == 20
     for rid in rows:
         reason = reasons.get(rid, "")
         assert rid in scored or ("Megatron-Bridge@" in reason and (".py:" in reason or ".yaml:" in reason)), rid
     assert "megatron_bridge_25_09:qwen3-30b-a3b-dgx-h100-16gpu-fp8" in scored
+
+
+def test_every_mx_row_on_a_blackwell_topology_runs_mxfp8_or_says_what_its_recipe_does():
+    """The FP8-MX (25.09, 25.11) and MXFP8 (26.02) rows on DGX-GB200 / DGX-B200 of a preset's model: each is scored
+    with framework.fp8_recipe mxfp8, or skipped with the release's recipe lines (a kept scenario runs mxfp8 too)."""
+    from simulator.validate.accuracy import corpus_cases
+    from simulator.validate.corpus import PRESET_LABELS
+    cases, skipped = corpus_cases()
+    scored = {c.id.removeprefix("corpus/") for c in cases}
+    reasons = {s["id"]: s["reason"] for s in skipped}
+    rows = [(f.stem, r) for f in CORPUS_FILES for r in yaml.safe_load(f.read_text())["runs"]
+            if r["layout"]["precision"] in ("FP8-MX", "MXFP8") and r["layout"]["system"] in ("DGX-GB200", "DGX-B200")
+            and r["label"] in PRESET_LABELS]
+    assert len(rows) == 26
+    for stem, r in rows:
+        rid = f"{stem}:{r['id']}"
+        if "scenario" in r:
+            assert r["scenario"]["framework"]["fp8_recipe"] == "mxfp8" and r["scenario"]["training"]["precision"] == "fp8", rid
+        reason = reasons.get(rid, "")
+        assert rid in scored or ("Megatron-Bridge@" in reason and (".py:" in reason or ".yaml:" in reason)), rid
+    assert sum(f"{s}:{r['id']}" in scored for s, r in rows) == 15
 
 
 def test_the_25_09_blackwell_cells_are_two_runs_and_each_fp8_cs_run_is_scored_or_skipped_by_the_recipe():
