@@ -18,6 +18,7 @@ from .ep_sm_share import ep_sm_share
 from .kernel_data import GpuKernels, gpu_kernels, published_gpus
 from .sustained import SUSTAINED_GEMM, sustained_fraction
 from ..errors import ScenarioError
+from ..frameworks.spec import BLOCK_SCALED_RECIPES
 from ..plan.layout import GroupShape
 from ..plan.opgraph import Comm, Compute
 from ..topology import Topology
@@ -91,6 +92,9 @@ class CostModel:
     eager_chains: bool = False
     """The plan's RoPE and SwiGLU are PyTorch's eager chains (`plan/fusion.py eager_chains`): a profile's
     memory-bound points, measured on those chains, price them as measured and a fused kernel by its bytes."""
+    block_scaled_fp8: bool = False
+    """The FP8 GEMMs scale 32-value blocks (Transformer Engine's MXFP8: `frameworks/spec.py` BLOCK_SCALED_RECIPES):
+    they run at `cluster.efficiency.gemm_mxfp8_vs_fp8` times the per-tensor FP8 GEMMs' speed."""
     published_kernels: bool = True
     """Price GEMMs and attention from the GPU's published kernel points (`kernel_data.py`); False: the spec-based
     constants only (validation/kernel_ceiling.py's comparison column)."""
@@ -128,6 +132,13 @@ class CostModel:
         times the fraction of it a training step sustains on this GPU (`sustained.py`)."""
         if "gemm" in self.efficiency:
             return self.efficiency["gemm"], GEMM_HALF_EFFICIENCY_S
+        eta, knee = self._per_tensor_curve(dtype)
+        if dtype == "fp8" and self.block_scaled_fp8:
+            eta *= self.efficiency.get("gemm_mxfp8_vs_fp8", 1.0)
+        return eta, knee
+
+    def _per_tensor_curve(self, dtype: str) -> tuple[float, float]:
+        """`gemm_curve` for per-tensor scaled FP8 and every other dtype."""
         k = self.kernels()
         curve = k.gemm.get(dtype) if k is not None else None
         knee = curve.half_efficiency_s if curve is not None else GEMM_HALF_EFFICIENCY_S
@@ -356,6 +367,7 @@ def build_cost_model(sc) -> CostModel:
     return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
                      efficiency=dict(sc.cluster.efficiency),
                      attention_kernel=priced_attention_kernel(sc),
+                     block_scaled_fp8=sc.framework.fp8_recipe in BLOCK_SCALED_RECIPES,
                      ep_dispatcher=sc.parallel.ep_dispatcher, eager_chains=eager_chains(sc),
                      optimizer_impl=optimizer_impl(sc),
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
