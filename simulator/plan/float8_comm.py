@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..scenario import Scenario
 from .opgraph import Comm, Shard
-from .sharded_params import param_bytes
+from .sharded_params import param_bytes, rank_blocks
 
 TENSORWISE = "torchao_tensorwise"
 """The recipe whose FP8 tensors can be gathered (one scale per tensor): torchtitan turns the FP8 TP all-gathers on
@@ -57,13 +57,44 @@ def tp_collective_bytes(sc: Scenario, z: Shard, collective: str) -> float:
     return float(z.T * z.h * elt)
 
 
-def fsdp_fp8_gathers(sc: Scenario) -> bool:
-    """Whether FSDP all-gathers the float8 linears' weights in FP8 (`float8_fsdp_all_gather`): only where FSDP
-    shards (`parallel.zero` 3, or the 1 it becomes under pipelining, over more than one rank), as torchtitan turns
-    it on only with data_parallel_shard_degree > 1 (and ignores it otherwise)."""
+PER_TENSOR_TE = ("te_delayed", "te_current")
+"""Transformer Engine recipes whose FP8 parameters Megatron's distributed optimizer gathers in FP8 (one scale per
+tensor); its MXFP8 parameters are gathered in bf16 through the gradient buffer (`fp8_params`)."""
+
+
+def fp8_params(sc: Scenario) -> bool:
+    """Whether the linears' weights are kept only as FP8 tensors (Megatron's `fp8_param_gather`, TE's fp8_model_init:
+    "Keep the compute param in fp8 ... and perform the param all-gather in fp8", MLM core_v0.14.0
+    megatron/training/arguments.py:1248-1250): no 16-bit copy of them beside the FP8 weight and its transpose
+    (`memory.FP8_WEIGHT_CACHE_BYTES`). Megatron-Bridge's FP8 recipes all set it (mixed_precision.py at v0.2.0:218,
+    :251, :289)."""
+    return sc.training.precision == "fp8" and bool(sc.framework.option("fp8_param_gather"))
+
+
+def fp8_param_gathers(sc: Scenario) -> bool:
+    """Whether the sharded data-parallel group all-gathers the float8 linears' weights in FP8: torchtitan's
+    `float8_fsdp_all_gather`, or Megatron's `fp8_param_gather` with a per-tensor recipe (its distributed optimizer's
+    parameter buffer is uint8 for them: MLM core_v0.14.0 megatron/core/distributed/distributed_data_parallel.py:
+    226-233; each rank quantizes its shard after the step and one packed all-reduce of the amaxes follows,
+    fp8_utils.py:194-267, a few bytes not priced; MXFP8 parameters are gathered in bf16 through the gradient
+    buffer, param_and_grad_buffer.py:680-692). Only where the group shards (`parallel.zero` >= 1 over more than one
+    rank), as torchtitan turns its switch on only with data_parallel_shard_degree > 1."""
     p = sc.parallel
-    return (sc.training.precision == "fp8" and bool(sc.framework.option("float8_fsdp_all_gather")) and p.zero >= 1
+    torchao = bool(sc.framework.option("float8_fsdp_all_gather"))
+    megatron = fp8_params(sc) and sc.framework.fp8_recipe in PER_TENSOR_TE
+    return (sc.training.precision == "fp8" and (torchao or megatron) and p.zero >= 1
             and p.dp * p.cp // p.dp_replicate > 1)
+
+
+def fp8_weight_params(sc: Scenario, pp_rank: int) -> tuple[float, float]:
+    """(dense, expert) elements of the rank's float8 linear weights: a layer's tensors but its norms, every routed
+    expert tensor, the LM head where it runs in FP8 (`_fp8_tensors`); not the embedding."""
+    dense = expert = 0.0
+    for kind, i, d, e in rank_blocks(sc, pp_rank):
+        key = f"L{i}" if kind == "layer" else ("head" if kind == "head" else "emb")
+        dense += sum(_fp8_tensors(sc, key, d))
+        expert += sum(e)
+    return dense, expert
 
 
 def block_layer(sc: Scenario, key: str) -> int | None:
@@ -86,7 +117,7 @@ def dense_gather_bytes(sc: Scenario, key: str, tensors: tuple[float, ...]) -> fl
     """Bytes of one parameter all-gather of a block's dense tensors: 16-bit (or fp32) elements, the float8 linear
     weights at 1 byte under `float8_fsdp_all_gather`."""
     total = sum(tensors) * param_bytes(sc)
-    if not fsdp_fp8_gathers(sc):
+    if not fp8_param_gathers(sc):
         return total
     return total - sum(_fp8_tensors(sc, key, tensors)) * (param_bytes(sc) - FP8_BYTES)
 
@@ -94,8 +125,9 @@ def dense_gather_bytes(sc: Scenario, key: str, tensors: tuple[float, ...]) -> fl
 def amax_all_reduces(sc: Scenario, key: str, tensors: tuple[float, ...], group: str) -> tuple[Comm, ...]:
     """The per-weight amax all-reduces in front of a block's FP8 parameter all-gather (without
     `float8_precompute_scale`): one per float8 linear weight tensor of the block."""
-    if not fsdp_fp8_gathers(sc) or sc.framework.option("float8_precompute_scale"):
-        return ()
+    if not (fp8_param_gathers(sc) and sc.framework.option("float8_fsdp_all_gather")) \
+            or sc.framework.option("float8_precompute_scale"):
+        return ()  # Megatron reduces its shards' amaxes in one packed all-reduce (fp8_param_gathers)
     return tuple(Comm("fp8_weight_amax_all_reduce", "dp", "all_reduce", float(AMAX_BYTES), blocking=False, group=group)
                  for _ in _fp8_tensors(sc, key, tensors))
 
@@ -115,11 +147,11 @@ def cast_shares(sc: Scenario, gemm_name: str) -> tuple[float, float, float]:
     tp = fp8_tp_gathers(sc)
     act = 1.0 / p.tp if tp and gemm_name in COLUMN_INPUTS else 1.0
     grad = 1.0 / p.tp if tp and gemm_name in ROW_OUTPUTS else 1.0
-    weight = 1.0 / max(1, p.dp * p.cp // p.dp_replicate) if fsdp_fp8_gathers(sc) else 1.0
+    weight = 1.0 / max(1, p.dp * p.cp // p.dp_replicate) if fp8_param_gathers(sc) else 1.0
     return act, weight, grad
 
 
 def gathered_param_bytes(sc: Scenario) -> float:
     """Bytes per element of a gathered parameter held for compute: FP8 under `float8_fsdp_all_gather` (the
     linears dominate a layer; its norms' 16-bit bytes are left out), else the parameter dtype's."""
-    return float(FP8_BYTES) if fsdp_fp8_gathers(sc) else float(param_bytes(sc))
+    return float(FP8_BYTES) if fp8_param_gathers(sc) else float(param_bytes(sc))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .layout import chunk_owner, group_shape, rank_chunks
-from .float8_comm import amax_all_reduces, dense_gather_bytes, fsdp_fp8_gathers
+from .float8_comm import amax_all_reduces, dense_gather_bytes, fp8_param_gathers
 from .step_ops import (bucket_release_blocks, dp_buckets, optimizer_op, param_gather_buckets, pp_activation_bytes,
                         sp_norm_grad_allreduce, tied_embedding_allreduce)
 from .sharded_params import param_bytes
@@ -214,7 +214,7 @@ def _param_buckets(sc: Scenario, blocks: tuple[Block, ...], groups: dict) -> tup
         tensors = [t for b in blocks for t in getattr(b, attr)]
         # FSDP's FP8 weight gathers under PP (float8_comm): each bucket at the blocks' mean bytes per element
         fp8 = (sum(dense_gather_bytes(sc, b.key, b.tensors_dense) for b in blocks) / max(1e-30, sum(sizes))
-               if g == "dp_cp" and fsdp_fp8_gathers(sc) else 1.0)
+               if g == "dp_cp" and fp8_param_gathers(sc) else 1.0)
         for j, (nbytes, start, _) in enumerate(_split_buckets(param_gather_buckets(sc, tensors))):
             nbytes *= fp8
             k = min(bisect_right(cum, start * (1 + 1e-12) + 1e-9), len(blocks) - 1)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .float8_comm import gathered_param_bytes
+from .float8_comm import FP8_BYTES, fp8_params, fp8_weight_params, gathered_param_bytes
 from . import op_sac
 from .autocast_saved import ce_backward_temporaries
 from .memory_fit import MemoryReport, fits, headroom_gib, stage_capacities
@@ -154,7 +154,13 @@ def static_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     grads = rp.dense * d.grads + rp.expert * e.grads
     if not tr.grad_accum_fused and tr.precision != "fp32" and tr.grad_bytes == 4 and not tr.autocast:
         grads += UNFUSED_BF16_GRAD_BYTES * rp.total  # the bf16 .grad kept beside the fp32 buffer
-    return {"weights": rp.dense * d.weights + rp.expert * e.weights,
+    weights = rp.dense * d.weights + rp.expert * e.weights
+    if fp8_params(sc):  # the float8 linears' only copy is FP8: the cached weight and transpose, or its FP8 shard
+        fd, fe = fp8_weight_params(sc, pp_rank)
+        weights -= sum(n * (per.weights - (FP8_BYTES * per.weights / WEIGHT_BYTES[tr.precision]
+                                            if sharding_policy(z).state_divisors(g)[0] > 1 else 0.0))
+                       for n, per, g in ((fd, d, dense_group), (fe, e, expert_group)))
+    return {"weights": weights,
             "grads": grads,
             "optimizer": rp.dense * d.optimizer + rp.expert * e.optimizer}
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from bisect import bisect_left
 from typing import Sequence
 
-from .float8_comm import PRECOMPUTE_AMAX_BYTES, fsdp_fp8_gathers, head_in_fp8
+from .float8_comm import PRECOMPUTE_AMAX_BYTES, fp8_param_gathers, head_in_fp8
 from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
 from .opgraph import (CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, Comm, Compute,
                       Node, OpList, Shard, elementwise, gemm, shard, tp_collective)
@@ -195,7 +195,7 @@ def optimizer_op(sc: Scenario, params_on_rank: float) -> Compute:
 def _precompute_amax_bytes(sc: Scenario) -> float:
     """torchtitan's `float8_precompute_scale`: the amax pass over the weight shards after the optimizer step
     (`float8_comm.PRECOMPUTE_AMAX_BYTES` per parameter), else 0."""
-    if fsdp_fp8_gathers(sc) and sc.framework.option("float8_precompute_scale"):
+    if fp8_param_gathers(sc) and sc.framework.option("float8_precompute_scale"):
         return float(PRECOMPUTE_AMAX_BYTES)
     return 0.0
 

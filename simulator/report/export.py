@@ -296,6 +296,11 @@ def megatron_args(sc: Scenario) -> list[str]:
             a.append("--accumulate-allreduce-grads-in-fp32")
     if t.precision == "fp8":
         a += ["--fp8-format", "hybrid"]
+        recipe = sc.framework.option("fp8_recipe") if sc.framework.name == "megatron" else None
+        if recipe:
+            a += ["--fp8-recipe", recipe]
+        if sc.framework.option("fp8_param_gather"):  # MLM arguments.py:1248, :2309 (MXFP8 needs the buffer reuse)
+            a += ["--fp8-param-gather"] + (["--reuse-grad-buf-for-mxfp8-param-ag"] if recipe == "mxfp8" else [])
     a += ["--attention-backend", "flash" if t.attention == "flash" else "unfused"]
     # the model
     a += ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
