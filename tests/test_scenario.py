@@ -120,7 +120,8 @@ def test_efficiency_overrides_are_validated():
     with pytest.raises(ScenarioError, match="cluster.efficiency.gemm"):
         load(["cluster.efficiency={gemm: 1.5}"])
     # the scenario's own keys, beside what its framework fixes (Megatron's fitted gemm_fp8)
-    assert load(["cluster.efficiency={gemm: 0.5}"]).cluster.efficiency == {"gemm": 0.5, "gemm_fp8_vs_bf16": 1.036}
+    assert load(["cluster.efficiency={gemm: 0.5}"]).cluster.efficiency == {"gemm": 0.5, "gemm_fp8_vs_bf16": 1.036,
+                                                                          "gemm_mxfp8_vs_fp8": 0.88}
     # each key in its own unit: microseconds, and a share of the compute rate that may be 0 but not 1
     assert load(["cluster.efficiency={dp_ring_step_latency_us: 5.0}"]).cluster.efficiency["dp_ring_step_latency_us"] == 5.0
     assert load(["cluster.efficiency={comm_sm_share: 0}"]).cluster.efficiency["comm_sm_share"] == 0
