@@ -56,7 +56,8 @@ def test_an_unknown_dispatcher_is_refused():
 
 
 @pytest.mark.parametrize("topology, sms", [("dgx-h100", 132), ("h800", 132), ("hgx-h200", 132), ("dgx-a100", 108),
-                                           ("dgx-b200", 148), ("gb200-nvl72", 148), ("cpu-host", None)])
+                                           ("dgx-b200", 148), ("gb200-nvl72", 152), ("gb300-nvl72", 152),
+                                           ("cpu-host", None)])
 def test_the_topologies_state_their_gpus_sm_count(topology, sms):
     assert load_topology(topology).gpu.sms == sms
 
