@@ -123,3 +123,56 @@ def test_the_command_line_refuses_it_with_exit_2_and_no_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "simulator", "run", str(f)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2
     assert "framework.fp8_recipe" in r.stderr and "Traceback" not in r.stderr
+
+
+# torchtitan's MX converter (torchao MXLinear, recipe mxfp8_cublas)
+
+TT = {"name": "Llama 3 8B on 8 B200, torchtitan MXFP8", "model": "llama3-8b",
+      "framework": {"name": "torchtitan", "compile": True, "mx": True},
+      "training": {"seq_len": 8192, "global_batch": 8, "micro_batch": 1, "recompute": "selective"},
+      "cluster": {"topology": "dgx-b200", "nodes": 1}, "parallel": {"dp": 8, "zero": 3}}
+
+
+def _tt(**framework):
+    m = copy.deepcopy(TT)
+    m["framework"].update(framework)
+    return scenario_from_mapping(m)
+
+
+def test_torchtitans_mx_converter_trains_in_fp8_with_torchaos_mx_casts():
+    sc = _tt()
+    assert sc.training.precision == "fp8" and sc.framework.fp8_recipe == "torchao_mxfp8"
+    casts = FP8_CASTS["torchao_mxfp8"]
+    assert casts.per_element() == 6 and casts.kernels_per_tensor == 2 and not casts.weight_per_step
+    ops = _ops(sc)
+    assert ops["fc1"].dtype == "fp8" and ops["fp8_cast_fc1"].repeat == 4  # input and weight, two kernels each
+    assert _tt(mx=False).training.precision == "bf16"
+
+
+def test_its_lm_head_stays_bf16_and_its_gemms_take_the_transferred_block_scaled_share():
+    from simulator.plan.float8_comm import head_in_fp8
+    sc = _tt()
+    assert not head_in_fp8(sc)
+    assert build_cost_model(sc).efficiency["gemm_mxfp8_vs_fp8"] == 0.88 and build_cost_model(sc).block_scaled_fp8
+
+
+def test_mx_and_float8_are_one_converter_or_the_other():
+    with pytest.raises(ScenarioError) as e:
+        _tt(float8=True)
+    assert e.value.path == "framework.mx" and "float8 false" in str(e.value)
+
+
+def test_mx_on_hopper_is_refused_at_the_option():
+    m = copy.deepcopy(TT)
+    m["cluster"]["topology"] = "dgx-h100"
+    with pytest.raises(ScenarioError) as e:
+        scenario_from_mapping(m)
+    assert e.value.path == "framework.mx" and "mx true" in str(e.value)
+
+
+def test_the_torchtitan_export_writes_the_mx_converter():
+    from simulator.report.export import to_torchtitan_toml
+    toml = to_torchtitan_toml(_tt())
+    assert 'converters = ["quantize.linear.mx"]' in toml and "[quantize.linear.mx]" in toml
+    assert "[quantize.linear.float8]" not in toml
+    assert 'converters = ["quantize.linear.float8"]' in to_torchtitan_toml(_tt(mx=False, float8=True))

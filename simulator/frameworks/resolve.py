@@ -200,6 +200,8 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
         if value is None or opt.sets is None:
             continue
         target = opt.values.get(value, opt.values.get(str(value).lower())) if opt.values else value
+        if target is None:  # a value the option's map leaves out sets nothing (torchtitan's mx: false)
+            continue
         if opt.scale is not None:
             target = float(value) * opt.scale
         if opt.sets in user:
@@ -210,9 +212,10 @@ def apply_framework(raw: dict) -> tuple[dict, FrameworkChoice]:
         _put(raw, opt.sets, target)
     for opt_name, opt in fw.options.items():
         for other, want in opt.needs():
-            if resolved[opt_name] is True and (resolved[other] != want if want else resolved[other] is not True):
-                raise ScenarioError(f"framework.{opt_name}", f"true under {name} needs {other} {want or 'true'} "
-                                    f"({opt.source})", f"{other}: {want or 'true'} beside it, or {opt_name}: false")
+            if resolved[opt_name] is True and (resolved[other] is not want if isinstance(want, bool) else resolved[other] != want):
+                said = str(want).lower() if isinstance(want, bool) else want
+                raise ScenarioError(f"framework.{opt_name}", f"true under {name} needs {other} {said} "
+                                    f"({opt.source})", f"{other}: {said} beside it, or {opt_name}: false")
     for key, entry in fw.defaults.items():
         if _get(raw, key) is KeyError:
             _put(raw, key, copy.deepcopy(entry.value))
@@ -290,7 +293,8 @@ def hardware_rules(choice: FrameworkChoice, precision: str, gpu) -> None:
     if "fp8" not in gpu.peak_tflops:
         raise ScenarioError("training.precision", f"fp8 but {gpu.name} has no FP8 tensor cores", "fp32 | bf16")
     if choice.fp8_recipe in BLOCK_SCALED_RECIPES and not gpu.mx_formats:
-        key, word = next(((f"framework.{n}", choice.option(n)) for n, o in choice.spec.options.items()
+        key, word = next(((f"framework.{n}", f"{n} true" if choice.option(n) is True else choice.option(n))
+                          for n, o in choice.spec.options.items()
                           if o.fp8_recipe and o.fp8_recipe.get(choice.option(n)) == choice.fp8_recipe),
                          ("framework.name", choice.name))
         raise ScenarioError(key, f"{word} scales FP8 in 32-value blocks, which {gpu.name} cannot (no MX formats; "

@@ -50,15 +50,15 @@ the scenario layer does not import the cost layer)."""
 PP_SPLITS = ("even", "cost-balanced", "remainder-first")
 SELECTIVE_RECOMPUTES = ("core_attn", "op")
 FP8_RECIPES = ("te_delayed", "te_delayed_uncached", "te_current", "te_mxfp8", "torchao_tensorwise",
-               "torchao_rowwise", "torchao_rowwise_gw_hp")
+               "torchao_rowwise", "torchao_rowwise_gw_hp", "torchao_mxfp8")
 """FP8 cast pricings (`plan/opgraph.py` FP8_CASTS has one each): Transformer Engine's fused cast(-transpose)
 kernels with delayed scaling, the weights' FP8 copies cached across a step's micro-batches (`te_delayed`: the
 caller passes `is_first_microbatch`) or cast on every forward (`te_delayed_uncached`: it does not); Transformer
 Engine's per-tensor current scaling (`te_current`: amax, scale and cast kernels for each tensor, a grouped GEMM's
 experts one by one); Transformer Engine's MXFP8 block scaling (`te_mxfp8`: one kernel per tensor, both scaled
 copies, 32-value blocks; a GPU with `mx_formats` only); torchao's dynamic tensorwise casts (`torchao_tensorwise`)
-and its rowwise recipes."""
-BLOCK_SCALED_RECIPES = ("te_mxfp8",)
+its rowwise recipes and its MXFP8 (`torchao_mxfp8`: torchtitan's MX converter)."""
+BLOCK_SCALED_RECIPES = ("te_mxfp8", "torchao_mxfp8")
 """FP8 recipes whose GEMMs scale 32-value blocks in the tensor cores: they run only on a GPU with
 `topology.GPUSpec.mx_formats` (TransformerEngine v2.6 pytorch/fp8.py:47-53, check_mxfp8_support: compute
 capability 10.0 or higher)."""
@@ -132,9 +132,10 @@ class Option:
     null: the framework's."""
     source: str
 
-    def needs(self) -> list[tuple[str, str]]:
-        """`requires` as (option, wanted value or '' for true) pairs."""
-        return [tuple(n.strip().partition("=")[::2]) for n in (self.requires or "").split(",") if n.strip()]
+    def needs(self) -> list[tuple[str, Any]]:
+        """`requires` as (option, wanted value) pairs: a bare name wants true; `=true` / `=false` a boolean."""
+        pairs = [n.strip().partition("=")[::2] for n in (self.requires or "").split(",") if n.strip()]
+        return [(o, {"": True, "true": True, "false": False}.get(w, w)) for o, w in pairs]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,7 +41,8 @@ def head_in_fp8(sc: Scenario) -> bool:
     gather too): the framework's `fp8_output_layer`, unless the scenario filters it out (torchtitan's
     `float8_filter_output`, filter_fqns = ["output"])."""
     fw = sc.framework.spec.fp8_output_layer
-    return bool(fw is not None and fw.value) and not sc.framework.option("float8_filter_output")
+    return (bool(fw is not None and fw.value) and not sc.framework.option("float8_filter_output")
+            and not sc.framework.option("mx"))  # torchtitan's MX converter filters "output" by default
 
 
 def fp8_tp_gathers(sc: Scenario) -> bool:

@@ -251,10 +251,17 @@ TORCHAO_ROWWISE_GW_HP = Fp8Casts(reads=1, written=1, transpose_copy=0, weight_pe
                                  wgrad_bf16=True, rescales_backward=True)
 """torchao's rowwise_with_gw_hp: input and output gradient cast once, along dim 0 (read 2, write 1: 3 B), the weight
 along both axes (3 + 3: 6 B; the same roofline file), and the weight-gradient GEMM in bf16 on the bf16 tensors."""
+TORCHAO_MXFP8 = Fp8Casts(reads=2, written=2, transpose_copy=0, weight_per_step=False, kernels_per_tensor=2)
+"""torchao's MXLinear (torchtitan's MX converter, recipe mxfp8_cublas; Blackwell only): every call casts the input,
+the weight and, in the backward, the output gradient along each of the two dimensions in two kernels, each
+reading the bf16 tensor (read 2, write 1 + 2: 6 B per element; the scales' 1/32 B not priced), as torchao's own
+roofline counts them (pytorch/ao torchao/testing/training/roofline_utils.py, mxfp8_cublas: "kernel 1: x_bf16 ->
+x_mxfp8_dim0, kernel 2: x_bf16 -> x_mxfp8_dim1", no fusion assumed); no weight cache across micro-batches. The
+GEMMs are cuBLAS's block-scaled ones (torch._scaled_mm)."""
 FP8_CASTS = {"te_delayed": TE_DELAYED, "te_delayed_uncached": TE_DELAYED_UNCACHED, "te_current": TE_CURRENT,
              "te_mxfp8": TE_MXFP8,
              "torchao_tensorwise": TORCHAO_TENSORWISE, "torchao_rowwise": TORCHAO_ROWWISE,
-             "torchao_rowwise_gw_hp": TORCHAO_ROWWISE_GW_HP}
+             "torchao_rowwise_gw_hp": TORCHAO_ROWWISE_GW_HP, "torchao_mxfp8": TORCHAO_MXFP8}
 """A framework file's `fp8_recipe` (frameworks/spec.py FP8_RECIPES) -> the casts it prices."""
 
 

@@ -222,7 +222,7 @@ def to_torchtitan_toml(sc: Scenario, label: str = "", notes: tuple[str, ...] = (
            "--job.config_file THIS_FILE (torchtitan 0.2.x only: 0.3 has no TOML job files)")
     lines = [_comment(_header(sc, "torchtitan-0.2", label, run, list(notes))).rstrip("\n"),
              "[job]", f"description = {json.dumps(sc.name)}", "", "[model]", f'name = "{module}"', f'flavor = "{flavor}"',
-             *(['converters = ["quantize.linear.float8"]'] if t.precision == "fp8" else []), "",
+             *([f'converters = ["quantize.linear.{_torchtitan_converter(sc)}"]'] if t.precision == "fp8" else []), "",
              "[training]", f"seq_len = {t.seq_len}", f"local_batch_size = {local}", f"global_batch_size = {t.global_batch}",
              f'mixed_precision_param = "{DTYPE[t.precision]}"', 'mixed_precision_reduce = "float32"', "",
              "[parallelism]", f"data_parallel_replicate_degree = {replicate}", f"data_parallel_shard_degree = {shard}",
@@ -240,13 +240,21 @@ def to_torchtitan_toml(sc: Scenario, label: str = "", notes: tuple[str, ...] = (
         lines.append('selective_ac_option = "op"')
     if (p.overlap_tp and p.tp > 1) or fusion.compiled(sc):
         lines += ["", "[compile]", "enable = true", 'components = ["model", "loss"]']
-    if t.precision == "fp8":  # torchtitan v0.2.2 job_config.py:731-746 (Float8Linear), its llama3_405b.toml's section
+    if t.precision == "fp8" and _torchtitan_converter(sc) == "mx":  # TT022 job_config.py:766-790 (MXLinear)
+        lines += ["", "[quantize.linear.mx]", 'recipe_name = "mxfp8_cublas"', 'filter_fqns = ["output"]']
+    elif t.precision == "fp8":  # torchtitan v0.2.2 job_config.py:731-746 (Float8Linear), its llama3_405b.toml's section
         fw = sc.framework
         lines += ["", "[quantize.linear.float8]",
                   f"enable_fsdp_float8_all_gather = {_toml_bool(fw.option('float8_fsdp_all_gather'))}",
                   f"precompute_float8_dynamic_scale_for_fsdp = {_toml_bool(fw.option('float8_precompute_scale'))}",
                   "filter_fqns = " + ('["output"]' if fw.option("float8_filter_output") else "[]")]
     return "\n".join(lines) + "\n"
+
+
+def _torchtitan_converter(sc: Scenario) -> str:
+    """torchtitan 0.2.x's linear converter for FP8 training: "mx" (MXLinear) or "float8"
+    (TT022 components/quantization/mx.py:171, float8.py:238)."""
+    return "mx" if sc.framework.option("mx") else "float8"
 
 
 def _toml_bool(value) -> str:
