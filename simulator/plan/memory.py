@@ -155,11 +155,9 @@ def static_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     if not tr.grad_accum_fused and tr.precision != "fp32" and tr.grad_bytes == 4 and not tr.autocast:
         grads += UNFUSED_BF16_GRAD_BYTES * rp.total  # the bf16 .grad kept beside the fp32 buffer
     weights = rp.dense * d.weights + rp.expert * e.weights
-    if fp8_params(sc):  # the float8 linears' only copy is FP8: the cached weight and transpose, or its FP8 shard
+    if fp8_params(sc):  # the float8 linears' weights are FP8 (their shards under ZeRO-3); no 16-bit copy
         fd, fe = fp8_weight_params(sc, pp_rank)
-        weights -= sum(n * (per.weights - (FP8_BYTES * per.weights / WEIGHT_BYTES[tr.precision]
-                                            if sharding_policy(z).state_divisors(g)[0] > 1 else 0.0))
-                       for n, per, g in ((fd, d, dense_group), (fe, e, expert_group)))
+        weights -= (fd * d.weights + fe * e.weights) * (1 - FP8_BYTES / WEIGHT_BYTES[tr.precision])
     return {"weights": weights,
             "grads": grads,
             "optimizer": rp.dense * d.optimizer + rp.expert * e.optimizer}
@@ -296,6 +294,8 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
         out["zero3_grads"] = unit * tr.grad_bytes
     if tr.precision == "fp8":
         out["fp8_weight_cache"] = FP8_WEIGHT_CACHE_BYTES * (ZERO3_LIVE_UNITS * unit if pol.gathers_per_block else rp.total)
+        if fp8_params(sc) and not pol.gathers_per_block:  # the FP8 weight itself is in `weights`: the transpose here
+            out["fp8_weight_cache"] -= FP8_BYTES * sum(fp8_weight_params(sc, pp_rank))
     if tr.autocast:  # bf16 copies of the cast weights, from the first forward to the step's last backward
         out["autocast_cache"] = AUTOCAST_CACHE_BYTES * (sum(autocast_layer_params(sc, i) for i in layers)
                                                         + (autocast_head_params(sc, z) if rp.head else 0))
