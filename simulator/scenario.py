@@ -495,5 +495,5 @@ def validate_layout(sc: Scenario) -> Scenario:
         for i, name in enumerate(t.recompute_modules):
             if name not in RECOMPUTE_MODULES:
                 raise ScenarioError(f"training.recompute_modules[{i}]", f"unknown module {short(name)}", ", ".join(RECOMPUTE_MODULES))
-    hardware_rules(sc.framework, t.precision, sc.topology.gpu)
+    hardware_rules(sc.framework, t.precision, [sc.topology.gpu, *(pt.gpu for pt in sc.pool_topologies)])
     return check_cluster_mix(replace(sc, parallel=p))

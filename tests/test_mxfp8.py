@@ -176,3 +176,12 @@ def test_the_torchtitan_export_writes_the_mx_converter():
     assert 'converters = ["quantize.linear.mx"]' in toml and "[quantize.linear.mx]" in toml
     assert "[quantize.linear.float8]" not in toml
     assert 'converters = ["quantize.linear.float8"]' in to_torchtitan_toml(_tt(mx=False, float8=True))
+
+
+def test_a_pool_of_hopper_gpus_refuses_mxfp8_too():
+    m = _mapping(DENSE, "mxfp8")
+    m["cluster"].update({"nodes": 2, "gpus_per_node": 4, "pools": [{"gpu": "dgx-b200", "nodes": 1},
+                                                                     {"gpu": "dgx-h100", "nodes": 1}]})
+    with pytest.raises(ScenarioError) as e:
+        scenario_from_mapping(m)
+    assert e.value.path == "framework.fp8_recipe" and "H100" in str(e.value)

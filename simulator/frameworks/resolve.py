@@ -285,9 +285,15 @@ def layout_rules(choice: FrameworkChoice, parallel, model):
     return p
 
 
-def hardware_rules(choice: FrameworkChoice, precision: str, gpu) -> None:
-    """`ScenarioError` where the GPU cannot run the precision as the framework does: FP8 without FP8 tensor cores;
-    a block-scaled FP8 recipe (`spec.BLOCK_SCALED_RECIPES`) without `mx_formats`."""
+def hardware_rules(choice: FrameworkChoice, precision: str, gpus) -> None:
+    """`ScenarioError` where one of the GPUs (the topology's and each pool's) cannot run the precision as the
+    framework does: FP8 without FP8 tensor cores; a block-scaled FP8 recipe (`spec.BLOCK_SCALED_RECIPES`) without
+    `mx_formats`."""
+    for gpu in gpus:
+        _hardware_rules(choice, precision, gpu)
+
+
+def _hardware_rules(choice: FrameworkChoice, precision: str, gpu) -> None:
     if precision != "fp8":
         return
     if "fp8" not in gpu.peak_tflops:
