@@ -289,13 +289,12 @@ def hardware_rules(choice: FrameworkChoice, precision: str, gpus) -> None:
     """`ScenarioError` where one of the GPUs (the topology's and each pool's) cannot run the precision as the
     framework does: FP8 without FP8 tensor cores; a block-scaled FP8 recipe (`spec.BLOCK_SCALED_RECIPES`) without
     `mx_formats`."""
-    for gpu in gpus:
-        _hardware_rules(choice, precision, gpu)
+    if precision == "fp8":
+        for gpu in gpus:
+            _fp8_rules(choice, gpu)
 
 
-def _hardware_rules(choice: FrameworkChoice, precision: str, gpu) -> None:
-    if precision != "fp8":
-        return
+def _fp8_rules(choice: FrameworkChoice, gpu) -> None:
     if "fp8" not in gpu.peak_tflops:
         raise ScenarioError("training.precision", f"fp8 but {gpu.name} has no FP8 tensor cores", "fp32 | bf16")
     if choice.fp8_recipe in BLOCK_SCALED_RECIPES and not gpu.mx_formats:

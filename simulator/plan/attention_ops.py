@@ -59,9 +59,14 @@ def masked(sc: Scenario, z: Shard, op: Compute, layer: int, ring: bool = False) 
     return replace(op, flops=op.flops * pk.cp_busiest_vs_causal)
 
 
+def kv_chunk_bytes(z: Shard) -> float:
+    """This rank's local K and V chunk: what one CP ring step passes on."""
+    return float(2 * z.T * z.kv * z.ab)
+
+
 def attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     c = sc.parallel.cp
-    kv_bytes = float(2 * z.T * z.kv * z.ab)  # local K and V chunk
+    kv_bytes = kv_chunk_bytes(z)
     if c == 1:
         seq.compute(masked(sc, z, attention_op(sc, z, "attn", z.s, 0.5, bwd=False), layer))
     elif sc.parallel.cp_comm == "allgather":
@@ -69,20 +74,31 @@ def attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
         # local queries (head-tail balanced) against the whole gathered sequence: on average half of it
         seq.compute(masked(sc, z, attention_op(sc, z, "attn", z.s * c, 0.5, bwd=False), layer))
     else:
-        # zig-zag ring (RFA): step 0 is the local causal block, steps 1..c-1 unmasked half blocks against
-        # remote K/V (s_local queries x s_local/2 keys, or half the queries x all keys: the same work),
-        # each merged into the running output through the log-sum-exp (fp32: read O, O_blk, write O)
-        prev = None
-        for i in range(c):
-            extra = (prev,) if prev is not None else ()
-            if i < c - 1:
-                # pass the chunk on as soon as it arrived (the first one right after the QKV projection)
-                nxt = seq.comm(Comm(f"cp_kv_ring{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
-                               extra=extra, after_compute=(i == 0))
-            seq.compute(ring_step_attention(sc, z, f"attn_step{i}", i, bwd=False, layer=layer), extra=extra)
+        # zig-zag ring (RFA): each step's block merged into the running output through the log-sum-exp
+        # (fp32: read O, O_blk, write O)
+        def after_step(i: int) -> None:
             if i > 0:
                 seq.compute(elementwise(f"cp_merge{i}", z.T * z.q, 3, z, elt_bytes=4))
-            prev = nxt if i < c - 1 else None
+        _ring(sc, z, seq, layer, False, after_step)
+
+
+def _ring(sc: Scenario, z: Shard, seq: OpList, layer: int, bwd: bool, after_step) -> None:
+    """The zig-zag ring's c steps (RFA): step 0 is the local causal block, steps 1..c-1 unmasked half blocks
+    against remote K/V (s_local queries x s_local/2 keys, or half the queries x all keys: the same work). Each
+    step but the last passes the K/V chunk on as soon as it arrived (the first right after the QKV projection)
+    and the next step waits for it; `after_step(i)` adds what follows step i's block."""
+    c, tag = sc.parallel.cp, "_bwd" if bwd else ""
+    kv_bytes = kv_chunk_bytes(z)
+    prev = None
+    for i in range(c):
+        extra = (prev,) if prev is not None else ()
+        nxt = None
+        if i < c - 1:
+            nxt = seq.comm(Comm(f"cp_kv_ring{tag}{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
+                           extra=extra, after_compute=(i == 0))
+        seq.compute(ring_step_attention(sc, z, f"attn{tag}_step{i}", i, bwd=bwd, layer=layer), extra=extra)
+        after_step(i)
+        prev = nxt
 
 
 def ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool, layer: int) -> Compute:
@@ -94,7 +110,7 @@ def ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool,
 
 def attention_backward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     c = sc.parallel.cp
-    kv_bytes = float(2 * z.T * z.kv * z.ab)
+    kv_bytes = kv_chunk_bytes(z)
     if c == 1:
         seq.compute(masked(sc, z, attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True), layer))
     elif sc.parallel.cp_comm == "allgather":
@@ -104,13 +120,7 @@ def attention_backward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     else:
         # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA); each step
         # adds its block's dQ and dK/dV into fp32 accumulators
-        prev = None
-        for i in range(c):
-            extra = (prev,) if prev is not None else ()
-            if i < c - 1:
-                nxt = seq.comm(Comm(f"cp_kv_ring_bwd{i}", "cp", "send_recv", kv_bytes, blocking=not sc.overlap_cp),
-                               extra=extra, after_compute=(i == 0))
-            seq.compute(ring_step_attention(sc, z, f"attn_bwd_step{i}", i, bwd=True, layer=layer), extra=extra)
+        def after_step(i: int) -> None:
             seq.compute(elementwise(f"cp_accumulate{i}_bwd", z.T * (z.q + 2 * z.kv), 3, z, elt_bytes=4))
             seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1) or not sc.overlap_cp))
-            prev = nxt if i < c - 1 else None
+        _ring(sc, z, seq, layer, True, after_step)

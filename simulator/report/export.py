@@ -304,7 +304,7 @@ def megatron_args(sc: Scenario) -> list[str]:
             a.append("--accumulate-allreduce-grads-in-fp32")
     if t.precision == "fp8":
         a += ["--fp8-format", "hybrid"]
-        recipe = sc.framework.option("fp8_recipe") if sc.framework.name == "megatron" else None
+        recipe = sc.framework.option("fp8_recipe")  # Megatron's option; None under a framework without it
         if recipe:
             a += ["--fp8-recipe", recipe]
         if sc.framework.option("fp8_param_gather"):  # MLM arguments.py:1248, :2309 (MXFP8 needs the buffer reuse)
