@@ -19,7 +19,7 @@ from .schema import from_mapping, to_mapping
 
 TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "topologies"
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 MAX_NODE_GPUS = 4096
 """GPUs in one NVLink domain: 7x NVL576, the largest announced; the collectives table walks each size."""
 MAX_BANDWIDTH_GBS = 1e6
@@ -55,7 +55,7 @@ class GPUSpec:
     hbm_bandwidth_gbs: float = field(metadata={"min": 0.001, "max": MAX_BANDWIDTH_GBS})
     """Peak HBM bandwidth, GB/s (1e9 bytes/s)."""
     peak_tflops: dict[str, float] = field(default_factory=dict)
-    """Dense peak per dtype (fp32, tf32, bf16, fp16, fp8), TFLOP/s, without 2:4 sparsity; each in
+    """Dense peak per dtype (fp32, tf32, bf16, fp16, fp8, fp4: NVFP4), TFLOP/s, without 2:4 sparsity; each in
     (0, MAX_PEAK_TFLOPS]."""
     sources: list[str] = field(default_factory=list)
     """Where each figure comes from; figures not checked against a primary source say "unverified"."""

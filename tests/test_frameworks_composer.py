@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from simulator.errors import ScenarioError
-from simulator.frameworks.spec import FP8_RECIPES, FRAMEWORKS, load_framework, shared_constants
+from simulator.frameworks.spec import FP4_RECIPES, FP8_RECIPES, FRAMEWORKS, load_framework, shared_constants
 from simulator.plan.layer_ops import layer_passes
 from simulator.plan.opgraph import FP8_CASTS, TE_DELAYED, TORCHAO_TENSORWISE, Compute, shard
 from simulator.run import simulate
@@ -52,7 +52,7 @@ def test_every_framework_says_which_fp8_casts_it_runs(name):
 
 
 def test_every_fp8_recipe_a_framework_may_name_has_a_pricing():
-    assert set(FP8_CASTS) == set(FP8_RECIPES)
+    assert set(FP8_CASTS) == set(FP8_RECIPES) | set(FP4_RECIPES)
 
 
 def test_fp8_casts_are_transformer_engines_under_composer_and_torchaos_under_torchtitan():

@@ -29,7 +29,10 @@ def _models():
 def test_the_topology_names_the_gpu_the_kernel_data_is_keyed_by():
     t = load_topology("gb300-nvl72")
     assert t.gpu.name == GB300 and t.gpu.mx_formats and t.node.gpus == 72
-    assert t.gpu.peak_tflops == load_topology("gb200-nvl72").gpu.peak_tflops
+    gb200 = load_topology("gb200-nvl72").gpu.peak_tflops
+    # Blackwell Ultra: the GB200's dense BF16 / FP8 peaks, 1.5x its NVFP4 (15 against 10 PF)
+    assert {d: v for d, v in t.gpu.peak_tflops.items() if d != "fp4"} == {d: v for d, v in gb200.items() if d != "fp4"}
+    assert t.gpu.peak_tflops["fp4"] == 1.5 * gb200["fp4"]
     assert t.gpu.memory_gib > load_topology("gb200-nvl72").gpu.memory_gib
 
 

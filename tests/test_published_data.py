@@ -151,7 +151,7 @@ def test_skip_reasons_name_what_is_missing():
     from simulator.validate.corpus import skip_reason
     row = {"label": "LLAMA3_8B", "layout": {"system": "DGX-B300", "precision": "FP8-CS"}}
     assert skip_reason(row) == "no topology for DGX-B300"
-    assert "NVFP4" in skip_reason({"label": "LLAMA3_8B", "layout": {"system": "DGX-GB200", "precision": "NVFP4"}})
+    assert "FP8-SC" in skip_reason({"label": "LLAMA3_8B", "layout": {"system": "DGX-GB200", "precision": "FP8-SC"}})
     assert "GPT OSS" in skip_reason({"label": "GPT OSS 120B", "layout": {"system": "DGX-H100", "precision": "BF16"}})
     assert "no scenario" in skip_reason({"label": "Qwen3_30B_a3B", "layout": {"system": "DGX-H100", "precision": "FP8"}})
 

@@ -67,6 +67,8 @@ def render_frameworks() -> str:
             fixed.append(("parallel.sp", "tp > 1" if fw.sp_with_tp.value else "false", fw.sp_with_tp.source))
         fixed += [("attention kernel", fw.attention_kernel.value, fw.attention_kernel.source),
                   ("FP8 casts (training.precision fp8)", fw.fp8_recipe.value, fw.fp8_recipe.source),
+                  ("FP4 casts (training.precision fp4)", fw.fp4_recipe.value if fw.fp4_recipe else "none (fp4 refused)",
+                   fw.fp4_recipe.source if fw.fp4_recipe else "clustersim does not price this framework's FP4 training"),
                   ("pipeline split", fw.pp_split.value, fw.pp_split.source)]
         fixed += [(key, f"1 ({why.value}; above 1 is refused)", why.source) for key, why in fw.lacks.items()]
         if fw.selective_recompute is not None:

@@ -198,8 +198,9 @@ class CostModel:
         else:
             fitted = sorted(d for d, c in k.gemm.items() if c.points)
             fitted = [f"{', '.join(fitted)} (on {k.gemm_from}'s points: the same dense peaks)"] if fitted and k.gemm_from else fitted
-            moved = sorted(f"{d} from bf16 by {c.transferred_from}'s max-achievable ratio" for d, c in k.gemm.items()
-                           if c.transferred_from)
+            how = {"fp4": "fitted FP4/BF16 ratio (transferred, not fitted here)"}
+            moved = sorted(f"{d} from bf16 by {c.transferred_from}'s {how.get(d, 'max-achievable ratio')}"
+                           for d, c in k.gemm.items() if c.transferred_from)
             capped = sorted(d for d, c in k.gemm.items() if not c.points and not c.transferred_from)
             gemm = "; ".join(x for x in (f"GEMM {', '.join(fitted)} fitted to measured shapes" if fitted else "",
                                          f"GEMM {', '.join(moved)}" if moved else "",

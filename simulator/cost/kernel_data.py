@@ -43,24 +43,16 @@ which). No fitting to training throughput happens here: only kernel points.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ScenarioError
 from ..inputs import read_json_file
+from .gemm_curve import (KNEE_GRID_S, MIN_FIT_DIM, MIN_POINTS_FOR_KNEE, OPERAND_BYTES, GemmCurve, fit_gemm_curve,  # noqa: F401
+                         fp4_from, used_in_fit)
 
 DATA_FILE = Path(__file__).with_name("kernel_data.json")
-MIN_POINTS_FOR_KNEE = 3
-"""Points of one (GPU, dtype) needed to fit the small-GEMM knee as well as eta_max; below it the knee is the
-spec-based `GEMM_HALF_EFFICIENCY_S` (two maximum-achievable points at large shapes say nothing about small ones)."""
-MIN_FIT_DIM = 1024
-"""GEMM points with a side below this are held out of the fit (and reported as such by validation/kernel_ceiling.py):
-DeepGEMM's m = 64 / 128 rows are decode-shaped, bound by latency and a memory bandwidth well below the roofline's,
-and its k = 512 row by writing a large output; the curve's one knee cannot follow them, and training GEMMs
-(tokens x hidden sizes) have every side in the thousands."""
-KNEE_GRID_S = tuple(0.25e-6 * 1.25 ** i for i in range(32))
-"""Knee times tried by the fit: 0.25 us to ~250 us in 25 % steps."""
 FAMILIES = ("flash2", "flash3", "cudnn", "triton_fa")
 """Attention kernel families: FlashAttention-2 and -3, cuDNN's fused attention, and the Triton FlashAttention MPT
 runs (LLM Foundry's flash_attn_triton.py, `attn_impl: triton`)."""
@@ -69,17 +61,6 @@ PHASES = ("fwd", "bwd", "fwd_bwd")
 BACKWARD_FLOPS_PER_FORWARD = 2.5
 """Attention backward FLOPs over forward FLOPs as the FlashAttention papers count them (FA2 paper, arXiv 2307.08691,
 §4.1: 2 matmuls forward, 5 backward with the recomputation), the weights of a forward+backward figure's two phases."""
-
-
-@dataclass(frozen=True)
-class GemmCurve:
-    """eta(F) = peak_efficiency * F / (F + peak * half_efficiency_s) for one (GPU, dtype)."""
-    peak_efficiency: float
-    half_efficiency_s: float
-    points: int
-    knee_fitted: bool
-    transferred_from: str = ""
-    """The GPU whose FP8/BF16 relation made this curve from the BF16 one (`fp8_from_bf16`); "" for a fitted curve."""
 
 
 @dataclass(frozen=True)
@@ -240,57 +221,6 @@ class GpuKernels:
         return at_head_dim({k[3]: t for k, t in self.attention.items() if k[:3] == (family, phase, mask)}, d_head, seq)
 
 
-def used_in_fit(point: dict) -> bool:
-    """Whether a GEMM point enters its curve's fit: a measured shape (not a maximum-achievable ceiling) with every
-    side at least `MIN_FIT_DIM`."""
-    return not point.get("max_achievable", False) and min(point["m"], point["n"], point["k"]) >= MIN_FIT_DIM
-
-
-def _gemm_model_s(flops, nbytes, peak, hbm_Bps, eta, knee_s, overhead_s):
-    """The spec-based GEMM time (costs.py): roofline of the curve's compute time and HBM time, plus the launch gap."""
-    t_c = (flops + peak * knee_s) / (peak * eta)
-    return max(t_c, nbytes / hbm_Bps) + overhead_s
-
-
-def _rows(points, operand_bytes):
-    out = []
-    for p in points:
-        m, n, k = p["m"], p["n"], p["k"]
-        flops = 2.0 * m * n * k
-        out.append((flops, float((m * k + k * n) * operand_bytes + m * n * 2), flops / (p["tflops"] * 1e12)))
-    return out
-
-
-def fit_gemm_curve(points: list[dict], peak: float, hbm_Bps: float, default_eta: float, default_knee_s: float,
-                   overhead_s: float, operand_bytes: int) -> GemmCurve | None:
-    """eta_max and the knee from the measured shapes (`used_in_fit`), then capped by the maximum-achievable points.
-
-    Fit: for a knee, log eta = mean of log((F + peak*knee) / (peak * (t_pub - gap))) zeroes the mean log error of
-    the compute-bound time; the knee is the grid value with the smallest total squared log error through the
-    roofline (`MIN_POINTS_FOR_KNEE` shapes or more; else the spec knee). Without measured shapes eta_max is the
-    spec-based `default_eta`. Cap: a maximum-achievable point (the best mean time of a shape sweep) is a ceiling,
-    not a typical shape, so it only lowers eta_max to where the curve does not beat it. Bytes as `opgraph.gemm`
-    counts them: operands at `operand_bytes`, the bf16 result once. None when there is no point at all."""
-    fit = _rows(filter(used_in_fit, points), operand_bytes)
-    caps = _rows([p for p in points if p.get("max_achievable")], operand_bytes)
-    if not fit and not caps:
-        return None
-    eta, knee = default_eta, default_knee_s
-    if fit:
-        knees = KNEE_GRID_S if len(fit) >= MIN_POINTS_FOR_KNEE else (default_knee_s,)
-        best = None
-        for kn in knees:
-            logs = [math.log((f + peak * kn) / (peak * max(t - overhead_s, 1e-12))) for f, b, t in fit]
-            e = math.exp(sum(logs) / len(logs))
-            err = sum(math.log(_gemm_model_s(f, b, peak, hbm_Bps, e, kn, overhead_s) / t) ** 2 for f, b, t in fit)
-            if best is None or err < best[0] - 1e-12:
-                best = (err, e, kn)
-        eta, knee = best[1], best[2]
-    for f, b, t in caps:
-        eta = min(eta, (f + peak * knee) / (peak * max(t - overhead_s, 1e-12)))
-    return GemmCurve(min(eta, 1.0), knee, len(fit), len(fit) >= MIN_POINTS_FOR_KNEE)
-
-
 @lru_cache(maxsize=4)
 def load_data(path: str = str(DATA_FILE)) -> dict:
     """The data file, checked: each GPU's gemm and attention points with the fields the curves read."""
@@ -311,12 +241,16 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].phase", f"{p['phase']!r} is unknown",
                                         " | ".join(PHASES))
         _check_split(data["gpus"], gpu, f"{where}: gpus.{gpu}.fwd_bwd_split")
-        for key in ("head_dim_ratio", "fp8_gemm_from", "gemm_from"):
+        for key in ("head_dim_ratio", "fp8_gemm_from", "fp4_gemm_from", "gemm_from"):
             by = entry.get(key)
             if by is not None and not (isinstance(by, dict) and by.get("gpu") in data["gpus"] and by["gpu"] != gpu
                                        and by.get("rule") and by.get("why")):
                 raise ScenarioError(f"{where}: gpus.{gpu}.{key}", f"{by!r}",
                                     "{gpu: another GPU of this file, rule: what it prices, why: the evidence for it}")
+        by = entry.get("fp4_gemm_from")
+        if by is not None and not (isinstance(by.get("peak_tflops"), dict) and {"bf16", "fp4"} <= set(by["peak_tflops"])):
+            raise ScenarioError(f"{where}: gpus.{gpu}.fp4_gemm_from.peak_tflops", f"{by.get('peak_tflops')!r}",
+                                "{bf16: ..., fp4: ...}: the dense peaks the named GPU's points are fractions of")
     if not isinstance(data.get("transfers", {}), dict):
         raise ScenarioError(f"{where}: transfers", "expected an object",
                             "family -> {base, gpu, phase, rule, points, forward_gap (optional)}")
@@ -466,7 +400,7 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
     for dtype in sorted({p["dtype"] for p in pts["gemm"]}):
         if dtype not in peak:
             continue
-        operand = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
+        operand = OPERAND_BYTES.get(dtype, 2)
         curve = fit_gemm_curve([p for p in pts["gemm"] if p["dtype"] == dtype], peak[dtype], hbm_Bps,
                                default_eta, default_knee_s, overhead_s, operand)
         if curve is not None:
@@ -474,6 +408,12 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
     fp8_from = load_data(path)["gpus"][gpu_name].get("fp8_gemm_from")
     if fp8_from and "fp8" not in gemm and "bf16" in gemm and "fp8" in peak:
         gemm["fp8"] = fp8_from_bf16(gemm["bf16"], fp8_from["gpu"], peak["fp8"] / peak["bf16"], default_knee_s, path)
+    fp4_by = load_data(path)["gpus"][gpu_name].get("fp4_gemm_from")
+    if fp4_by and "fp4" not in gemm and "bf16" in gemm and "fp4" in peak:
+        ref_peaks = tuple(sorted((d, v * 1e12) for d, v in fp4_by["peak_tflops"].items()))
+        ref = gpu_kernels(fp4_by["gpu"], ref_peaks, hbm_Bps, default_eta, default_knee_s, overhead_s, path)
+        if ref is not None and {"fp4", "bf16"} <= set(ref.gemm):
+            gemm["fp4"] = replace(fp4_from(gemm["bf16"], ref.gemm), transferred_from=fp4_by["gpu"])
     points = phase_points(gpu_name, path)
     attention = attention_tables(points, peak)
     split_by = {p["family"]: p["split_by"] for p in points if "split_by" in p and p["dtype"] in peak}

@@ -61,6 +61,13 @@ class FrameworkChoice:
         """The FP8 casts an option's value runs (`spec.Option.fp8_recipe`), else the framework's."""
         return self._picked("fp8_recipe")
 
+    def linear_recipe(self, precision: str) -> str:
+        """The casts the quantized linears run at `precision`: the framework's FP4 recipe under fp4 (`spec.FP4_RECIPES`;
+        `hardware_rules` refuses fp4 where there is none), else its FP8 recipe."""
+        if precision == "fp4":
+            return self.spec.fp4_recipe.value
+        return self.fp8_recipe
+
     def _picked(self, what: str) -> str:
         """`what` ('attention_kernel' | 'fp8_recipe') as the first option whose value maps it says, else the file's."""
         for name, opt in self.spec.options.items():
@@ -288,10 +295,21 @@ def layout_rules(choice: FrameworkChoice, parallel, model):
 def hardware_rules(choice: FrameworkChoice, precision: str, gpus) -> None:
     """`ScenarioError` where one of the GPUs (the topology's and each pool's) cannot run the precision as the
     framework does: FP8 without FP8 tensor cores; a block-scaled FP8 recipe (`spec.BLOCK_SCALED_RECIPES`) without
-    `mx_formats`."""
+    `mx_formats`; FP4 under a framework without an FP4 recipe (`spec.Framework.fp4_recipe`), or without FP4 tensor
+    cores (an fp4 peak: Blackwell)."""
     if precision == "fp8":
         for gpu in gpus:
             _fp8_rules(choice, gpu)
+    if precision == "fp4":
+        if choice.spec.fp4_recipe is None:
+            with_fp4 = [n for n in FRAMEWORKS if load_framework(n).fp4_recipe is not None]
+            raise ScenarioError("training.precision", f"fp4 under framework {choice.name}, whose FP4 training is not "
+                                "modelled", f"fp32 | bf16 | fp8, or fp4 under framework {' | '.join(with_fp4)}")
+        for gpu in gpus:
+            if "fp4" not in gpu.peak_tflops:
+                raise ScenarioError("training.precision", f"fp4 but {gpu.name} has no FP4 tensor cores (no fp4 peak "
+                                    "in its topology)", "fp32 | bf16 | fp8, or a topology whose gpu.peak_tflops has fp4 "
+                                    "(Blackwell)")
 
 
 def _fp8_rules(choice: FrameworkChoice, gpu) -> None:

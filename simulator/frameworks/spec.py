@@ -58,6 +58,10 @@ Engine's per-tensor current scaling (`te_current`: amax, scale and cast kernels 
 experts one by one); Transformer Engine's MXFP8 block scaling (`te_mxfp8`: one kernel per tensor, both scaled
 copies, 32-value blocks; a GPU with `mx_formats` only); torchao's dynamic tensorwise casts (`torchao_tensorwise`)
 its rowwise recipes and its MXFP8 (`torchao_mxfp8`: torchtitan's MX converter)."""
+FP4_RECIPES = ("te_nvfp4",)
+"""FP4 cast pricings (`training.precision: fp4`; `plan/opgraph.py` FP8_CASTS has one each): Transformer Engine's
+NVFP4 block scaling (`te_nvfp4`: E2M1 with an E4M3 scale per 16 values and one per tensor, random Hadamard transforms
+on the weight gradient's inputs, 16x16 blocks for the weights); a GPU with an fp4 peak only."""
 BLOCK_SCALED_RECIPES = ("te_mxfp8", "torchao_mxfp8")
 """FP8 recipes whose GEMMs scale 32-value blocks in the tensor cores: they run only on a GPU with
 `topology.GPUSpec.mx_formats` (TransformerEngine v2.6 pytorch/fp8.py:47-53, check_mxfp8_support: compute
@@ -157,6 +161,9 @@ class Framework:
     attention_kernel: Sourced
     fp8_recipe: Sourced
     """Which FP8 casts `training.precision: fp8` runs (`FP8_RECIPES`)."""
+    fp4_recipe: Optional[Sourced] = None
+    """Which FP4 casts `training.precision: fp4` runs (`FP4_RECIPES`); null: the framework's FP4 training is not
+    priced here (the precision is refused)."""
     pp_split: Sourced
     efficiency: dict[str, Sourced] = field(default_factory=dict)
     """`cluster.efficiency` key -> a number, or the name of a shared constant (`<library>.<key>`, resolved
@@ -210,6 +217,8 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.pp_split", f"{fw.pp_split.value!r}", " | ".join(PP_SPLITS))
     if fw.fp8_recipe.value not in FP8_RECIPES:
         raise ScenarioError(f"{where}.fp8_recipe", f"{fw.fp8_recipe.value!r}", " | ".join(FP8_RECIPES))
+    if fw.fp4_recipe is not None and fw.fp4_recipe.value not in FP4_RECIPES:
+        raise ScenarioError(f"{where}.fp4_recipe", f"{fw.fp4_recipe.value!r}", " | ".join(FP4_RECIPES))
     if fw.selective_recompute is not None and fw.selective_recompute.value not in SELECTIVE_RECOMPUTES:
         raise ScenarioError(f"{where}.selective_recompute", f"{fw.selective_recompute.value!r}", " | ".join(SELECTIVE_RECOMPUTES))
     if fw.tp_overlap is not None and fw.tp_overlap.value not in TP_OVERLAPS:

@@ -38,7 +38,14 @@ FP8_GEMM_INPUTS = ("qkv_input", "fc1_input", "fc2_input", "expert_fc1_input", "e
 """Stored tensors whose only backward use is an FP8 GEMM's weight gradient: under precision fp8 the
 GEMM keeps its FP8-cast input, not the 16-bit one (Transformer Engine Linear / GroupedLinear save the
 quantized input; DeepSeek-V3 report §3.3.4: "cache activations in FP8 format for the backward pass of
-the Linear operator"). The attention output stays 16-bit: the attention backward reads it too."""
+the Linear operator"); under precision fp4 its NVFP4 copy. The attention output stays 16-bit: the attention
+backward reads it too."""
+NVFP4_STORE_BYTES = 0.5 + 1 / 16
+"""An NVFP4 GEMM input kept for the weight gradient: its column-wise E2M1 copy with one E4M3 scale per 16 values
+(TransformerEngine at 5671fd36 pytorch/module/linear.py:386-399: the row-wise data is discarded once the forward
+GEMM has run, `update_usage(rowwise_usage=False, columnwise_usage=True)`)."""
+QUANTIZED_STORE_BYTES = {"fp8": FP8_STORE_BYTES, "fp4": NVFP4_STORE_BYTES}
+"""Training precision -> bytes per element of a stored quantized GEMM input (`FP8_GEMM_INPUTS`)."""
 
 
 def _s_kv(sc: Scenario, z: Shard) -> int:
@@ -193,10 +200,10 @@ def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str,
     if "layernorm" in mods:  # the pre-norms' outputs, re-normed from their stored inputs
         for k in ("qkv_input", "fc1_input", "router_input"):
             terms.pop(k, None)
-    if sc.training.precision == "fp8":
+    if sc.training.precision in QUANTIZED_STORE_BYTES:
         for k in FP8_GEMM_INPUTS:
             if k in terms:
-                terms[k] *= FP8_STORE_BYTES / ab
+                terms[k] *= QUANTIZED_STORE_BYTES[sc.training.precision] / ab
     return terms
 
 

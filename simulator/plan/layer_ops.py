@@ -14,7 +14,7 @@ from . import fusion, op_sac
 from .float8_comm import cast_shares, fp8_tp_gathers, tp_collective_bytes
 from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
 from .attention_ops import attention_backward, attention_forward
-from .opgraph import (FP8_CASTS, GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
+from .opgraph import (FP8_CASTS, QUANTIZED, GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
                       LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add, shard,
                       tp_collective)
 from ..scenario import Scenario
@@ -278,9 +278,10 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         if op.kind == "gemm":
             last_gemm = op.name
         dgrad, wgrad = backward_of(op, z)
-        if wgrad is not None and wgrad.dtype == "fp8" and FP8_CASTS[sc.framework.fp8_recipe].wgrad_bf16:
+        casts = FP8_CASTS[sc.framework.linear_recipe(sc.training.precision)] if op.dtype in QUANTIZED else None
+        if wgrad is not None and casts is not None and casts.wgrad_bf16:
             wgrad = _in_bf16(wgrad, z)
-        rescales = op.kind == "gemm" and op.dtype == "fp8" and FP8_CASTS[sc.framework.fp8_recipe].rescales_backward
+        rescales = op.kind == "gemm" and casts is not None and casts.rescales_backward
         if parallel and op.name == "qkv":  # the MLP branch's input gradient is this dgrad's accumulator
             dgrad = replace(dgrad, bytes=dgrad.bytes + BRANCH_SUM_READ * z.T * z.h * z.ab)
         if async_linear and op.name in COLUMN_LINEARS and wgrad is not None:
@@ -299,7 +300,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
                 b.compute(_rescale(dgrad, z))
         if wgrad is not None:
             w_ops.append(wgrad)
-            if rescales and wgrad.dtype == "fp8":
+            if rescales and wgrad.dtype in QUANTIZED:
                 w_ops.append(_rescale(wgrad, z))
         if op.kind == "gemm" and op.name in COLUMN_LINEARS and z.t > 1 and not sp and not (parallel and op.name == "fc1"):
             # (a parallel block all-reduces its two branches' input gradients once, after the QKV dgrad)

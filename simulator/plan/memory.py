@@ -43,7 +43,7 @@ GIB = 2 ** 30
 
 # ----------------------------------------------------------------------------------- constants
 
-WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}
+WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2, "fp4": 2}
 """Module weights per precision; FP8 training keeps 16-bit weights and casts them per GEMM (DSV3 §3.3,
 Transformer Engine `fp8_autocast`)."""
 MASTER_BYTES = 4
@@ -60,6 +60,12 @@ FP8_WEIGHT_CACHE_BYTES = 2
 """FP8 training: Transformer Engine casts each weight to FP8 once per step and keeps the copy and its
 transpose across micro-batches (`is_first_microbatch`); Hopper FP8 GEMMs take only the TN layout,
 so the dgrad GEMM needs the transposed copy: 1 + 1 bytes per parameter on the rank."""
+FP4_WEIGHT_CACHE_BYTES = 0.5 + 0.5 + 2 / 16
+"""FP4 (NVFP4) training: the same cache of each weight's row-wise and column-wise E2M1 copies (0.5 B each) with one
+E4M3 scale per 16 values each (TransformerEngine at 5671fd36 pytorch/csrc/extensions/cast.cpp bulk_allocate_nvfp4_tensors:
+data of the last dim / 2, scale_inv per 16; their padding to 128 x 4 tiles not counted)."""
+WEIGHT_CACHE_BYTES = {"fp8": FP8_WEIGHT_CACHE_BYTES, "fp4": FP4_WEIGHT_CACHE_BYTES}
+"""Training precision -> bytes per parameter of the quantized weight cache (`plan/opgraph.QUANTIZED`)."""
 DP_BUCKETS_IN_FLIGHT = 2
 """ZeRO-2/3: one gradient bucket being reduce-scattered while the next fills (DeepSpeed keeps two
 `ipg` buffers with `overlap_comm`; DS-CFG). ZeRO-0/1 reduce in place in Megatron's contiguous
@@ -292,8 +298,8 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
         # block of the rank stays gathered through the steady state (a micro-batch is always in flight)
         out["zero3_params"] = (ZERO3_LIVE_UNITS * unit if pol.regather_for_backward else rp.total) * gathered_param_bytes(sc)
         out["zero3_grads"] = unit * tr.grad_bytes
-    if tr.precision == "fp8":
-        out["fp8_weight_cache"] = FP8_WEIGHT_CACHE_BYTES * (ZERO3_LIVE_UNITS * unit if pol.gathers_per_block else rp.total)
+    if tr.precision in WEIGHT_CACHE_BYTES:
+        out["fp8_weight_cache"] = WEIGHT_CACHE_BYTES[tr.precision] * (ZERO3_LIVE_UNITS * unit if pol.gathers_per_block else rp.total)
         if fp8_params(sc) and not pol.gathers_per_block:  # the FP8 weight itself is in `weights`: the transpose here
             out["fp8_weight_cache"] -= FP8_BYTES * sum(fp8_weight_params(sc, pp_rank))
     if tr.autocast:  # bf16 copies of the cast weights, from the first forward to the step's last backward

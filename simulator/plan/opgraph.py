@@ -13,8 +13,11 @@ from typing import Optional, Union
 
 from ..scenario import Scenario
 
-ACT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2}  # activations stay bf16 under fp8 training (DSV3 §3.3)
-GEMM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
+ACT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2, "fp4": 2}  # activations stay bf16 under fp8 / fp4 training (DSV3 §3.3)
+GEMM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "fp4": 0.5}
+QUANTIZED = ("fp8", "fp4")
+"""Training precisions whose linears' GEMMs run quantized (FP8; NVFP4's E2M1), their casts priced by the framework's
+recipe (`Fp8Casts`); attention, norms and the LM head stay 16-bit."""
 FP8_STORE_BYTES = 1 + 4 / 128
 """An activation kept in FP8 (E4M3) with one fp32 scale per 1x128 tile (DeepSeek-V3 report §3.3.2,
 fine-grained quantization; Transformer Engine's blockwise recipe uses the same activation tiles)."""
@@ -225,6 +228,18 @@ quantized one by one: the multi-tensor kernel is delayed scaling's only). The sc
 recipe gathers the bf16 parameters into the gradient buffer and quantizes them into the modules' MXFP8 weights:
 Megatron-LM core_v0.14.0 megatron/core/distributed/param_and_grad_buffer.py:304-320,
 reuse_grad_buf_for_mxfp8_param_ag; the gather moves bf16, as without fp8_param_gather)."""
+TE_NVFP4 = Fp8Casts(reads=3, written=1, transpose_copy=0, weight_per_step=True, kernels_per_tensor=3, weight_bytes=5)
+"""Transformer Engine's NVFP4 block scaling (Megatron's --fp4-format e2m1 --fp4-recipe nvfp4, TE's NVFP4BlockScaling;
+`training.precision: fp4`, a GPU with an fp4 peak): E2M1 values with an E4M3 scale per 16 and an fp32 scale per tensor
+from its amax. An input activation or output gradient (TransformerEngine at Megatron-Bridge v0.3.0's pin, 5671fd36,
+pytorch/csrc/quantizer.cpp NVFP4Quantizer::quantize_impl) is read three times in three kernels: one pass for both
+amaxes (the tensor's and its random-Hadamard-transformed transpose's, nvte_hadamard_transform_amax), the row-wise
+quantization (nvte_quantize_v2) and the column-wise one fused with the 16x16 Hadamard transform
+(nvte_hadamard_transform_cast_fusion_columnwise), writing 0.5 + 0.5 B: 7 B per element (the scales' 2/16 B not
+priced). Weights (common/recipe/__init__.py NVFP4BlockScaling: 2D 16x16 scaling, no Hadamard transform) take an amax
+and one quantization writing both copies: 5 B, once per step. A grouped GEMM's experts are quantized by fused
+multi-tensor kernels (pytorch/csrc/extensions/cast.cpp split_quantize_nvfp4_impl). Stochastic rounding of the
+gradients runs inside the cast (not priced apart)."""
 TORCHAO_TENSORWISE = Fp8Casts(reads=2, written=1, transpose_copy=2, weight_per_step=False)
 """torchao's Float8Linear with dynamic tensorwise scaling (torchtitan's float8 default, float8.py:65-100): every
 forward computes the input's and the weight's amax and casts them (two reads each, one FP8 write), the backward
@@ -259,7 +274,7 @@ roofline counts them (pytorch/ao torchao/testing/training/roofline_utils.py, mxf
 x_mxfp8_dim0, kernel 2: x_bf16 -> x_mxfp8_dim1", no fusion assumed); no weight cache across micro-batches. The
 GEMMs are cuBLAS's block-scaled ones (torch._scaled_mm)."""
 FP8_CASTS = {"te_delayed": TE_DELAYED, "te_delayed_uncached": TE_DELAYED_UNCACHED, "te_current": TE_CURRENT,
-             "te_mxfp8": TE_MXFP8,
+             "te_mxfp8": TE_MXFP8, "te_nvfp4": TE_NVFP4,
              "torchao_tensorwise": TORCHAO_TENSORWISE, "torchao_rowwise": TORCHAO_ROWWISE,
              "torchao_rowwise_gw_hp": TORCHAO_ROWWISE_GW_HP, "torchao_mxfp8": TORCHAO_MXFP8}
 """A framework file's `fp8_recipe` (frameworks/spec.py FP8_RECIPES) -> the casts it prices."""
@@ -275,10 +290,10 @@ def fp8_cast(sc: Scenario, g: Compute, shares: tuple[float, float, float] = (1.0
     once per step where cached, are not counted. None for a GEMM not in FP8. The amax reductions across ranks are
     not priced. `shares`: the parts of the activation, weight and output gradient this rank casts
     (`float8_comm.cast_shares`: a shard where the framework casts before an FP8 all-gather)."""
-    if g.dtype != "fp8" or g.kind != "gemm":
+    if g.dtype not in QUANTIZED or g.kind != "gemm":
         return None
     m, n, k = g.shape
-    casts = FP8_CASTS[sc.framework.fp8_recipe]
+    casts = FP8_CASTS[sc.framework.linear_recipe(sc.training.precision)]
     per_elt = casts.per_element()
     act, weight, grad = (x * g.repeat * share for x, share in zip((m * k, k * n, m * n), shares))
     nbytes = per_elt * act + casts.per_weight_element() * (weight / sc.micro_batches if casts.weight_per_step else weight)

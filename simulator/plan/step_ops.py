@@ -11,7 +11,7 @@ from typing import Sequence
 
 from .float8_comm import PRECOMPUTE_AMAX_BYTES, fp8_param_gathers, head_in_fp8
 from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
-from .opgraph import (CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, Comm, Compute,
+from .opgraph import (QUANTIZED, CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, Comm, Compute,
                       Node, OpList, Shard, elementwise, gemm, shard, tp_collective)
 from ..params import final_norm_params, layer_params
 from ..scenario import Scenario
@@ -43,7 +43,7 @@ def head_gemm(sc: Scenario, z: Shard, v: int) -> Compute:
     """The LM head's GEMM (tokens x vocab shard x hidden). Under FP8 it stays BF16 unless the framework runs its
     output layer in FP8 (`fp8_output_layer`: Megatron's output layer is a plain ColumnParallelLinear, not a TE
     module; torchtitan's float8 converter swaps every nn.Linear its empty `filter_fqns` does not name)."""
-    if z.dtype == "fp8" and not head_in_fp8(sc):
+    if z.dtype in QUANTIZED and not (z.dtype == "fp8" and head_in_fp8(sc)):
         z = replace(z, gb=GEMM_BYTES["bf16"], dtype="bf16")
     return gemm("lm_head", z.T, v, z.h, z)
 

@@ -56,7 +56,7 @@ HF_TOKENIZERS = {"llama3-8b": "meta-llama/Meta-Llama-3-8B", "llama3-70b": "meta-
 """The Hugging Face tokenizer of each preset (Megatron's HuggingFaceTokenizer, nanotron's tokenizer)."""
 MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 """Megatron-FSDP `--data-parallel-sharding-strategy` for ZeRO-2 and ZeRO-3."""
-DTYPE = {"bf16": "bfloat16", "fp32": "float32", "fp8": "bfloat16"}
+DTYPE = {"bf16": "bfloat16", "fp32": "float32", "fp8": "bfloat16", "fp4": "bfloat16"}
 NANOTRON_ROPE_THETA = 10000.0
 """nanotron 0.4's Llama builds its rotary embedding with this base and has no config field for it."""
 
@@ -65,6 +65,8 @@ def unsupported(sc: Scenario, framework: str) -> list[str]:
     """Why `framework` cannot run this layout or model ([] = it can)."""
     p, t, m = sc.parallel, sc.training, sc.model
     out = []
+    if t.precision == "fp4" and framework != "megatron":
+        out.append("fp4 (NVFP4) training, which clustersim prices for Megatron's Transformer Engine recipe only")
     if framework in ("torchtitan", "torchtitan-0.2"):
         if m.name not in TORCHTITAN_CONFIGS:
             out.append(f"model {m.name} (torchtitan configs exist for {', '.join(TORCHTITAN_CONFIGS)}; "
@@ -298,7 +300,7 @@ def megatron_args(sc: Scenario) -> list[str]:
             a += ["--recompute-method", "block", "--recompute-num-layers", str(t.recompute_layers)]
         elif t.recompute == "full":
             a += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
-    if t.precision in ("bf16", "fp8"):
+    if t.precision in ("bf16", "fp8", "fp4"):
         a.append("--bf16")
         if t.grad_bytes == 4:  # Megatron keeps bf16 gradients unless told otherwise
             a.append("--accumulate-allreduce-grads-in-fp32")
@@ -309,6 +311,8 @@ def megatron_args(sc: Scenario) -> list[str]:
             a += ["--fp8-recipe", recipe]
         if sc.framework.option("fp8_param_gather"):  # MLM arguments.py:1248, :2309 (MXFP8 needs the buffer reuse)
             a += ["--fp8-param-gather"] + (["--reuse-grad-buf-for-mxfp8-param-ag"] if recipe == "mxfp8" else [])
+    if t.precision == "fp4":  # MLM transformer_config.py:511-516 at Megatron-Bridge v0.3.0's pin (b0cc2706)
+        a += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     a += ["--attention-backend", "flash" if t.attention == "flash" else "unfused"]
     # the model
     a += ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),

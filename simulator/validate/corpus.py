@@ -8,7 +8,7 @@ validation/references/*.yaml stay validation (their own `split`, default validat
 
 A corpus row is scored only where it has a `scenario` (this corpus's reading of the row with the recipe's
 switches, each cited in the row's `recipe`) and no `skip`. Every other row is listed as skipped with the reason: a
-system clustersim has no topology for, a precision it cannot express (NVFP4), a model without a preset, or
+system clustersim has no topology for, a precision it cannot express (FP8 in 128-value blocks), a model without a preset, or
 the row's own `skip` (what its recipe does that clustersim cannot say; a row may keep its scenario beside it, so the
 transcription stays checked and can be scored again once clustersim prices what the skip names).
 
@@ -35,7 +35,7 @@ SYSTEM_TOPOLOGY = {"DGX-H100": "dgx-h100", "DGX-GB200": "gb200-nvl72", "DGX-GB30
                    "DGX-A100": "dgx-a100"}
 """Systems of the performance tables that clustersim has a topology for (topologies/)."""
 
-EXPRESSIBLE_PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-MX": "fp8", "MXFP8": "fp8"}
+EXPRESSIBLE_PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-MX": "fp8", "MXFP8": "fp8", "NVFP4": "fp4"}
 """Table precisions clustersim prices, as `training.precision`; the recipe is the row's `framework.fp8_recipe`
 (FP8-CS: tensorwise current scaling; FP8-MX, as 25.09 and 25.11 print it, and MXFP8, as 26.02 does: mxfp8)."""
 
@@ -81,7 +81,8 @@ def skip_reason(run: dict) -> str:
     if lay["system"] not in SYSTEM_TOPOLOGY:
         return f"no topology for {lay['system']}"
     if lay["precision"] not in EXPRESSIBLE_PRECISIONS:
-        return f"precision {lay['precision']} not expressible (clustersim: bf16, fp8 per tensor or in MXFP8 blocks)"
+        return (f"precision {lay['precision']} not expressible (clustersim: bf16, fp8 per tensor or in MXFP8 blocks, "
+                "NVFP4)")
     if run["label"] not in PRESET_LABELS:
         return f"no clustersim model for {run['label']}"
     return "no scenario transcribed yet (system, precision and model are expressible)"
