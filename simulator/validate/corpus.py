@@ -50,7 +50,8 @@ FP8_OPTIONS = ("framework.float8", "framework.float8_recipe", "framework.float8_
 """torchtitan's float8 switches: they come with `training.precision` (float8 sets it) or with one another."""
 PAIR_KEYS = (
     ("same recipe, another release", (), ("framework.sdpa_backend", "framework.op_sac_saves_cudnn")),
-    ("precision", ("training.precision",), ("framework.tp_comm_overlap", "parallel.overlap_tp", *FP8_OPTIONS)),
+    ("precision", ("training.precision",), ("framework.tp_comm_overlap", "parallel.overlap_tp", "framework.fp8_recipe",
+                                            "framework.fp8_param_gather", *FP8_OPTIONS)),
     ("fp8 recipe", ("framework.float8_recipe", "framework.fp8_recipe"), FP8_OPTIONS),
     ("fp8 all-gather", ("framework.float8_fsdp_all_gather",), FP8_OPTIONS),
     ("recompute", ("training.recompute", "training.recompute_layers"), ("parallel.sp",)),
