@@ -52,7 +52,7 @@ def test_the_linears_16_bit_weights_are_gone_and_the_rest_stay():
     rp = rank_params(on, 0)
     assert 0.8 * rp.total < fd + fe < rp.total  # the embedding, the head (BF16 in Megatron) and norms stay 16-bit
     assert static_bytes(off, 0)["weights"] - static_bytes(on, 0)["weights"] == pytest.approx(fd + fe)
-    assert buffer_bytes(off, 0)["fp8_weight_cache"] - buffer_bytes(on, 0)["fp8_weight_cache"] == pytest.approx(fd + fe)
+    assert buffer_bytes(off, 0)["quantized_weight_cache"] - buffer_bytes(on, 0)["quantized_weight_cache"] == pytest.approx(fd + fe)
     assert static_bytes(on, 0)["grads"] == static_bytes(off, 0)["grads"]
 
 

@@ -104,8 +104,8 @@ def test_nvfp4_gemms_beat_mxfp8_by_less_than_the_peak_ratio():
 
 def test_memory_keeps_half_byte_weight_copies_and_half_byte_gemm_inputs():
     fp4, fp8 = (scenario_from_mapping(_small(precision=p)) for p in ("fp4", "fp8"))
-    params = buffer_bytes(fp8, 0)["fp8_weight_cache"] / 2  # 1 + 1 B per parameter under FP8
-    assert buffer_bytes(fp4, 0)["fp8_weight_cache"] == pytest.approx(FP4_WEIGHT_CACHE_BYTES * params)
+    params = buffer_bytes(fp8, 0)["quantized_weight_cache"] / 2  # 1 + 1 B per parameter under FP8
+    assert buffer_bytes(fp4, 0)["quantized_weight_cache"] == pytest.approx(FP4_WEIGHT_CACHE_BYTES * params)
     a4, a8 = layer_activation_terms(fp4, 0), layer_activation_terms(fp8, 0)
     assert a4["fc2_input"] < a8["fc2_input"]
     assert a4["fc2_input"] == pytest.approx(a8["fc2_input"] / (1 + 4 / 128) * NVFP4_STORE_BYTES)

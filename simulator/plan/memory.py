@@ -99,7 +99,7 @@ HEAD_TRANSIENTS = ("logits_grad", "head_sp_gather")
 OUTSIDE_ALLOCATOR = ("cuda_context", "nccl")
 """Held buffer kinds that PyTorch's caching allocator does not hold (no fragmentation, not in
 `torch.cuda.max_memory_allocated`)."""
-HELD_BUFFERS = ("dp_buckets", "zero3_params", "zero3_grads", "fp8_weight_cache", "autocast_cache") + OUTSIDE_ALLOCATOR
+HELD_BUFFERS = ("dp_buckets", "zero3_params", "zero3_grads", "quantized_weight_cache", "autocast_cache") + OUTSIDE_ALLOCATOR
 """Buffer kinds held through the step."""
 SCORE_TERMS = ("softmax_output", "softmax_dropout_mask", "softmax_dropout_output")
 """The a*s^2 tensors of eager attention that selective recompute drops (KOR22 Table 2)."""
@@ -299,9 +299,9 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
         out["zero3_params"] = (ZERO3_LIVE_UNITS * unit if pol.regather_for_backward else rp.total) * gathered_param_bytes(sc)
         out["zero3_grads"] = unit * tr.grad_bytes
     if tr.precision in WEIGHT_CACHE_BYTES:
-        out["fp8_weight_cache"] = WEIGHT_CACHE_BYTES[tr.precision] * (ZERO3_LIVE_UNITS * unit if pol.gathers_per_block else rp.total)
+        out["quantized_weight_cache"] = WEIGHT_CACHE_BYTES[tr.precision] * (ZERO3_LIVE_UNITS * unit if pol.gathers_per_block else rp.total)
         if fp8_params(sc) and not pol.gathers_per_block:  # the FP8 weight itself is in `weights`: the transpose here
-            out["fp8_weight_cache"] -= FP8_BYTES * sum(fp8_weight_params(sc, pp_rank))
+            out["quantized_weight_cache"] -= FP8_BYTES * sum(fp8_weight_params(sc, pp_rank))
     if tr.autocast:  # bf16 copies of the cast weights, from the first forward to the step's last backward
         out["autocast_cache"] = AUTOCAST_CACHE_BYTES * (sum(autocast_layer_params(sc, i) for i in layers)
                                                         + (autocast_head_params(sc, z) if rp.head else 0))
