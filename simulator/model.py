@@ -1,4 +1,4 @@
-"""The model: one `ModelSpec` for dense (Llama, GPT) and MoE (Mixtral, DeepSeek-V3) transformers.
+"""The model: one `ModelSpec` for dense (Llama, GPT, Nemotron) and MoE (Mixtral, DeepSeek-V3) transformers.
 
 A scenario's `model` is a preset name (a Hugging Face style `config.json` under `simulator/presets/`),
 a path to any Hugging Face `config.json`, or a mapping in the contract's own keys. Everything is
@@ -87,15 +87,20 @@ class MLASpec:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    arch: str = field(metadata={"choices": ("llama", "gpt")})
-    """llama: RMSNorm, SwiGLU, RoPE, GQA, no biases. gpt: LayerNorm and linear biases, 4h GeLU MLP, learned positions."""
+    arch: str = field(metadata={"choices": ("llama", "gpt", "nemotron")})
+    """llama: RMSNorm, SwiGLU, RoPE, GQA, no biases. gpt: LayerNorm and linear biases, 4h GeLU MLP, learned positions.
+    nemotron (NVIDIA's Nemotron-3 / Nemotron-4, transformers' NemotronForCausalLM): LayerNorm (zero-centred
+    gamma, weight and bias), no linear biases, a two-GEMM MLP with squared ReLU (relu(x)^2, not gated), RoPE,
+    GQA, no dropout. Its MLP costs what the GeLU MLP does: two GEMMs and one fused elementwise op that stores its
+    input for the backward (NeMo r2.0.0rc1 nemo/collections/nlp/modules/common/megatron/utils.py:179-187:
+    squared_relu compiled by torch.compile into one kernel; megatron_base_model.py:480-486: no bias, not gated)."""
     layers: int = field(metadata={"min": 1, "max": MAX_LAYERS, "why": "the simulator builds every layer's ops"})
     """Transformer layers, at most MAX_LAYERS."""
     hidden: int = field(metadata={"min": 1, "max": MAX_WIDTH})
     """Model (hidden) dimension, at most MAX_WIDTH."""
     ffn_hidden: int = field(metadata={"min": 1, "max": MAX_WIDTH})
     """Dense FFN inner size (SwiGLU: each of gate/up), at most MAX_WIDTH. Omitted in a mapping: Megatron's default
-    (`default_ffn_hidden`): 4 x hidden for gpt, int(4 x hidden x 2/3 / 64) x 64 for llama."""
+    (`default_ffn_hidden`): 4 x hidden for gpt and nemotron, int(4 x hidden x 2/3 / 64) x 64 for llama."""
     heads: int = field(metadata={"min": 1, "max": MAX_HEADS})
     """Query heads."""
     kv_heads: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_HEADS})
@@ -141,6 +146,11 @@ class ModelSpec:
     all earlier tokens and the rest slide. Gemma 2 = 2 (transformers configuration_gemma2.py: layer i slides
     when (i + 1) % 2, the even layers); Gemma 3 = its sliding_window_pattern, 6 (configuration_gemma3.py:
     slides when (i + 1) % N). Needs sliding_window."""
+    partial_rotary_factor: Optional[float] = field(default=None, metadata={"gt": 0.0, "max": 1.0})
+    """Share of each query / key head that RoPE rotates (config.json partial_rotary_factor; Megatron
+    --rotary-percent; Nemotron 0.5); null = all of it. Only the exports read it: the fused RoPE kernel reads and
+    writes whole Q and K either way, copying the part it does not rotate (NVIDIA/TransformerEngine@01b5648e
+    transformer_engine/common/fused_rope/fused_rope.cu fused_rope_block_forward / _backward, `if (d > d2)`)."""
     rope_theta: Optional[float] = field(default=None, metadata={"min": 1.0, "max": 1e12})
     """Rotary base (config.json rope_theta); null = the framework's default. Only the exports read it:
     it changes what the model learns, not what a step costs."""
@@ -176,8 +186,8 @@ class ModelSpec:
 
     @property
     def rotary(self) -> bool:
-        """Rotary positions on Q and K (llama); GPT adds learned positions to the embedding instead."""
-        return self.arch == "llama"
+        """Rotary positions on Q and K (llama, nemotron); GPT adds learned positions to the embedding instead."""
+        return self.arch != "gpt"
 
     @property
     def hidden_dropout(self) -> bool:
@@ -241,6 +251,9 @@ def _check_model(m: ModelSpec, path: str) -> ModelSpec:
     if m.parallel_block and m.moe:
         raise ScenarioError(f"{path}.parallel_block", "a parallel block with MoE layers is not modelled",
                             "false for a model with moe")
+    if m.partial_rotary_factor is not None and not m.rotary:
+        raise ScenarioError(f"{path}.partial_rotary_factor", f"{m.partial_rotary_factor} for arch {m.arch}, which has no RoPE",
+                            "null, or arch llama / nemotron")
     if m.full_attention_every and m.sliding_window is None:
         raise ScenarioError(f"{path}.full_attention_every", f"{m.full_attention_every} without a sliding_window",
                             "0, or give model.sliding_window")
@@ -251,14 +264,14 @@ def _check_model(m: ModelSpec, path: str) -> ModelSpec:
 
 
 def default_ffn_hidden(arch: str, hidden: int) -> int:
-    """Megatron's FFN size when none is given: 4h, or with SwiGLU two-thirds of it rounded down to a multiple
+    """Megatron's FFN size when none is given: 4h (gpt, nemotron), or with SwiGLU two-thirds of it rounded down to a multiple
     of 64 (the same parameters as 4h over three matrices; MLM megatron/training/arguments.py,
     `if args.ffn_hidden_size is None`)."""
     return int(4 * hidden * 2 / 3 / 64) * 64 if arch == "llama" else 4 * hidden
 
 
 def model_from_mapping(raw: Any, path: str = "model") -> ModelSpec:
-    if isinstance(raw, dict) and "ffn_hidden" not in raw and raw.get("arch") in ("llama", "gpt") \
+    if isinstance(raw, dict) and "ffn_hidden" not in raw and raw.get("arch") in ("llama", "gpt", "nemotron") \
             and isinstance(raw.get("hidden"), int) and not isinstance(raw.get("hidden"), bool) and raw["hidden"] > 0:
         default = default_ffn_hidden(raw["arch"], raw["hidden"])
         if default >= 1:  # a llama hidden below 24 rounds to 0: the key stays missing
@@ -280,7 +293,7 @@ def _get(cfg: dict, *keys, default=None):
 
 def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -> ModelSpec:
     """Normalise a Hugging Face `config.json` (Llama, Mistral, Qwen, GPT-2/GPT-3/GPT-NeoX-style, Mixtral,
-    Qwen-MoE, DeepSeek-V2/V3) into a ModelSpec. Field names: transformers' configuration_*.py files
+    Qwen-MoE, DeepSeek-V2/V3, Nemotron: model_type nemotron is arch nemotron) into a ModelSpec. Field names: transformers' configuration_*.py files
     (see docs/ecosystem.md §2.2).
 
     The config's values are gathered into the contract's own mapping as they are and validated by
@@ -299,7 +312,7 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
     mtype = str(cfg.get("model_type", "")).lower()
     gpt = mtype in ("gpt2", "gpt3", "openai-gpt", "gpt_neox", "gptj", "gpt_bigcode", "opt") or "n_embd" in cfg
     raw: dict[str, Any] = {
-        "arch": "gpt" if gpt else "llama",
+        "arch": "gpt" if gpt else ("nemotron" if mtype == "nemotron" else "llama"),
         "hidden": take("hidden", "hidden_size", "n_embd", "d_model"),
         "layers": take("layers", "num_hidden_layers", "n_layer", "num_layers"),
         "heads": take("heads", "num_attention_heads", "n_head", "num_heads"),
@@ -357,6 +370,8 @@ def model_from_hf_config(cfg: dict, name: str = "custom", path: str = "model") -
         raw["full_attention_every"] = window[0]
     if cfg.get("rope_theta") is not None and not gpt:
         raw["rope_theta"] = take("rope_theta", "rope_theta")
+    if cfg.get("partial_rotary_factor") is not None and not gpt:
+        raw["partial_rotary_factor"] = take("partial_rotary_factor", "partial_rotary_factor")
     raw["name"] = str(cfg.get("_name_or_path") or name)[:200]
     try:
         return model_from_mapping(raw, path)

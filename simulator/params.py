@@ -3,6 +3,7 @@
 Llama: attn = h*(a*d_h) + 2*h*(g*d_h) + (a*d_h)*h, MLP = 3*h*f, norms 2h per layer, final norm h,
 embedding V*h and an untied LM head V*h (docs/modeling.md §1.2, after Megatron's theoretical_memory_usage.py).
 GPT: 12h^2 + 13h per layer, final LayerNorm 2h, learned positions s*h (docs/modeling.md §1.1).
+Nemotron: Llama's attention (no biases), MLP 2*h*f, LayerNorms 2h each (weight and bias), untied head.
 MoE: E_r * 3*h*f_e routed + shared experts + router h*E_r (docs/modeling.md §1.3). MLA: DeepSeek-V3's
 low-rank Q and KV projections (DSV3 §2.1.1, Hugging Face modeling_deepseek_v3.py).
 """
@@ -45,11 +46,12 @@ def attention_params(m: ModelSpec) -> int:
 
 
 def mlp_params(m: ModelSpec, ffn: int) -> int:
-    """One dense FFN of inner size `ffn`: SwiGLU 3*h*f; GeLU 2*h*f plus biases f + h."""
+    """One dense FFN of inner size `ffn`: SwiGLU 3*h*f; GeLU 2*h*f plus biases f + h; Nemotron's squared-ReLU
+    MLP 2*h*f (no biases)."""
     h = m.hidden
     if m.gated_mlp:
         return 3 * h * ffn
-    return 2 * h * ffn + ffn + h
+    return 2 * h * ffn + (ffn + h if m.arch == "gpt" else 0)
 
 
 def norm_params(m: ModelSpec) -> int:

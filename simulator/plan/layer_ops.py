@@ -57,9 +57,16 @@ def _mlp_ops(sc: Scenario, z: Shard, moe: bool):
     if f == 0:
         return []
     n1 = 2 * f if m.gated_mlp else f
-    act = elementwise("swiglu" if m.gated_mlp else "gelu", z.T * f, (SWIGLU_PASSES if m.gated_mlp else GELU_PASSES)[0], z)
+    act = elementwise(activation_name(sc), z.T * f, (SWIGLU_PASSES if m.gated_mlp else GELU_PASSES)[0], z)
     pre = "shared_" if moe else ""
     return [gemm(pre + "fc1", z.T, n1, z.h, z), act, gemm(pre + "fc2", z.T, z.h, f, z)]
+
+
+def activation_name(sc: Scenario) -> str:
+    """The dense MLP's activation op: SwiGLU (llama), GeLU (gpt) or squared ReLU (nemotron, priced as GeLU's
+    one fused pass: `ModelSpec.arch`)."""
+    arch = sc.model.arch
+    return "swiglu" if sc.model.gated_mlp else ("squared_relu" if arch == "nemotron" else "gelu")
 
 
 def _moe_tokens(sc: Scenario, z: Shard) -> tuple[int, float]:
@@ -193,7 +200,7 @@ def backward_of(op: Compute, z: Shard) -> tuple[Compute | None, Compute | None]:
         return fp8_cast_backward(op), None
     if op.kind == "elementwise":
         passes = {"norm": NORM_PASSES, "swiglu": SWIGLU_PASSES, "expert_act": SWIGLU_PASSES, "gelu": GELU_PASSES,
-                  "rope": ROPE_PASSES, "residual": RESIDUAL_PASSES}
+                  "squared_relu": GELU_PASSES, "rope": ROPE_PASSES, "residual": RESIDUAL_PASSES}
         key = next((k for k in passes if op.name.startswith(k)), None)
         fwd, bwd = passes[key] if key else (2, 2)
         return Compute(op.name + "_bwd", "elementwise", 0.0, op.bytes * bwd / fwd, op.dtype, op.shape), None

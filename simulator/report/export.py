@@ -326,6 +326,13 @@ def megatron_args(sc: Scenario) -> list[str]:
         if m.rope_theta:
             a += ["--rotary-base", str(int(m.rope_theta))]  # Megatron's --rotary-base is an int
         a += ["--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear"]
+    elif m.arch == "nemotron":  # LayerNorm with zero-centred gamma (NeMo's layernorm1p), squared ReLU, no biases
+        a += ["--max-position-embeddings", str(t.seq_len), "--position-embedding-type", "rope"]
+        if m.rope_theta:
+            a += ["--rotary-base", str(int(m.rope_theta))]
+        if m.partial_rotary_factor is not None:
+            a += ["--rotary-percent", f"{m.partial_rotary_factor:g}"]
+        a += ["--normalization", "LayerNorm", "--apply-layernorm-1p", "--squared-relu", "--disable-bias-linear"]
     else:
         a += ["--max-position-embeddings", str(max(m.positions, t.seq_len)), "--position-embedding-type", "learned_absolute"]
     if not m.tie_embeddings:

@@ -40,7 +40,7 @@ EXPRESSIBLE_PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-MX
 (FP8-CS: tensorwise current scaling; FP8-MX, as 25.09 and 25.11 print it, and MXFP8, as 26.02 does: mxfp8)."""
 
 PRESET_LABELS = {"LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B", "LLAMA3-8B", "LLAMA3-70B", "GPT3-175B", "DeepSeekV3",
-                 "Qwen3_30B_a3B", "Qwen3_235B_a22B"}
+                 "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Nemotron-8B", "Nemotron-22B", "Nemotron-340B"}
 """Corpus labels of models clustersim has a preset for (simulator/presets/)."""
 
 FEATURES = ("precision", "cp", "schedule", "tp_overlap", "recompute")
