@@ -153,3 +153,19 @@ def test_tp_comm_overlap_is_off_in_the_nvfp4_recipes_and_on_in_the_mxfp8_one():
     assert not scenario_from_mapping(_mapping()).parallel.overlap_tp
     assert scenario_from_mapping(_mapping(MX_ROW)).parallel.overlap_tp
     assert TE_MXFP8.per_element() < TE_NVFP4.per_element()
+
+
+def test_an_nvfp4_layout_never_beats_its_kernels_and_its_gain_over_bf16_is_amdahl_bounded():
+    """The kernel-ceiling bar on an NVFP4 corpus row (MFU against the FP4 peak), and Amdahl over BF16: only the GEMMs
+    speed up (tests/test_kernel_ceiling.py's two checks)."""
+    from tests.test_kernel_ceiling import _gemm_share_and_ratio, kernel_ceiling
+    sc4 = scenario_from_mapping(_mapping())
+    ceiling, executed, model = kernel_ceiling(sc4)
+    assert model <= executed * (1 + 1e-9)
+    assert 0 < simulate(sc4, "analytic")["mfu"] <= ceiling
+    m = _mapping()
+    m["training"]["precision"] = "bf16"
+    sc16 = scenario_from_mapping(m)
+    share, ratio = _gemm_share_and_ratio(sc16, sc4)
+    gain = simulate(sc16, "analytic")["iteration_time_s"] / simulate(sc4, "analytic")["iteration_time_s"]
+    assert 1 < ratio and gain <= 1 / (1 - share * (1 - 1 / ratio))
