@@ -14,9 +14,9 @@ from . import fusion, op_sac
 from .float8_comm import cast_shares, fp8_tp_gathers, tp_collective_bytes
 from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
 from .attention_ops import attention_backward, attention_forward
-from .opgraph import (FP8_CASTS, QUANTIZED, GELU_PASSES, NORM_PASSES, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm, Compute,
-                      LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add, shard,
-                      tp_collective)
+from .opgraph import (FP8_CASTS, GELU_PASSES, NORM_PASSES, QUANTIZED, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm,
+                      Compute, LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add,
+                      shard, tp_collective)
 from ..scenario import Scenario
 from .layout import layer_recompute
 from .schedules import schedule_spec

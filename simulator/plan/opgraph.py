@@ -140,8 +140,8 @@ class Shard:
     d_head: int
     ab: int
     """Activation bytes per element."""
-    gb: int
-    """GEMM operand bytes per element."""
+    gb: float
+    """GEMM operand bytes per element (NVFP4's E2M1: 0.5)."""
     dtype: str
 
 
@@ -277,7 +277,7 @@ FP8_CASTS = {"te_delayed": TE_DELAYED, "te_delayed_uncached": TE_DELAYED_UNCACHE
              "te_mxfp8": TE_MXFP8, "te_nvfp4": TE_NVFP4,
              "torchao_tensorwise": TORCHAO_TENSORWISE, "torchao_rowwise": TORCHAO_ROWWISE,
              "torchao_rowwise_gw_hp": TORCHAO_ROWWISE_GW_HP, "torchao_mxfp8": TORCHAO_MXFP8}
-"""A framework file's `fp8_recipe` (frameworks/spec.py FP8_RECIPES) -> the casts it prices."""
+"""A framework file's `fp8_recipe` or `fp4_recipe` (frameworks/spec.py FP8_RECIPES, FP4_RECIPES) -> the casts it prices."""
 
 
 def fp8_cast(sc: Scenario, g: Compute, shares: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> Compute | None:

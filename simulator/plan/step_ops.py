@@ -11,8 +11,8 @@ from typing import Sequence
 
 from .float8_comm import PRECOMPUTE_AMAX_BYTES, fp8_param_gathers, head_in_fp8
 from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
-from .opgraph import (QUANTIZED, CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, Comm, Compute,
-                      Node, OpList, Shard, elementwise, gemm, shard, tp_collective)
+from .opgraph import (CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, QUANTIZED,
+                      Comm, Compute, Node, OpList, Shard, elementwise, gemm, shard, tp_collective)
 from ..params import final_norm_params, layer_params
 from ..scenario import Scenario
 from .sharded_params import autocast_head_params, param_bytes, rank_params

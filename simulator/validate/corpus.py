@@ -37,7 +37,8 @@ SYSTEM_TOPOLOGY = {"DGX-H100": "dgx-h100", "DGX-GB200": "gb200-nvl72", "DGX-GB30
 
 EXPRESSIBLE_PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-MX": "fp8", "MXFP8": "fp8", "NVFP4": "fp4"}
 """Table precisions clustersim prices, as `training.precision`; the recipe is the row's `framework.fp8_recipe`
-(FP8-CS: tensorwise current scaling; FP8-MX, as 25.09 and 25.11 print it, and MXFP8, as 26.02 does: mxfp8)."""
+(FP8-CS: tensorwise current scaling; FP8-MX, as 25.09 and 25.11 print it, and MXFP8, as 26.02 does: mxfp8); NVFP4 is
+`training.precision: fp4` (Transformer Engine's NVFP4BlockScaling, Megatron's `fp4_recipe`)."""
 
 PRESET_LABELS = {"LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B", "LLAMA3-8B", "LLAMA3-70B", "GPT3-175B", "DeepSeekV3",
                  "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Nemotron-8B", "Nemotron-22B", "Nemotron-340B"}
