@@ -153,3 +153,14 @@ def test_a_refused_etp_exits_2_on_the_command_line_without_a_traceback():
     r = subprocess.run([sys.executable, "-m", "simulator", "run", str(MIXTRAL), "--set", "parallel.etp=2"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "parallel.etp" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_megatron_warns_that_an_unset_etp_means_expert_tp_equal_to_tp_which_is_not_priced():
+    """Megatron sets --expert-tensor-parallel-size to tp when it is not given (MLM arguments.py:587-588): a run with
+    tp > 1 and no etp is priced with whole experts, and its report says so; etp 1, tp 1 or another framework do not."""
+    from simulator.run import simulate
+    warned = simulate(small("parallel.ep=4"), "analytic")["warnings"]
+    assert any("parallel.etp is unset with tp 2" in w and "not modelled" in w for w in warned)
+    for sc in (small("parallel.ep=4", "parallel.etp=1"), small("parallel.ep=4", "parallel.tp=1", "parallel.dp=8"),
+               small("parallel.ep=4", "framework=deepspeed")):
+        assert not any("parallel.etp" in w for w in simulate(sc, "analytic")["warnings"])

@@ -81,6 +81,9 @@ def render_frameworks() -> str:
         if fw.fp8_tp_all_gather is not None:
             fixed.append(("TP all-gathers under training.precision fp8", "fp8" if fw.fp8_tp_all_gather.value else "bf16",
                           fw.fp8_tp_all_gather.source))
+        if fw.expert_tp_follows_tp is not None and fw.expert_tp_follows_tp.value:
+            fixed.append(("expert TP with parallel.etp unset", "tp (not priced: whole experts, with a report warning)",
+                          fw.expert_tp_follows_tp.source))
         if fw.tp_wgrad_input is not None:
             fixed.append(("column-parallel weight gradient's input", fw.tp_wgrad_input.value, fw.tp_wgrad_input.source))
         if fw.mtp_from_config is not None:

@@ -200,6 +200,10 @@ class Framework:
     receiver all-gathers it over TP before its forward (backward), and the sender all-gathers its own stored output
     back before that micro-batch's backward (DeepSpeed's pipe_partitioned / grad_partitioned); null or false: each
     TP rank sends the whole tensor (its 1/t with SP)."""
+    expert_tp_follows_tp: Optional[Sourced] = None
+    """true: with `parallel.etp` unset, the framework splits each routed expert over the TP ranks (expert TP = tp), which
+    clustersim does not price: an MoE layout with tp > 1 and no etp is priced with whole experts at every TP rank
+    (EP cut from dp x cp) and the report warns (`FrameworkChoice.layout_warnings`); null or false: no such default."""
     lacks: dict[str, Sourced] = field(default_factory=dict)
     """Parallel dimensions (`LACKABLE`) the framework does not have, each with the source that shows it (value:
     what the report says instead); a layout with that dimension above 1 is refused."""
@@ -223,7 +227,8 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.selective_recompute", f"{fw.selective_recompute.value!r}", " | ".join(SELECTIVE_RECOMPUTES))
     if fw.tp_overlap is not None and fw.tp_overlap.value not in TP_OVERLAPS:
         raise ScenarioError(f"{where}.tp_overlap", f"{fw.tp_overlap.value!r}", " | ".join(TP_OVERLAPS))
-    for key in ("fp8_output_layer", "fp8_tp_all_gather", "mtp_from_config", "grad_accum_cast", "pp_partitioned"):
+    for key in ("fp8_output_layer", "fp8_tp_all_gather", "mtp_from_config", "grad_accum_cast", "pp_partitioned",
+                "expert_tp_follows_tp"):
         entry = getattr(fw, key)
         if entry is not None and not isinstance(entry.value, bool):
             raise ScenarioError(f"{where}.{key}", f"{entry.value!r}", "true | false")
