@@ -4,12 +4,15 @@ Megatron-Core's EP all-to-all overlap (`parallel.ep_overlap`, `plan/ep_overlap.p
 MoE parallel folding (`parallel.etp`, arXiv 2504.14960): the expert layers get their own rank grid over the
 same ranks, Megatron's expert RankGenerator (MLM megatron/core/parallel_state.py:871-907): the `parallel.order`
 string with cp of size 1, tp of size etp, ep, dp of size edp = world / (etp x ep x pp), pp; EP groups vary ep,
-expert-DP groups vary dp (MLM parallel_state.py:1357-1366, 1457). Only etp 1 is modelled: with expert TP > 1
-the dispatcher all-gathers the received tokens over the expert-TP group and each expert GEMM is split
-(MLM moe/token_dispatcher.py:741-750, 824-831), which clustersim does not price. With etp 1 each rank
-dispatches the tokens of its own sequence-parallel shard (the MoE layer's input; MLM moe/moe_layer.py:636-639
-refuses TP without SP in training) over the EP group (token_dispatcher.py:705-711; its expert-TP group is
-expt_tp, :86) and computes whole experts.
+expert-DP groups vary dp (MLM parallel_state.py:1357-1366, 1457). Each rank dispatches the tokens of its own
+sequence-parallel shard (the MoE layer's input; MLM moe/moe_layer.py:636-639 refuses TP without SP in training)
+over the EP group (token_dispatcher.py:705-711; its expert-TP group is expt_tp, :86). With etp 1 it computes whole
+experts. With etp = tp (Megatron's default when --expert-tensor-parallel-size is not given, MLM arguments.py:587-588)
+the dispatcher all-gathers the received tokens over the expert-TP group, each rank computes its 1/etp of every
+local expert's columns (fc1) and rows (fc2), and reduce-scatters the outputs before the combine (MLM
+moe/token_dispatcher.py:741-750, 824-831): `plan/layer_ops.py`. Expert TP is priced on the TP group itself, so it
+needs tp innermost in `parallel.order` (then the expert grid's TP groups are the dense grid's); another etp is
+refused.
 
 Megatron's refusals are read at NVIDIA/Megatron-LM d98e8a64ddf34856e74b24714e3bedb2f5a39553 ("MLM"),
 megatron/core/transformer/transformer_config.py:3002-3046 and pipeline_parallel/combined_1f1b.py:205-214."""
@@ -48,20 +51,39 @@ def check_expert_folding(p, m) -> None:
     dense and the expert grid (MLM parallel_state.py:898-907: pp last in the order, or pp 1, or edp = dp);
     sequence parallelism under tp > 1 (moe_layer.py:636-639)."""
     world_stage = p.tp * p.cp * p.dp
-    if p.etp != 1:
-        raise ScenarioError("parallel.etp", f"{p.etp}: expert tensor parallelism above 1 (experts split over an expert-TP "
-                            "group, received tokens all-gathered over it) is not modelled", "1 (MoE parallel folding), or null")
+    if p.etp not in (1, p.tp):
+        raise ScenarioError("parallel.etp", f"{p.etp} with tp {p.tp}: expert tensor parallelism other than 1 or tp is not "
+                            "modelled", f"1 (MoE parallel folding), {p.tp} (tp), or null")
     if not m.moe:
         raise ScenarioError("parallel.etp", f"{p.etp} but the model has no experts", "null for a dense model")
-    if not _divides(p.ep, world_stage):
-        raise ScenarioError("parallel.ep", f"{p.ep} does not divide tp*cp*dp = {world_stage} (etp 1)", "a divisor of tp*cp*dp")
+    if p.etp > 1 and not p.order.startswith("tp-"):
+        raise ScenarioError("parallel.order", f"{p.order!r} with etp {p.etp}",
+                            "tp innermost (expert TP is priced on the TP group: their ranks must be the same), or "
+                            "parallel.etp 1 (MoE parallel folding)")
+    if p.etp > 1 and m.moe.expert_ffn_hidden % p.etp:
+        raise ScenarioError("parallel.etp", f"{p.etp} does not divide the experts' ffn hidden size {m.moe.expert_ffn_hidden}",
+                            "a divisor of moe.expert_ffn_hidden")
+    if not _divides(p.ep, world_stage // p.etp):
+        raise ScenarioError("parallel.ep", f"{p.ep} does not divide tp*cp*dp / etp = {world_stage // p.etp} (etp {p.etp})",
+                            "a divisor of tp*cp*dp / etp")
     edp = world_stage // (p.etp * p.ep)
     if not (p.order.endswith("pp") or p.pp == 1 or edp == p.dp) or not _same_pp_groups(p, edp):
-        raise ScenarioError("parallel.order", f"{p.order!r} with etp 1, pp {p.pp} and expert-DP {edp} (dp {p.dp})",
+        raise ScenarioError("parallel.order", f"{p.order!r} with etp {p.etp}, pp {p.pp} and expert-DP {edp} (dp {p.dp})",
                             "pp last (Megatron asserts the attention and expert grids share their pipeline groups)")
     if p.tp > 1 and not p.sp:
-        raise ScenarioError("parallel.sp", f"false with tp {p.tp} and etp 1", "true (Megatron's MoE layer refuses TP without "
+        raise ScenarioError("parallel.sp", f"false with tp {p.tp} and etp {p.etp}", "true (Megatron's MoE layer refuses TP without "
                             "sequence parallelism in training, moe_layer.py:636-639)")
+
+
+def expert_tp_refused(moe, tp: int, sp: bool, order: str, etp: int | None) -> bool:
+    """Whether `check_expert_folding` refuses a layout whose experts are split over its `etp` (= tp) TP ranks or folded
+    (`etp` not None): TP without sequence parallelism, or expert TP off the innermost dimension or not dividing the
+    experts' FFN (the sweep's filter; None: whole experts at every TP rank, nothing refused here)."""
+    if etp is None or not moe:
+        return False
+    if etp not in (1, tp):
+        return True
+    return (tp > 1 and not sp) or (etp > 1 and (not order.startswith("tp-") or moe.expert_ffn_hidden % etp != 0))
 
 
 def _pp_groups(grid: np.ndarray, dims: list[str]) -> list[tuple[int, ...]]:

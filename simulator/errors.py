@@ -12,3 +12,8 @@ class ScenarioError(ValueError):
         if allowed:
             msg += f" (allowed: {allowed})"
         super().__init__(msg)
+
+    def __reduce__(self):
+        """Rebuilt from its three parts, so an error raised in a process pool's worker reaches the parent intact
+        (the default pickling passes only the message and fails to rebuild it)."""
+        return type(self), (self.path, self.problem, self.allowed)

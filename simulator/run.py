@@ -146,7 +146,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
                             f"at most {MAX_ENGINE_WORK:,} (about a minute): --estimator analytic, fewer micro-batches"
                             + (", or without --full" if full else ""))
     cost = build_cost_model(sc)
-    warnings = profile_warnings(sc, cost.profile) + sc.framework.layout_warnings(sc.parallel, sc.model)
+    warnings = profile_warnings(sc, cost.profile)
     if estimator == "engine" and not _engine_available():
         estimator = "analytic"
     if estimator == "engine":

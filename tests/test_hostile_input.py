@@ -529,3 +529,13 @@ def test_sigterm_to_replay_stops_every_rank():
     _, err = p.communicate(timeout=60)
     assert not left, f"ranks still running 15 s after SIGTERM: {left}"
     assert p.returncode == 130 and "Traceback" not in err, err
+
+
+def test_a_scenario_error_survives_pickling_so_a_process_pool_reports_it():
+    """Sweep workers run in a process pool: an error raised there must reach the parent whole (path, problem,
+    allowed), not as a broken pool."""
+    import pickle
+    from simulator.errors import ScenarioError
+    e = pickle.loads(pickle.dumps(ScenarioError("parallel.etp", "4 with tp 2", "1, 2 or null")))
+    assert (e.path, e.problem, e.allowed, str(e)) == ("parallel.etp", "4 with tp 2", "1, 2 or null",
+                                                      "parallel.etp: 4 with tp 2 (allowed: 1, 2 or null)")

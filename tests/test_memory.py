@@ -65,13 +65,16 @@ def test_zero3_states_shrink_with_dp():
 
 
 def test_expert_states_shard_over_the_expert_dp_group():
-    sc = moe(ep=4, zero=1)
+    sc = moe(ep=4, zero=1, etp=1)
     dense_group, expert_group = mem.zero_groups(sc)
-    # experts are not tensor-split, so TP peers join the expert-DP group: tp * dp * cp / ep = 2
+    # folded experts are not tensor-split, so TP peers join the expert-DP group: tp * dp * cp / ep = 2
     assert (dense_group, expert_group) == (4, 2)
     rp = rank_params(sc, 0)
     # fp32 master + Adam (12 B) divided by 4 for dense params, by 2 for routed experts
     assert mem.static_bytes(sc, 0)["optimizer"] == pytest.approx(rp.dense * 12 / 4 + rp.expert * 12 / 2)
+    split = moe(ep=2, zero=1)  # Megatron's default, etp = tp: each expert split over TP, its shards over dp * cp / ep
+    assert split.parallel.etp == 2 and mem.zero_groups(split) == (4, 2)
+    assert rank_params(split, 0).expert == pytest.approx(rank_params(moe(ep=2, zero=1, etp=1), 0).expert / 2)
 
 
 def test_dualpipev_holds_each_parameter_once():
@@ -133,10 +136,10 @@ def test_context_parallel_divides_the_sequence():
 
 
 def test_moe_expert_activations_grow_with_top_k_and_imbalance():
-    sc = moe(ep=2)
+    sc = moe(ep=2, etp=1)
     layer = next(i for i in range(sc.model.layers) if sc.model.is_moe_layer(i))
     base = mem.layer_activation_terms(sc, layer)
-    skew = mem.layer_activation_terms(moe(ep=2, ep_imbalance=1.5), layer)
+    skew = mem.layer_activation_terms(moe(ep=2, ep_imbalance=1.5, etp=1), layer)
     tokens = 4096 // 2  # SP shard routed by this rank
     assert base["expert_fc1_input"] == 2 * tokens * 2 * 4096  # top_k = 2
     assert skew["expert_fc1_input"] == pytest.approx(1.5 * base["expert_fc1_input"])

@@ -49,8 +49,14 @@ def test_ep_outside_dp_in_the_order_strides_the_ep_group():
 
 
 def test_without_etp_ep_groups_stay_at_one_tp_rank():
-    sc = small("parallel.ep=4")
+    """Whole experts at every TP rank (a framework that does not split them over TP): the TP peers hold the same
+    experts, so they are expert-DP peers; Megatron's default splits them (etp = tp), and its TP peers hold other
+    shards."""
+    sc = small("parallel.ep=4", "framework=deepspeed")
+    assert sc.parallel.etp is None
     assert group_ranks(sc, "ep", 0) == [0, 2, 4, 6] and group_ranks(sc, "edp", 0) == [0, 1]
+    split = small("parallel.ep=4")
+    assert split.parallel.etp == 2 and group_ranks(split, "ep", 0) == [0, 2, 4, 6] and group_ranks(split, "edp", 0) == [0]
 
 
 def test_ep_may_exceed_dp_when_folded_over_tp():
@@ -121,17 +127,22 @@ def test_megatron_export_names_the_expert_tensor_parallel_size():
     args = megatron_args(small("parallel.ep=8", "parallel.etp=1"))
     i = args.index("--expert-tensor-parallel-size")
     assert args[i + 1] == "1"
-    assert "--expert-tensor-parallel-size" not in megatron_args(small("parallel.ep=4"))
+    args = megatron_args(small("parallel.ep=4"))  # Megatron's default, written out: etp = tp
+    assert args[args.index("--expert-tensor-parallel-size") + 1] == "2"
 
 
 def test_megatron_export_says_when_experts_were_simulated_unsplit_without_etp():
-    assert any("--expert-tensor-parallel-size" in a for a in approximations(small("parallel.ep=4"), "megatron"))
+    whole = small("parallel.ep=4", "framework=deepspeed")
+    assert any("--expert-tensor-parallel-size" in a for a in approximations(whole, "megatron"))
+    assert not any("--expert-tensor-parallel-size" in a for a in approximations(small("parallel.ep=4"), "megatron"))
     assert not any("--expert-tensor-parallel-size" in a for a in approximations(small("parallel.ep=4", "parallel.etp=1"), "megatron"))
 
 
 @pytest.mark.parametrize("overrides, key, allowed", [
-    (["parallel.ep=8"], "parallel.ep", "parallel.etp 1"),
-    (["parallel.ep=4", "parallel.etp=2"], "parallel.etp", "1 (MoE parallel folding)"),
+    (["parallel.ep=8"], "parallel.ep", "a divisor of tp*cp*dp / etp"),
+    (["parallel.ep=4", "parallel.etp=4"], "parallel.etp", "1 (MoE parallel folding), 2 (tp)"),
+    (["parallel.ep=4", "parallel.sp=false"], "parallel.sp", "true"),
+    (["parallel.ep=4", "parallel.order=cp-tp-ep-dp-pp"], "parallel.order", "tp innermost"),
     (["parallel.ep=8", "parallel.etp=1", "parallel.dp=2", "parallel.pp=4"], "parallel.ep", "a divisor of tp*cp*dp"),
     (["parallel.ep=4", "parallel.etp=1", "parallel.sp=false"], "parallel.sp", "true"),
     (["parallel.ep=4", "parallel.etp=1", "parallel.order=pp-tp-cp-ep-dp"],
@@ -150,17 +161,35 @@ def test_etp_on_a_dense_model_is_refused():
 
 
 def test_a_refused_etp_exits_2_on_the_command_line_without_a_traceback():
-    r = subprocess.run([sys.executable, "-m", "simulator", "run", str(MIXTRAL), "--set", "parallel.etp=2"],
+    r = subprocess.run([sys.executable, "-m", "simulator", "run", str(MIXTRAL), "--set", "parallel.etp=4"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "parallel.etp" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
-def test_megatron_warns_that_an_unset_etp_means_expert_tp_equal_to_tp_which_is_not_priced():
-    """Megatron sets --expert-tensor-parallel-size to tp when it is not given (MLM arguments.py:587-588): a run with
-    tp > 1 and no etp is priced with whole experts, and its report says so; etp 1, tp 1 or another framework do not."""
-    from simulator.run import simulate
-    warned = simulate(small("parallel.ep=4"), "analytic")["warnings"]
-    assert any("parallel.etp is unset with tp 2" in w and "not modelled" in w for w in warned)
-    for sc in (small("parallel.ep=4", "parallel.etp=1"), small("parallel.ep=4", "parallel.tp=1", "parallel.dp=8"),
-               small("parallel.ep=4", "framework=deepspeed")):
-        assert not any("parallel.etp" in w for w in simulate(sc, "analytic")["warnings"])
+def test_megatron_splits_each_expert_over_tp_when_etp_is_unset():
+    """Megatron's --expert-tensor-parallel-size defaults to tp (MLM arguments.py:587-588): the received rows are
+    all-gathered over the TP group before the experts and their partial outputs reduce-scattered after them
+    (token_dispatcher.py:741-750, :824-831), each rank holds 1/etp of every local expert and computes its columns for
+    etp x the rows: the same expert FLOPs as whole experts, half their parameters."""
+    from simulator.plan.layer_ops import EXPERT_TP_GATHER, EXPERT_TP_SCATTER, layer_forward, layer_passes
+    split, whole = small("parallel.ep=4"), small("parallel.ep=4", "framework=deepspeed")
+    layer = next(i for i in range(split.model.layers) if split.model.is_moe_layer(i))
+    fwd = {n.op.name: n.op for n in layer_forward(split, layer, shard(split)).nodes}
+    ref = {n.op.name: n.op for n in layer_forward(whole, layer, shard(whole)).nodes}
+    gather, scatter = fwd[EXPERT_TP_GATHER], fwd[EXPERT_TP_SCATTER]
+    # the dispatcher's own collectives: on the EP stream between its all-to-alls, priced on the TP group
+    assert (gather.dim, gather.group, gather.collective) == ("ep", "tp", "all_gather")
+    assert (scatter.dim, scatter.group, scatter.collective) == ("ep", "tp", "reduce_scatter")
+    names = [n.op.name for n in layer_forward(split, layer, shard(split)).nodes if n.op.name.startswith(("ep_", "etp_"))]
+    assert names == ["ep_counts", "ep_dispatch", EXPERT_TP_GATHER, "ep_sort", "ep_unsort", EXPERT_TP_SCATTER, "ep_combine"]
+    z = shard(split)
+    rows = z.T // z.t * split.model.moe.top_k * split.parallel.ep_imbalance * 2  # both TP ranks' received rows
+    assert gather.bytes == pytest.approx(rows * z.h * z.ab) == pytest.approx(scatter.bytes)
+    assert EXPERT_TP_GATHER not in ref and EXPERT_TP_SCATTER not in ref
+    for name in ("expert_fc1", "expert_fc2"):
+        assert fwd[name].flops == pytest.approx(ref[name].flops, rel=1e-3)  # rows per expert rounded
+    assert rank_params(split, 0).expert == pytest.approx(rank_params(whole, 0).expert / 2)
+    bwd = {n.op.name: n.op for n in layer_passes(split, layer).B if n.op.name.startswith("etp_")}
+    assert all(op.group == "tp" and op.dim == "ep" for op in bwd.values())
+    assert bwd[EXPERT_TP_GATHER + "_bwd"].collective == "reduce_scatter"
+    assert bwd[EXPERT_TP_SCATTER + "_bwd"].collective == "all_gather"

@@ -90,7 +90,7 @@ def test_tp_bytes_per_layer_match_megatron_volume():
 def test_ep_has_four_token_all_to_alls_per_moe_layer_and_a_count_exchange_before_dispatch():
     """Dispatch and combine each way, and in forward a count exchange of 8 B per expert just before the
     dispatch (the variable-size all-to-all needs the split sizes; backward reuses them)."""
-    sc = load_scenario("scenarios/mixtral_ep.yaml")
+    sc = load_scenario("scenarios/mixtral_ep.yaml", ["parallel.etp=1"])  # (expert TP adds its own: test_moe_folding.py)
     lp = layer_passes(sc, 0)
     fwd = [n.op for n in lp.F if isinstance(n.op, Comm) and n.op.dim == "ep"]
     bwd = [n.op for n in lp.B if isinstance(n.op, Comm) and n.op.dim == "ep"]
@@ -106,7 +106,7 @@ def test_ep_regroups_received_rows_by_local_expert_only_when_a_rank_holds_severa
     Megatron sort_chunks_by_idxs), each a gather of the received rows, forward and backward."""
     def names(sc, nodes):
         return [n.op.name for n in nodes if isinstance(n.op, Compute) and "sort" in n.op.name]
-    several = load_scenario("scenarios/mixtral_ep.yaml", ["parallel.ep=4"])  # 8 experts: 2 per rank
+    several = load_scenario("scenarios/mixtral_ep.yaml", ["parallel.ep=4", "parallel.etp=1"])  # 8 experts: 2 per rank
     lp = layer_passes(several, 0)
     fwd = [n.op for n in lp.F]
     order = [op.name for op in fwd if op.name in ("ep_dispatch", "ep_sort", "expert_fc1", "expert_fc2", "ep_unsort",

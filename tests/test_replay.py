@@ -36,7 +36,8 @@ def test_bad_plan_is_one_line_and_exit_2(capsys, sets, fragment):
 
 
 def test_moe_with_tp_is_refused(capsys):
-    rc, err = _exit(capsys, f"{SCEN}/moe-ep2.yaml", "--set", "parallel.dp=1", "--set", "parallel.tp=2", "--set", "parallel.ep=1")
+    rc, err = _exit(capsys, f"{SCEN}/moe-ep2.yaml", "--set", "parallel.dp=1", "--set", "parallel.tp=2", "--set", "parallel.ep=1",
+                    "--set", "parallel.sp=true")
     assert rc == 2 and "expert tensor parallelism" in err
 
 

@@ -88,7 +88,9 @@ def test_v_schedules_put_first_and_last_chunk_on_rank_zero():
 
 
 def test_ep_groups_borrow_from_dp():
-    raw = {**BASE, "model": "mixtral-8x7b", "parallel": {"tp": 2, "pp": 1, "dp": 8, "ep": 4}}
+    """Whole experts at every TP rank (`parallel.etp` unset under a framework that does not split experts over TP:
+    Megatron's default splits them, tests/test_moe_folding.py)."""
+    raw = {**BASE, "framework": "deepspeed", "model": "mixtral-8x7b", "parallel": {"tp": 2, "pp": 1, "dp": 8, "ep": 4}}
     sc = load(raw=raw)
     ep = group_ranks(sc, "ep")
     assert len(ep) == 4 and ep == [0, 2, 4, 6]
@@ -98,7 +100,8 @@ def test_ep_groups_borrow_from_dp():
 def test_ep_after_dp_strides_the_ep_group_across_dp():
     """tp-cp-dp-ep-pp: EP outside DP, so an EP group takes every (dp/ep)-th DP rank and the expert-DP
     peers are neighbours; the same ranks as tp-cp-ep-dp-pp's groups, swapped."""
-    raw = {**BASE, "model": "mixtral-8x7b", "parallel": {"tp": 2, "pp": 1, "dp": 8, "ep": 4, "order": "tp-cp-dp-ep-pp"}}
+    raw = {**BASE, "framework": "deepspeed", "model": "mixtral-8x7b",
+           "parallel": {"tp": 2, "pp": 1, "dp": 8, "ep": 4, "order": "tp-cp-dp-ep-pp"}}
     sc = load(raw=raw)
     assert group_ranks(sc, "ep") == [0, 4, 8, 12]
     assert group_ranks(sc, "edp") == [0, 1, 2, 3]

@@ -26,7 +26,16 @@ from simulator.sweep.tasks import candidate_scenario
 from simulator.sweep.space import enumerate_layouts  # noqa: E402
 
 SCENARIOS = ("scenarios/70b_512gpu.yaml", "scenarios/mixtral_ep.yaml", "scenarios/8b_8gpu.yaml")
-NO_OVERLAP = "parallel.overlap_dp=false"
+NO_OVERLAP = ("parallel.overlap_dp=false",)
+NO_OVERLAP_MEGATRON = ("framework.overlap_grad_reduce=false", "framework.overlap_param_gather=false", *NO_OVERLAP)
+"""Without DP overlap: where the scenario gives Megatron's switches, those too (the option and the key it sets must
+agree, `frameworks/resolve.py`), else the scenario key alone."""
+
+
+def no_overlap(path: str) -> tuple[str, ...]:
+    raw = sweep_base(path, [])[1]
+    fw = raw.get("framework")
+    return NO_OVERLAP_MEGATRON if isinstance(fw, dict) and "overlap_grad_reduce" in fw else NO_OVERLAP
 
 
 def both(path: str, raw: dict, base: str, layout, overrides: tuple[str, ...]) -> dict:
@@ -45,10 +54,11 @@ def sample(paths, per_scenario: int, seed: int) -> list[tuple]:
     rng = random.Random(seed)
     tasks = []
     for path in paths:
-        read = {ov: sweep_base(path, list(ov)) for ov in ((), (NO_OVERLAP,))}
+        off = no_overlap(path)
+        read = {ov: sweep_base(path, list(ov)) for ov in ((), off)}
         layouts = enumerate_layouts(read[()][0])
         for lay in rng.sample(layouts, min(per_scenario, len(layouts))):
-            ov = (NO_OVERLAP,) if rng.random() < 0.5 else ()
+            ov = off if rng.random() < 0.5 else ()
             tasks.append((path, read[ov][1], read[ov][2], lay, ov))
     return tasks
 

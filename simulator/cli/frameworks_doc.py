@@ -82,7 +82,7 @@ def render_frameworks() -> str:
             fixed.append(("TP all-gathers under training.precision fp8", "fp8" if fw.fp8_tp_all_gather.value else "bf16",
                           fw.fp8_tp_all_gather.source))
         if fw.expert_tp_follows_tp is not None and fw.expert_tp_follows_tp.value:
-            fixed.append(("expert TP with parallel.etp unset", "tp (not priced: whole experts, with a report warning)",
+            fixed.append(("parallel.etp when unset (MoE, tp > 1)", "tp (each expert split over the TP ranks)",
                           fw.expert_tp_follows_tp.source))
         if fw.tp_wgrad_input is not None:
             fixed.append(("column-parallel weight gradient's input", fw.tp_wgrad_input.value, fw.tp_wgrad_input.source))

@@ -110,17 +110,6 @@ class FrameworkChoice:
                 out.append(f"parallel.zero {self.asked_zero}: {note}")
         return out + list(fw.notes)
 
-    def layout_warnings(self, parallel, model) -> list[str]:
-        """What the framework would run differently from what is priced, for the report's warnings: an MoE layout
-        with tp > 1 and `parallel.etp` unset where the framework's expert TP follows tp (`expert_tp_follows_tp`)."""
-        entry = self.spec.expert_tp_follows_tp
-        if entry is not None and entry.value and model.moe and parallel.tp > 1 and parallel.etp is None:
-            return [f"parallel.etp is unset with tp {parallel.tp}: {self.spec.title} then splits each expert over the "
-                    f"{parallel.tp} TP ranks (expert TP = tp), which is not modelled; this run is priced with whole experts "
-                    "at every TP rank, the EP groups cut from dp x cp (more expert memory per GPU, no expert-TP "
-                    "all-gather and reduce-scatter). parallel.etp 1 (MoE parallel folding) is what Megatron runs as priced"]
-        return []
-
     def to_json(self, pp: int = 1, attention_kernel: str | None = None) -> dict:
         """The report's framework entry; `attention_kernel`: the one the run is priced with
         (`costs.priced_attention_kernel`), else the framework's."""
@@ -288,6 +277,9 @@ def layout_rules(choice: FrameworkChoice, parallel, model):
     if p.pp_p2p == "blocking" and "parallel.pp_p2p" not in choice.scenario_keys \
             and not schedule_spec(p.pp_schedule).p2p_in_steady_state:
         p = replace(p, pp_p2p="async")  # a framework default the engine models for 1F1B only (see its notes)
+    etp_rule = fw.expert_tp_follows_tp
+    if etp_rule is not None and etp_rule.value and model.moe and p.tp > 1 and p.etp is None:
+        p = replace(p, etp=p.tp)  # the experts split over the TP ranks unless the layout folds them (ep_spec.py)
     if fw.sp_with_tp is not None and fw.sp_with_tp.value and "parallel.sp" not in choice.scenario_keys:
         p = replace(p, sp=p.tp > 1)
     if fw.pp_split.value == "cost-balanced" and p.pp > 1 and "parallel.pp_layers" not in choice.scenario_keys:

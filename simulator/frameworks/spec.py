@@ -201,9 +201,9 @@ class Framework:
     back before that micro-batch's backward (DeepSpeed's pipe_partitioned / grad_partitioned); null or false: each
     TP rank sends the whole tensor (its 1/t with SP)."""
     expert_tp_follows_tp: Optional[Sourced] = None
-    """true: with `parallel.etp` unset, the framework splits each routed expert over the TP ranks (expert TP = tp), which
-    clustersim does not price: an MoE layout with tp > 1 and no etp is priced with whole experts at every TP rank
-    (EP cut from dp x cp) and the report warns (`FrameworkChoice.layout_warnings`); null or false: no such default."""
+    """true: with `parallel.etp` unset, an MoE layout with tp > 1 splits each routed expert over the TP ranks (`etp` =
+    tp, set by `layout_rules`); null or false: etp unset keeps whole experts at every TP rank, the EP groups cut from
+    dp x cp."""
     lacks: dict[str, Sourced] = field(default_factory=dict)
     """Parallel dimensions (`LACKABLE`) the framework does not have, each with the source that shows it (value:
     what the report says instead); a layout with that dimension above 1 is refused."""

@@ -14,6 +14,7 @@ from .layer_ops import layer_forward
 from .layout import layer_recompute
 from .tp_overlap import wgrad_input_saved
 from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, FP8_STORE_BYTES, Shard, shard
+from .sharded_params import expert_tp
 
 TOKEN_ID_BYTES = 8
 """int64 token ids (input ids on the first stage, MEG-MEM `8*s*b*p`; labels on the last)."""
@@ -174,10 +175,12 @@ def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str,
     if m.is_moe_layer(layer):
         e = m.moe
         routed, rows = _moe_rows(sc, z)
+        et = expert_tp(sc)  # with expert TP the experts keep the gathered rows, each its 1/et of the columns
         terms["router_input"] = ab * Tsp * h
         terms["router_probs"] = ROUTER_PROB_BYTES * routed * e.experts
+        rows *= et
         terms["expert_fc1_input"] = ab * rows * h
-        terms.update(_mlp_terms(sc, z, e.expert_ffn_hidden, rows, "expert_", drop_act="moe_act" in mods))
+        terms.update(_mlp_terms(sc, z, e.expert_ffn_hidden / et, rows, "expert_", drop_act="moe_act" in mods))
         if m.gated_mlp:
             terms["expert_probs"] = PERMUTED_PROB_BYTES * rows
         else:

@@ -22,7 +22,7 @@ from .layout import layer_recompute
 from .schedules import schedule_spec
 from .ep_dispatch import ep_message_bytes
 from .policy import scenario_policy
-from .sharded_params import autocast_layer_params, layer_rank_params, param_bytes
+from .sharded_params import autocast_layer_params, expert_tp, layer_rank_params, param_bytes
 
 # ----------------------------------------------------------------------------------- one layer
 
@@ -119,9 +119,13 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
         if p.ep > 1:
             seq.comm(Comm("ep_counts", "ep", "all_to_all", float(e.experts * EP_COUNT_BYTES)))
             seq.comm(Comm("ep_dispatch", "ep", "all_to_all", ep_message_bytes(sc, z, routed, "dispatch")))
+        et = expert_tp(sc)
+        if et > 1:  # the expert-TP group's received rows, gathered once they have arrived (token_dispatcher.py:741-750)
+            seq.comm(Comm(EXPERT_TP_GATHER, "ep", "all_gather", float(rows * et * z.h * z.ab), group="tp"))
+        rows *= et
         local = e.experts // p.ep
         per_expert = max(1, int(round(rows / local)))
-        fe = e.expert_ffn_hidden
+        fe = e.expert_ffn_hidden // et  # this rank's columns of fc1, rows of fc2
         local_sort = p.ep > 1 and local > 1
         if local_sort:  # the received rows come grouped by source rank: regroup them by local expert
             seq.compute(elementwise("ep_sort", round(rows) * z.h, 2, z))
@@ -130,6 +134,8 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
         _gemm(sc, seq, gemm("expert_fc2", per_expert, z.h, fe, z, repeat=local))
         if local_sort:
             seq.compute(elementwise("ep_unsort", round(rows) * z.h, 2, z))
+        if et > 1:  # the partial expert outputs summed and scattered back (token_dispatcher.py:824-831)
+            seq.comm(Comm(EXPERT_TP_SCATTER, "ep", "reduce_scatter", float(rows * z.h * z.ab), group="tp"))
         if p.ep > 1:
             seq.comm(Comm("ep_combine", "ep", "all_to_all", ep_message_bytes(sc, z, routed, "combine")))
         seq.compute(elementwise("unpermute", routed * e.top_k * z.h, 2, z))
@@ -171,6 +177,12 @@ def _parallel_mlp(sc: Scenario, z: Shard, seq: OpList, sp: bool) -> None:
                                "reduce_scatter" if sp else "all_reduce"))
     seq.compute(residual_add(sc, z, "residual"))
 
+
+EXPERT_TP_GATHER, EXPERT_TP_SCATTER = "etp_allgather_experts", "etp_reducescatter_experts"
+"""With expert TP (`parallel.etp` = tp > 1), the all-gather of the received rows over the TP group before the
+experts and the reduce-scatter of their partial outputs after them; in the backward the one becomes the other. Both
+are the token dispatcher's (MLM token_dispatcher.py:741-750, :824-831): they run on the EP stream, between its
+all-to-alls, priced on the TP group (`Comm.group`), and count as expert-parallel communication in the report."""
 
 BRANCH_SUM_READ = 1
 """Passes over a T x h tensor that summing a parallel block's two branches adds: the other branch's output
@@ -243,6 +255,10 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         if isinstance(op, Comm):
             if op.dim == "cp":
                 continue  # handled with the attention backward
+            if op.name in (EXPERT_TP_GATHER, EXPERT_TP_SCATTER):  # the same rows back: scatter <-> gather, blocking
+                b.comm(Comm(op.name + "_bwd", op.dim, _BWD_COMM[op.collective], op.bytes, group=op.group))
+                last_gemm = None
+                continue
             if op.name == "ep_counts":
                 continue  # the backward all-to-alls reuse the forward's split sizes
             if op.collective == "all_reduce":  # TP g -> f: backward all-reduce sits after the column-parallel dgrad

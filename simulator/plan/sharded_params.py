@@ -24,14 +24,20 @@ def autocast_head_params(sc: Scenario, z: Shard) -> float:
 
 def layer_rank_params(sc: Scenario, layer: int) -> tuple[float, float]:
     """(dense, expert) parameters of one layer on one rank: linears / t with K/V projections replicated
-    when t > kv_heads, norms replicated (docs/modeling.md §1.4), routed experts / ep (expert TP = 1)."""
+    when t > kv_heads, norms replicated (docs/modeling.md §1.4), routed experts / (ep x etp) (`expert_tp`)."""
     m, p = sc.model, sc.parallel
     lp = layer_params(m, layer)
     attn = lp.attn
     if p.tp > m.n_kv and not m.mla:
         kv_part = 2 * m.hidden * m.kv_dim
         attn += kv_part * (p.tp / m.n_kv - 1)
-    return attn / p.tp + lp.mlp / p.tp + lp.mtp_proj / p.tp + lp.norms, lp.experts / p.ep
+    return attn / p.tp + lp.mlp / p.tp + lp.mtp_proj / p.tp + lp.norms, lp.experts / (p.ep * expert_tp(sc))
+
+
+def expert_tp(sc: Scenario) -> int:
+    """The routed experts' tensor-parallel degree: `parallel.etp` (1, or tp: each expert's fc1 columns and fc2 rows split
+    over the TP ranks, `ep_spec.py`), 1 when unset (whole experts at every TP rank)."""
+    return sc.parallel.etp or 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +80,8 @@ def head_rank_tensors(sc: Scenario, has_embedding: bool) -> tuple[float, ...]:
 
 
 def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
-    """Linears and vocab tables split by t; norms replicated (docs/modeling.md §1.4); routed experts split by ep,
-    not by t (expert tensor parallel = 1); K/V projections replicated when t > kv_heads."""
+    """Linears and vocab tables split by t; norms replicated (docs/modeling.md §1.4); routed experts split by ep and
+    by the expert TP degree (`expert_tp`); K/V projections replicated when t > kv_heads."""
     from .layout import last_chunk, rank_chunks
     chunks = rank_chunks(sc, pp_rank)
     layers = tuple(i for _, ls in chunks for i in ls)

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 
 from ..cluster_mix import replica_pools
-from ..ep_spec import ep_overlap_problem
+from ..ep_spec import ep_overlap_problem, expert_tp_refused
 from ..errors import ScenarioError
 from ..plan.memory import GIB, state_bytes_per_param
 from ..params import all_layer_ids, layer_params, total_params
@@ -239,6 +239,8 @@ def enumerate_layouts(sc: Scenario, fixed: dict | None = None) -> list[Layout]:
                     for sp in allowed("sp", (True, False) if tp > 1 else (False,)):
                         if sp and seq % (tp * cp):
                             continue
+                        if expert_tp_refused(m.moe, tp, sp, sc.parallel.order, _etp(sc, tp)):
+                            continue  # Megatron's MoE layer: TP needs SP; expert TP on the TP group (ep_spec.py)
                         mbs = [b for b in _divisors(gb // dp) if b <= mb_max] if gb % dp == 0 else []
                         for mb in extra("micro_batch", mbs):
                             if gb % (dp * mb):
@@ -278,6 +280,15 @@ def default_space_note(sc: Scenario, fixed: dict) -> str:
 
 # ----------------------------------------------------------------------------------- cheap bound
 
+def _etp(sc: Scenario, tp: int) -> int | None:
+    """The expert TP a candidate with `tp` runs: the scenario's own `parallel.etp` where it writes one, else tp where the
+    framework splits experts over TP by default (`expert_tp_follows_tp`), else None."""
+    if "parallel.etp" in sc.framework.scenario_keys:
+        return sc.parallel.etp
+    rule = sc.framework.spec.expert_tp_follows_tp
+    return tp if rule is not None and rule.value and sc.model.moe and tp > 1 else None
+
+
 def param_split(sc: Scenario) -> tuple[float, float]:
     """(dense, routed-expert) parameters of the whole model (its MTP modules' layers included, as `total_params`)."""
     experts = float(sum(layer_params(sc.model, i).experts for i in all_layer_ids(sc.model)))
@@ -286,10 +297,13 @@ def param_split(sc: Scenario) -> tuple[float, float]:
 
 def model_state_floor_gib(sc: Scenario, lay: Layout, split: tuple[float, float]) -> float:
     """A lower bound on the worst stage's weights + grads + optimizer (GiB): the mean over pipeline
-    ranks, with dense parameters split by tp and routed experts by ep (replicated norms and K/V heads
-    only add to it; docs/modeling.md §1.4, 3.1). `split` = `param_split(sc)`."""
+    ranks, with dense parameters split by tp and routed experts by ep, whole at every TP rank or split over it
+    (`parallel.etp` tp), whichever holds less (replicated norms and K/V heads only add to it; docs/modeling.md §1.4,
+    3.1). `split` = `param_split(sc)`."""
     t = sc.training
     dense, experts = split
     d = state_bytes_per_param(t.precision, t.grad_bytes, t.optimizer, lay.zero, lay.dp * lay.cp)
-    e = state_bytes_per_param(t.precision, t.grad_bytes, t.optimizer, lay.zero, lay.dp * lay.cp * lay.tp // lay.ep)
-    return (dense / lay.tp * d.total + experts / lay.ep * e.total) / lay.pp / GIB
+    whole = state_bytes_per_param(t.precision, t.grad_bytes, t.optimizer, lay.zero, lay.dp * lay.cp * lay.tp // lay.ep)
+    split_tp = state_bytes_per_param(t.precision, t.grad_bytes, t.optimizer, lay.zero, max(1, lay.dp * lay.cp // lay.ep))
+    expert = min(experts / lay.ep * whole.total, experts / (lay.ep * lay.tp) * split_tp.total)
+    return (dense / lay.tp * d.total + expert) / lay.pp / GIB
