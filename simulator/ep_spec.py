@@ -47,22 +47,13 @@ def check_expert_parallel(p, m, t) -> None:
 
 
 def check_expert_folding(p, m) -> None:
-    """`parallel.etp` (module docstring): 1 only; ep dividing tp*cp*dp; the same pipeline groups for the
-    dense and the expert grid (MLM parallel_state.py:898-907: pp last in the order, or pp 1, or edp = dp);
-    sequence parallelism under tp > 1 (moe_layer.py:636-639)."""
+    """`parallel.etp` (module docstring): what `expert_tp_problem` refuses; ep dividing tp*cp*dp / etp; the same
+    pipeline groups for the dense and the expert grid (MLM parallel_state.py:898-907: pp last in the order, or pp 1,
+    or edp = dp)."""
+    problem = expert_tp_problem(m.moe, p.tp, p.sp, p.order, p.etp)
+    if problem:
+        raise ScenarioError(*problem)
     world_stage = p.tp * p.cp * p.dp
-    if p.etp not in (1, p.tp):
-        raise ScenarioError("parallel.etp", f"{p.etp} with tp {p.tp}: expert tensor parallelism other than 1 or tp is not "
-                            "modelled", f"1 (MoE parallel folding), {p.tp} (tp), or null")
-    if not m.moe:
-        raise ScenarioError("parallel.etp", f"{p.etp} but the model has no experts", "null for a dense model")
-    if p.etp > 1 and not p.order.startswith("tp-"):
-        raise ScenarioError("parallel.order", f"{p.order!r} with etp {p.etp}",
-                            "tp innermost (expert TP is priced on the TP group: their ranks must be the same), or "
-                            "parallel.etp 1 (MoE parallel folding)")
-    if p.etp > 1 and m.moe.expert_ffn_hidden % p.etp:
-        raise ScenarioError("parallel.etp", f"{p.etp} does not divide the experts' ffn hidden size {m.moe.expert_ffn_hidden}",
-                            "a divisor of moe.expert_ffn_hidden")
     if not _divides(p.ep, world_stage // p.etp):
         raise ScenarioError("parallel.ep", f"{p.ep} does not divide tp*cp*dp / etp = {world_stage // p.etp} (etp {p.etp})",
                             "a divisor of tp*cp*dp / etp")
@@ -70,20 +61,31 @@ def check_expert_folding(p, m) -> None:
     if not (p.order.endswith("pp") or p.pp == 1 or edp == p.dp) or not _same_pp_groups(p, edp):
         raise ScenarioError("parallel.order", f"{p.order!r} with etp {p.etp}, pp {p.pp} and expert-DP {edp} (dp {p.dp})",
                             "pp last (Megatron asserts the attention and expert grids share their pipeline groups)")
-    if p.tp > 1 and not p.sp:
-        raise ScenarioError("parallel.sp", f"false with tp {p.tp} and etp {p.etp}", "true (Megatron's MoE layer refuses TP without "
-                            "sequence parallelism in training, moe_layer.py:636-639)")
 
 
-def expert_tp_refused(moe, tp: int, sp: bool, order: str, etp: int | None) -> bool:
-    """Whether `check_expert_folding` refuses a layout whose experts are split over its `etp` (= tp) TP ranks or folded
-    (`etp` not None): TP without sequence parallelism, or expert TP off the innermost dimension or not dividing the
-    experts' FFN (the sweep's filter; None: whole experts at every TP rank, nothing refused here)."""
-    if etp is None or not moe:
-        return False
+def expert_tp_problem(moe, tp: int, sp: bool, order: str, etp: int | None) -> tuple[str, str, str] | None:
+    """(key, what, allowed) where a layout with `etp` set is refused for its expert TP alone: etp other than 1 or tp, a
+    model without experts, expert TP off the innermost dimension (it is priced on the TP group) or not dividing the
+    experts' FFN, TP without sequence parallelism (Megatron's MoE layer refuses it in training, moe_layer.py:636-639);
+    None where it runs, and for `etp` None (whole experts at every TP rank). `check_expert_folding` raises it, the
+    sweep skips such candidates."""
+    if etp is None:
+        return None
     if etp not in (1, tp):
-        return True
-    return (tp > 1 and not sp) or (etp > 1 and (not order.startswith("tp-") or moe.expert_ffn_hidden % etp != 0))
+        return ("parallel.etp", f"{etp} with tp {tp}: expert tensor parallelism other than 1 or tp is not modelled",
+                f"1 (MoE parallel folding), {tp} (tp), or null")
+    if not moe:
+        return "parallel.etp", f"{etp} but the model has no experts", "null for a dense model"
+    if etp > 1 and not order.startswith("tp-"):
+        return ("parallel.order", f"{order!r} with etp {etp}", "tp innermost (expert TP is priced on the TP group: their "
+                "ranks must be the same), or parallel.etp 1 (MoE parallel folding)")
+    if etp > 1 and moe.expert_ffn_hidden % etp:
+        return ("parallel.etp", f"{etp} does not divide the experts' ffn hidden size {moe.expert_ffn_hidden}",
+                "a divisor of moe.expert_ffn_hidden")
+    if tp > 1 and not sp:
+        return ("parallel.sp", f"false with tp {tp} and etp {etp}", "true (Megatron's MoE layer refuses TP without "
+                "sequence parallelism in training, moe_layer.py:636-639)")
+    return None
 
 
 def _pp_groups(grid: np.ndarray, dims: list[str]) -> list[tuple[int, ...]]:

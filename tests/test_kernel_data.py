@@ -5,7 +5,8 @@ import pytest
 
 from simulator.cost.costs import (ATTENTION_EFFICIENCY, GEMM_HALF_EFFICIENCY_S, GEMM_PEAK_EFFICIENCY, CostModel)
 from simulator.cost.kernel_data import (FAMILIES, AttentionTable, GpuKernels, Transfer, gpu_points, load_data,
-                                        transfer_of, used_in_fit)
+                                        transfer_of)
+from simulator.cost.gemm_curve import used_in_fit
 from simulator.errors import ScenarioError
 from simulator.plan.opgraph import Compute
 from simulator.topology import load_topology

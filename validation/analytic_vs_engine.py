@@ -32,8 +32,8 @@ NO_OVERLAP_MEGATRON = ("framework.overlap_grad_reduce=false", "framework.overlap
 agree, `frameworks/resolve.py`), else the scenario key alone."""
 
 
-def no_overlap(path: str) -> tuple[str, ...]:
-    raw = sweep_base(path, [])[1]
+def no_overlap(raw: dict) -> tuple[str, ...]:
+    """The overrides that turn DP overlap off for a scenario read as `raw` (`sweep_base`)."""
     fw = raw.get("framework")
     return NO_OVERLAP_MEGATRON if isinstance(fw, dict) and "overlap_grad_reduce" in fw else NO_OVERLAP
 
@@ -54,8 +54,9 @@ def sample(paths, per_scenario: int, seed: int) -> list[tuple]:
     rng = random.Random(seed)
     tasks = []
     for path in paths:
-        off = no_overlap(path)
-        read = {ov: sweep_base(path, list(ov)) for ov in ((), off)}
+        base = sweep_base(path, [])
+        off = no_overlap(base[1])
+        read = {(): base, off: sweep_base(path, list(off))}
         layouts = enumerate_layouts(read[()][0])
         for lay in rng.sample(layouts, min(per_scenario, len(layouts))):
             ov = off if rng.random() < 0.5 else ()

@@ -8,7 +8,7 @@ itself, before the share of it a training step sustains (`simulator/cost/sustain
 
 ratio = model time / published time: below 1 the model prices the kernel faster than it was measured
 (optimistic), above 1 slower. Attention points are priced with their own kernel family. GEMM points with a side
-below kernel_data.MIN_FIT_DIM are held out of the curve's fit (marked `held out`); the rest were used to fit it, so
+below gemm_curve.MIN_FIT_DIM are held out of the curve's fit (marked `held out`); the rest were used to fit it, so
 their new ratios are ~1 by construction, up to the curve's two parameters. Maximum-achievable points (`ceiling`)
 only cap the curve: their ratio must be >= 1 (the model never beats the best measured matmul). Ops are built as the plan builds them: GEMMs with `opgraph.gemm`
 (2mnk FLOPs, operands and result once each), attention with `layer_ops._attention_op`'s flash formulas
@@ -31,7 +31,8 @@ if str(ROOT) not in sys.path:
 from types import SimpleNamespace  # noqa: E402
 
 from simulator.cost.costs import CostModel  # noqa: E402
-from simulator.cost.kernel_data import gpu_points, load_data, used_in_fit  # noqa: E402
+from simulator.cost.gemm_curve import used_in_fit  # noqa: E402
+from simulator.cost.kernel_data import gpu_points, load_data  # noqa: E402
 from simulator.errors import ScenarioError  # noqa: E402
 from simulator.plan.opgraph import ACT_BYTES, GEMM_BYTES, Compute, Shard, gemm  # noqa: E402
 from simulator.topology import load_topology  # noqa: E402

@@ -1,11 +1,7 @@
 """GEMM efficiency curves: one (GPU, dtype)'s eta(F) = eta_max * F / (F + peak * knee), fitted to published GEMM
 shapes, and the transfers that make a curve for a dtype a GPU has no point of from its BF16 curve and another GPU's
-(`kernel_data.py` reads the points and assembles a GPU's curves; `costs.py` prices GEMMs with them).
-
-The fit: for a knee, log eta = mean of log((F + peak*knee) / (peak * (t_pub - gap))) zeroes the mean log error of
-the compute-bound time; the knee is the grid value with the smallest total squared log error through the same
-roofline and launch gap `CostModel.spec_compute_time` adds. Maximum-achievable-matmul points (the best shape of a
-sweep) are ceilings: they cap eta_max and never raise it.
+(`kernel_data.py` reads the points and assembles a GPU's curves; `costs.py` prices GEMMs with them). The fit and
+its ceilings: `fit_gemm_curve`.
 """
 from __future__ import annotations
 
@@ -90,9 +86,9 @@ def fit_gemm_curve(points: list[dict], peak: float, hbm_Bps: float, default_eta:
     return GemmCurve(min(eta, 1.0), knee, len(fit), len(fit) >= MIN_POINTS_FOR_KNEE)
 
 
-def fp4_from(bf16: GemmCurve, ref: dict) -> GemmCurve:
-    """An FP4 curve from this GPU's BF16 one (`fp4_gemm_from`): eta_max times the reference GPU's fitted FP4 eta_max
-    over its fitted BF16 eta_max (`ref`: dtype -> GemmCurve), and the reference's FP4 knee (in seconds, so at this
-    GPU's own FP4 peak the same FLOPs reach the same share of it)."""
+def fp4_from(bf16: GemmCurve, ref: dict, ref_gpu: str) -> GemmCurve:
+    """An FP4 curve from this GPU's BF16 one (`fp4_gemm_from`): eta_max times the reference GPU's (`ref_gpu`) fitted
+    FP4 eta_max over its fitted BF16 eta_max (`ref`: dtype -> GemmCurve), and the reference's FP4 knee (in seconds,
+    so at this GPU's own FP4 peak the same FLOPs reach the same share of it)."""
     return GemmCurve(bf16.peak_efficiency * ref["fp4"].peak_efficiency / ref["bf16"].peak_efficiency,
-                     ref["fp4"].half_efficiency_s, 0, False, transferred_from=ref["fp4"].transferred_from or "")
+                     ref["fp4"].half_efficiency_s, 0, False, transferred_from=ref_gpu)

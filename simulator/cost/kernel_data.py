@@ -7,7 +7,7 @@ source. From them:
 - a GEMM efficiency curve per (GPU, dtype): eta(F) = eta_max * F / (F + F_half), the form the spec-based model
   always had (small GEMMs do not fill the device), with eta_max and the knee fitted to the published shapes
   (least squares in log time, through the same roofline and launch gap `CostModel.spec_compute_time` adds). With
-  fewer than `MIN_POINTS_FOR_KNEE` shapes the knee stays the spec-based one. Maximum-achievable-matmul points (the
+  fewer than `gemm_curve.MIN_POINTS_FOR_KNEE` shapes the knee stays the spec-based one. Maximum-achievable-matmul points (the
   best shape of a sweep) are ceilings: they cap eta_max and never raise it, so a GPU/dtype with only such a point
   keeps the spec-based eta_max where that is below the ceiling (BF16 on A100 and GB200's B200 here; the shipped
   H200 topology names the H100 as its `gpu.chip`). BF16 on H100
@@ -43,14 +43,13 @@ which). No fitting to training throughput happens here: only kernel points.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from ..errors import ScenarioError
 from ..inputs import read_json_file
-from .gemm_curve import (KNEE_GRID_S, MIN_FIT_DIM, MIN_POINTS_FOR_KNEE, OPERAND_BYTES, GemmCurve, fit_gemm_curve,  # noqa: F401
-                         fp4_from, used_in_fit)
+from .gemm_curve import OPERAND_BYTES, GemmCurve, fit_gemm_curve, fp4_from
 
 DATA_FILE = Path(__file__).with_name("kernel_data.json")
 FAMILIES = ("flash2", "flash3", "cudnn", "triton_fa")
@@ -394,7 +393,8 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
         return None
     peak = dict(peaks)
     gemm = {}
-    borrowed = load_data(path)["gpus"][gpu_name].get("gemm_from")
+    entry = load_data(path)["gpus"][gpu_name]
+    borrowed = entry.get("gemm_from")
     if borrowed and not pts["gemm"]:
         pts["gemm"] = gpu_points(borrowed["gpu"], path)["gemm"]
     for dtype in sorted({p["dtype"] for p in pts["gemm"]}):
@@ -405,21 +405,21 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
                                default_eta, default_knee_s, overhead_s, operand)
         if curve is not None:
             gemm[dtype] = curve
-    fp8_from = load_data(path)["gpus"][gpu_name].get("fp8_gemm_from")
+    fp8_from = entry.get("fp8_gemm_from")
     if fp8_from and "fp8" not in gemm and "bf16" in gemm and "fp8" in peak:
         gemm["fp8"] = fp8_from_bf16(gemm["bf16"], fp8_from["gpu"], peak["fp8"] / peak["bf16"], default_knee_s, path)
-    fp4_by = load_data(path)["gpus"][gpu_name].get("fp4_gemm_from")
+    fp4_by = entry.get("fp4_gemm_from")
     if fp4_by and "fp4" not in gemm and "bf16" in gemm and "fp4" in peak:
         ref_peaks = tuple(sorted((d, v * 1e12) for d, v in fp4_by["peak_tflops"].items()))
         ref = gpu_kernels(fp4_by["gpu"], ref_peaks, hbm_Bps, default_eta, default_knee_s, overhead_s, path)
         if ref is not None and {"fp4", "bf16"} <= set(ref.gemm):
-            gemm["fp4"] = replace(fp4_from(gemm["bf16"], ref.gemm), transferred_from=fp4_by["gpu"])
+            gemm["fp4"] = fp4_from(gemm["bf16"], ref.gemm, fp4_by["gpu"])
     points = phase_points(gpu_name, path)
     attention = attention_tables(points, peak)
     split_by = {p["family"]: p["split_by"] for p in points if "split_by" in p and p["dtype"] in peak}
     own = {k[0] for k in attention}
     transfers = {f: t for f in load_data(path).get("transfers", {}) if f not in own
                  for t in [transfer_of(f, path)] if t is not None}
-    by = load_data(path)["gpus"][gpu_name].get("head_dim_ratio")
+    by = entry.get("head_dim_ratio")
     return GpuKernels(gpu_name, gemm, attention, transfers, split_by, reference_kernels(by["gpu"], path) if by else None,
                       borrowed["gpu"] if borrowed and pts["gemm"] else "")

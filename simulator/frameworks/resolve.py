@@ -68,6 +68,12 @@ class FrameworkChoice:
             return self.spec.fp4_recipe.value
         return self.fp8_recipe
 
+    def default_etp(self, moe, tp: int) -> int | None:
+        """`parallel.etp` where the scenario leaves it unset: tp for an MoE model with tp > 1 under a framework that
+        splits its experts over TP by default (`spec.Framework.expert_tp_follows_tp`), else None (whole experts)."""
+        rule = self.spec.expert_tp_follows_tp
+        return tp if rule is not None and rule.value and moe and tp > 1 else None
+
     def _picked(self, what: str) -> str:
         """`what` ('attention_kernel' | 'fp8_recipe') as the first option whose value maps it says, else the file's."""
         for name, opt in self.spec.options.items():
@@ -277,9 +283,8 @@ def layout_rules(choice: FrameworkChoice, parallel, model):
     if p.pp_p2p == "blocking" and "parallel.pp_p2p" not in choice.scenario_keys \
             and not schedule_spec(p.pp_schedule).p2p_in_steady_state:
         p = replace(p, pp_p2p="async")  # a framework default the engine models for 1F1B only (see its notes)
-    etp_rule = fw.expert_tp_follows_tp
-    if etp_rule is not None and etp_rule.value and model.moe and p.tp > 1 and p.etp is None:
-        p = replace(p, etp=p.tp)  # the experts split over the TP ranks unless the layout folds them (ep_spec.py)
+    if p.etp is None:  # the experts split over the TP ranks unless the layout folds them (ep_spec.py)
+        p = replace(p, etp=choice.default_etp(model.moe, p.tp))
     if fw.sp_with_tp is not None and fw.sp_with_tp.value and "parallel.sp" not in choice.scenario_keys:
         p = replace(p, sp=p.tp > 1)
     if fw.pp_split.value == "cost-balanced" and p.pp > 1 and "parallel.pp_layers" not in choice.scenario_keys:

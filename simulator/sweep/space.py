@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 
 from ..cluster_mix import replica_pools
-from ..ep_spec import ep_overlap_problem, expert_tp_refused
+from ..ep_spec import ep_overlap_problem, expert_tp_problem
 from ..errors import ScenarioError
 from ..plan.memory import GIB, state_bytes_per_param
 from ..params import all_layer_ids, layer_params, total_params
@@ -239,7 +239,7 @@ def enumerate_layouts(sc: Scenario, fixed: dict | None = None) -> list[Layout]:
                     for sp in allowed("sp", (True, False) if tp > 1 else (False,)):
                         if sp and seq % (tp * cp):
                             continue
-                        if expert_tp_refused(m.moe, tp, sp, sc.parallel.order, _etp(sc, tp)):
+                        if expert_tp_problem(m.moe, tp, sp, sc.parallel.order, _etp(sc, tp)):
                             continue  # Megatron's MoE layer: TP needs SP; expert TP on the TP group (ep_spec.py)
                         mbs = [b for b in _divisors(gb // dp) if b <= mb_max] if gb % dp == 0 else []
                         for mb in extra("micro_batch", mbs):
@@ -281,12 +281,11 @@ def default_space_note(sc: Scenario, fixed: dict) -> str:
 # ----------------------------------------------------------------------------------- cheap bound
 
 def _etp(sc: Scenario, tp: int) -> int | None:
-    """The expert TP a candidate with `tp` runs: the scenario's own `parallel.etp` where it writes one, else tp where the
-    framework splits experts over TP by default (`expert_tp_follows_tp`), else None."""
+    """The expert TP a candidate with `tp` runs: the scenario's own `parallel.etp` where it writes one, else the
+    framework's default at that tp (`FrameworkChoice.default_etp`)."""
     if "parallel.etp" in sc.framework.scenario_keys:
         return sc.parallel.etp
-    rule = sc.framework.spec.expert_tp_follows_tp
-    return tp if rule is not None and rule.value and sc.model.moe and tp > 1 else None
+    return sc.framework.default_etp(sc.model.moe, tp)
 
 
 def param_split(sc: Scenario) -> tuple[float, float]:
