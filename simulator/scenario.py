@@ -19,6 +19,7 @@ from .cluster_mix import DegradedLink, Pool, check_cluster_mix, resolve_pools
 from .document_spec import Documents, resolve_documents
 from .efficiency_spec import check_efficiency
 from .ep_spec import check_expert_parallel
+from .offload_spec import check_offload
 from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_alias, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
@@ -64,18 +65,19 @@ class Training:
     recompute: str = field(default="none", metadata={"choices": ("none", "selective", "full")})
     """Recomputation: none; selective (core attention re-run in the backward); full (only each layer's input kept)."""
     recompute_modules: Optional[list[str]] = None
-    """With recompute selective: the parts each layer re-runs in its backward instead of storing their
-    outputs, Megatron-Core's `recompute_modules` (TransformerConfig): core_attn (the core attention),
-    layernorm (the two pre-norms' outputs), mla_up_proj (MLA's query/key/value up-projections and RoPE,
-    from the stored latents), moe_act (the experts' SwiGLU output, from its stored input). Null:
+    """With recompute selective: the parts each layer re-runs in its backward instead of storing their outputs, Megatron-Core's
+    `recompute_modules`: core_attn (the core attention), layernorm (the two pre-norms' outputs), mla_up_proj (MLA's q/k/v
+    up-projections and RoPE, from the stored latents), moe_act (the experts' SwiGLU output, from its stored input). Null:
     [core_attn], Megatron's default. DeepSeek-V3 (report §3.2.3): [layernorm, mla_up_proj]."""
     activation_func_fp8_input_store: bool = False
     """The SwiGLU inputs (gate and up) are stored in FP8 for the backward (Megatron-Core's
     `activation_func_fp8_input_store`; DeepSeek-V3 report §3.3.4, "Inputs of the SwiGLU operator in MoE")."""
     recompute_layers: Optional[int] = field(default=None, metadata={"min": 0, "max": MAX_LAYERS_RECOMPUTED})
-    """With recompute full: only the first N layers of each model chunk (pipeline stage, or virtual stage
-    with vpp > 1) are recomputed, the others store all their activations (Megatron's --recompute-method
-    block --recompute-num-layers N). Null: every layer. Only with recompute full."""
+    """With recompute full: only the first N layers of each model chunk (pipeline stage, or virtual stage with vpp > 1) are
+    recomputed, the others store all (Megatron's --recompute-method block --recompute-num-layers N). Null: every layer."""
+    offload_layers: int = field(default=0, metadata={"min": 0, "max": MAX_LAYERS_RECOMPUTED})
+    """Activation offloading: the first N layers' stored activations go to host memory in the forward, back for the
+    backward (Megatron's --cpu-offloading-num-layers; `plan/offload.py`; `offload_spec.py` says what is refused)."""
     attention: str = field(default="flash", metadata={"choices": ("flash", "eager")})
     """flash: the scores are never stored (FlashAttention); eager: softmax scores and dropout mask are (s^2 terms)."""
     optimizer: str = field(default="adamw", metadata={"choices": ("adamw", "sgd", "lamb")})
@@ -85,10 +87,9 @@ class Training:
     grad_dtype: Optional[str] = field(default=None, metadata={"choices": ("fp32", "bf16")})
     """Gradient accumulation and reduction dtype; null = fp32 (Megatron's main_grad, nanotron's default)."""
     grad_accum_fused: bool = True
-    """True: the weight-gradient GEMM accumulates straight into the fp32 buffer (Megatron's
-    gradient_accumulation_fusion). False: a gradient in the weights' dtype is produced and added to the
-    accumulator after every micro-batch (nanotron's FP32GradientAccumulator: +10 B/param of traffic, +2
-    B/param held for the bf16 gradient; PyTorch autograd's `.grad` accumulation in fp32: +12 B/param)."""
+    """True: the weight-gradient GEMM accumulates straight into the fp32 buffer (Megatron's gradient_accumulation_fusion).
+    False: a gradient in the weights' dtype is produced and added to the accumulator after every micro-batch (nanotron's
+    FP32GradientAccumulator: +10 B/param of traffic, +2 B/param held for the bf16 gradient; autograd's fp32 `.grad`: +12)."""
 
     documents: Optional[Documents] = None
     """Documents packed into each sequence (`plan/documents.py`): their length distribution; null = one document
@@ -437,8 +438,7 @@ def validate_layout(sc: Scenario) -> Scenario:
     if t.autocast and t.precision != "bf16":
         raise ScenarioError("training.autocast", f"true with precision {t.precision}", "precision bf16 (autocast casts fp32 weights to bf16)")
     if t.autocast and t.grad_dtype == "bf16":
-        raise ScenarioError("training.autocast", "true with grad_dtype bf16 (autocast's .grad has the fp32 parameters' dtype)",
-                            "grad_dtype fp32 or null")
+        raise ScenarioError("training.autocast", "true with grad_dtype bf16 (autocast's .grad is fp32)", "grad_dtype fp32 or null")
     if t.autocast and p.zero:
         raise ScenarioError("training.autocast", f"true with parallel.zero {p.zero} (sharded states cast through FSDP2's mixed-precision policy)",
                             "parallel.zero 0")
@@ -446,8 +446,7 @@ def validate_layout(sc: Scenario) -> Scenario:
         raise ScenarioError("parallel.dp_replicate", f"{p.dp_replicate} with zero {p.zero} and dp x cp = {p.dp * p.cp}",
                             "a divisor of dp x cp, with a sharded ZeRO stage (1-3): replicas of one sharded group")
     if not p.reshard_after_forward and p.zero != 3:
-        raise ScenarioError("parallel.reshard_after_forward", f"false with parallel.zero {p.zero}",
-                            "true, or parallel.zero 3 (only ZeRO-3 gathers parameters per block)")
+        raise ScenarioError("parallel.reshard_after_forward", f"false with parallel.zero {p.zero}", "true, or parallel.zero 3")
     if p.overlap_tp and p.tp > 1 and not p.sp:
         raise ScenarioError("parallel.overlap_tp", "true without sequence parallelism (parallel.sp)",
                             "sp: true too (Megatron's --tp-comm-overlap asserts it, arguments.py:1441; torchtitan's "
@@ -497,4 +496,5 @@ def validate_layout(sc: Scenario) -> Scenario:
             if name not in RECOMPUTE_MODULES:
                 raise ScenarioError(f"training.recompute_modules[{i}]", f"unknown module {short(name)}", ", ".join(RECOMPUTE_MODULES))
     hardware_rules(sc.framework, t.precision, [sc.topology.gpu, *(pt.gpu for pt in sc.pool_topologies)])
+    check_offload(sc.framework, t, p, m, [sc.topology, *sc.pool_topologies])
     return check_cluster_mix(replace(sc, parallel=p))

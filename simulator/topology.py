@@ -68,6 +68,11 @@ class GPUSpec:
     power_limit_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
     """The power cap the cluster runs its GPUs at (`nvidia-smi -pl`), at most `tdp_w`; null = the rated
     power. Tensor-core work slows in proportion (`compute_clock_fraction`); HBM bandwidth does not."""
+    host_link_gbs: Optional[float] = field(default=None, metadata={"min": 0.001, "max": MAX_BANDWIDTH_GBS})
+    """Copy bandwidth between this GPU and its host memory, each direction, GB/s, as the copy engines sustain it with
+    every GPU of the node copying at once (PCIe Gen5 x16 on an x86 node; NVLink-C2C to the Grace CPU on a GB200 / GB300
+    superchip): prices activation offloading (`training.offload_layers`, `plan/offload.py`); null = not stated
+    (offloading is then refused)."""
     mx_formats: bool = False
     """Tensor cores that scale each 32-element block themselves (the OCP microscaling formats: MXFP8, with one E8M0
     scale per 32 values), as Blackwell's (compute capability 10.0) do: Transformer Engine's MXFP8 recipe runs only

@@ -130,7 +130,7 @@ def test_breakdown_sums_to_iteration_time_and_names_the_critical_rank():
     sc = scenario(4, 8, "1f1b", dp=2, tp=2, zero=1)
     r = run(sc, CommCost(sc.topology))
     assert sum(r.breakdown.values()) == pytest.approx(r.iteration_time_s, rel=1e-9)
-    assert set(r.comm) == {"tp", "dp", "pp", "cp", "ep"}
+    assert set(r.comm) == {"tp", "dp", "pp", "cp", "ep", "offload"}
     assert r.stages[0].end_s <= r.iteration_time_s
     assert 0.0 <= r.overlap_fraction <= 1.0
 

@@ -335,7 +335,8 @@ def test_the_25_09_blackwell_cells_are_two_runs_and_each_fp8_cs_run_is_scored_or
     assert {r["id"] for r in cs.values()} & scored == {
         "llama3-8b-dgx-gb200-8gpu-fp8-cs", "qwen3-30b-a3b-dgx-gb200-8gpu-fp8-cs", "llama3-8b-dgx-b200-8gpu-fp8-cs",
         "llama31-405b-dgx-b200-128gpu-fp8-cs", "qwen3-30b-a3b-dgx-b200-8gpu-fp8-cs", "qwen3-235b-a22b-dgx-b200-64gpu-fp8-cs",
-        "deepseekv3-dgx-gb200-256gpu-fp8-cs", "deepseekv3-dgx-b200-256gpu-fp8-cs"}
+        "deepseekv3-dgx-gb200-256gpu-fp8-cs", "deepseekv3-dgx-b200-256gpu-fp8-cs",
+        "llama3-70b-dgx-gb200-64gpu-fp8-cs", "llama31-405b-dgx-gb200-128gpu-fp8-cs"}  # the last two: CPU offloading
 
 
 def test_the_qwen3_30b_row_runs_the_recipes_expert_layout():

@@ -22,7 +22,8 @@ BREAKDOWN_WORDS = {
     "compute_s": "compute", "recompute_s": "recomputation", "bubble_s": "pipeline bubble",
     "exposed_tp_s": "exposed TP communication", "exposed_dp_s": "exposed DP/ZeRO communication",
     "exposed_pp_s": "exposed PP communication", "exposed_cp_s": "exposed CP communication",
-    "exposed_ep_s": "exposed EP communication", "optimizer_s": "optimizer step",
+    "exposed_ep_s": "exposed EP communication", "exposed_offload_s": "waits for offloaded activations",
+    "optimizer_s": "optimizer step",
 }
 """The report's `breakdown` keys, in words; they sum to the step time."""
 BREAKDOWN_COLUMNS = ("compute_s", "recompute_s", "bubble_s", "exposed_tp_s", "exposed_dp_s", "exposed_pp_s",

@@ -324,6 +324,11 @@ class CostModel:
             self._dp_topologies[step_us] = t
         return t
 
+    def host_copy_time(self, nbytes: float) -> float:
+        """Seconds to copy `nbytes` between the GPU and host memory on a copy engine: bytes / `gpu.host_link_gbs` (the
+        topology's sustained figure with every GPU of the node copying; activation offloading, `plan/offload.py`)."""
+        return nbytes / (self.topology.gpu.host_link_gbs * 1e9)
+
     def host_time(self, op, group: GroupShape) -> float:
         """Seconds the host spends issuing `op` (the GPU cannot start it, nor anything after it, earlier):
         the schedulers keep a host clock per pass, so a pass takes max(its GPU time, its host time).

@@ -37,6 +37,7 @@ from ..cost.collectives import link_busy
 from ..cost.costs import CostModel
 from ..cost.paced import PacedCosts
 from ..plan.layout import GroupShape, group_shape
+from ..plan.offload import HostCopy, LayerCopies
 from ..plan.opgraph import Comm, Compute
 from ..plan.paces import NOMINAL, LinkVariant, Pace
 from ..scenario import Scenario
@@ -48,8 +49,9 @@ SHARE_ITERATIONS = 8
 """Most re-schedules of a template while in-pass link sharing still moves its collectives (a bound:
 shares and schedule are worked out in turn, not solved together)."""
 
-COMM_DIMS = ("tp", "cp", "ep", "dp", "pp")
-"""Communication dimensions, in the contract's order of the report."""
+COMM_DIMS = ("tp", "cp", "ep", "dp", "pp", "offload")
+"""Communication dimensions, in the contract's order of the report; `offload`: activation offloading's copies to and
+from host memory (`plan/offload.py`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,8 @@ class OpTimes:
         if t is None:
             if isinstance(op, Compute):
                 t = self.compute_cost.compute_time(op) * self.speed
+            elif isinstance(op, HostCopy):
+                t = self.compute_cost.host_copy_time(op.bytes)
             else:
                 key = op.group or op.dim
                 t = self.costs.slowest(op, self.shape(key), self.pace.variants(key))[0]
@@ -230,6 +234,10 @@ class PassScheduler:
         self.count = defaultdict(int)
         self.sync_dims: set = set()
         self.record = record
+        self.copy_end: dict = {}
+        """(layer key, direction) -> when that host copy ends (`plan/offload.py`)."""
+        self.copy_gate = -math.inf
+        """No root of a later block starts before this: the host copies the compute waited for so far."""
         self.slices: list[Slice] = []
         self.block_start: list[float] = []
         self.block_grads: list[float] = []
@@ -248,6 +256,8 @@ class PassScheduler:
         grads = -1.0
         last_compute = None
         bi = len(self.block_start)
+        if blk.host_before is not None:  # a backward's reloads, issued once the compute before them is
+            self._host_copies(bi, blk.host_before, self.anchor)
         for i, node in enumerate(nodes):
             op = node.op
             if node.deps:
@@ -259,6 +269,8 @@ class PassScheduler:
                 ready, cause = self.anchor, self.anchor_dim
                 if gate is not None and gate > ready:
                     ready, cause = gate, "gate"
+                if self.copy_gate > ready:
+                    ready, cause = self.copy_gate, "offload"
             dur = times(op)
             if isinstance(op, Compute):
                 cf = free["compute"]
@@ -337,9 +349,27 @@ class PassScheduler:
                 if isinstance(op, Comm) and op.blocking and finish[j] > anchor:
                     anchor, adim = finish[j], op.dim
             self.anchor, self.anchor_dim = anchor, adim
+            if blk.host_after is not None:  # a forward's copies, issued when the layer's last compute ends
+                self._host_copies(bi, blk.host_after, finish[last_compute])
         self.block_start.append(first if first is not None else self.anchor)
         self.block_grads.append(grads)
         return self.block_start[-1]
+
+    def _host_copies(self, bi: int, lc: LayerCopies, issued: float) -> None:
+        """Queue `lc.issue` on their copy streams from `issued` (`OpTimes` prices them), then make the compute wait for
+        the copies `lc.wait` names (`copy_gate`). They run on the copy engines: no compute share is taken."""
+        for c in lc.issue:
+            start = max(issued, self.free[c.stream])
+            dur = self.times(c)
+            self.free[c.stream] = self.copy_end[(c.key, c.direction)] = start + dur
+            self.comm["offload"] += dur
+            self.count["offload"] += 1
+            if self.record:
+                what = "offload" if c.direction == "d2h" else "reload"
+                self.slices.append(Slice(bi, f"{what} {c.key}", "F" if c.direction == "d2h" else "B", "offload",
+                                         start, dur, "offload"))
+        for key in lc.wait:
+            self.copy_gate = max(self.copy_gate, self.copy_end[key])
 
     def finish(self) -> float:
         """End of the pass (all streams); the compute stream's idle tail is charged to the last comm."""

@@ -61,6 +61,12 @@ class FrameworkChoice:
         """The FP8 casts an option's value runs (`spec.Option.fp8_recipe`), else the framework's."""
         return self._picked("fp8_recipe")
 
+    @property
+    def activation_offload(self) -> str | None:
+        """How `training.offload_layers` is run (`spec.OFFLOAD_SCHEMES`): an option's pick, else the framework's; None
+        where the framework cannot offload activations."""
+        return self._picked("activation_offload")
+
     def linear_recipe(self, precision: str) -> str:
         """The casts the quantized linears run at `precision`: the framework's FP4 recipe under fp4 (`spec.FP4_RECIPES`;
         `hardware_rules` refuses fp4 where there is none), else its FP8 recipe."""
@@ -75,12 +81,14 @@ class FrameworkChoice:
         return tp if rule is not None and rule.value and moe and tp > 1 else None
 
     def _picked(self, what: str) -> str:
-        """`what` ('attention_kernel' | 'fp8_recipe') as the first option whose value maps it says, else the file's."""
+        """`what` ('attention_kernel' | 'fp8_recipe' | 'activation_offload') as the first option whose value maps it
+        says, else the file's (None where the file has no such entry)."""
         for name, opt in self.spec.options.items():
             picks = getattr(opt, what)
             if picks is not None and self.option(name) in picks:
                 return picks[self.option(name)]
-        return getattr(self.spec, what).value
+        entry = getattr(self.spec, what)
+        return entry.value if entry is not None else None
 
     def option(self, name: str) -> Any:
         return dict(self.options).get(name)

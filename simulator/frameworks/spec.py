@@ -62,6 +62,12 @@ FP4_RECIPES = ("te_nvfp4",)
 """FP4 cast pricings (`training.precision: fp4`; `plan/opgraph.py` FP8_CASTS has one each): Transformer Engine's
 NVFP4 block scaling (`te_nvfp4`: E2M1 with an E4M3 scale per 16 values and one per tensor, random Hadamard transforms
 on the weight gradient's inputs, 16x16 blocks for the weights); a GPU with an fp4 peak only."""
+OFFLOAD_SCHEMES = ("te_v1", "te_v2")
+"""How `training.offload_layers` moves stored activations to host memory and back (`plan/offload.py` prices each):
+Transformer Engine's first implementation (`te_v1`: copies of marked tensors one layer at a time on a device-to-host
+stream, the compute waiting at evenly spaced layers, reloads one layer at a time on a host-to-device stream), or its
+second (`te_v2`, TransformerEngine 2.12's default: every saved tensor of 256K elements or more but the weights, all
+copies on one stream, each layer's due before the layer that keeps the resident count at layers - N)."""
 BLOCK_SCALED_RECIPES = ("te_mxfp8", "torchao_mxfp8")
 """FP8 recipes whose GEMMs scale 32-value blocks in the tensor cores: they run only on a GPU with
 `topology.GPUSpec.mx_formats` (TransformerEngine v2.6 pytorch/fp8.py:47-53, check_mxfp8_support: compute
@@ -134,6 +140,9 @@ class Option:
     """Option value -> the FP8 casts that value runs (`FP8_RECIPES`), in place of the framework's `fp8_recipe`
     (Megatron's --fp8-recipe: delayed -> te_delayed, tensorwise -> te_current); a value it does not name, or
     null: the framework's."""
+    activation_offload: Optional[dict] = None
+    """Option value -> the activation offloading that value runs (`OFFLOAD_SCHEMES`), in place of the framework's
+    `activation_offload` (Transformer Engine's NVTE_CPU_OFFLOAD_V1); a value it does not name, or null: the framework's."""
     source: str
 
     def needs(self) -> list[tuple[str, Any]]:
@@ -165,6 +174,9 @@ class Framework:
     """Which FP4 casts `training.precision: fp4` runs (`FP4_RECIPES`); null: the framework's FP4 training is not
     priced here (the precision is refused)."""
     pp_split: Sourced
+    activation_offload: Optional[Sourced] = None
+    """How the framework offloads activations to host memory (`OFFLOAD_SCHEMES`); null: it cannot (a scenario with
+    `training.offload_layers` is refused)."""
     efficiency: dict[str, Sourced] = field(default_factory=dict)
     """`cluster.efficiency` key -> a number, or the name of a shared constant (`<library>.<key>`, resolved
     when the file is read: the value and both sources)."""
@@ -232,6 +244,8 @@ def _check(fw: Framework, where: str) -> Framework:
         entry = getattr(fw, key)
         if entry is not None and not isinstance(entry.value, bool):
             raise ScenarioError(f"{where}.{key}", f"{entry.value!r}", "true | false")
+    if fw.activation_offload is not None and fw.activation_offload.value not in OFFLOAD_SCHEMES:
+        raise ScenarioError(f"{where}.activation_offload", f"{fw.activation_offload.value!r}", " | ".join(OFFLOAD_SCHEMES))
     if fw.optimizer_impl is not None and fw.optimizer_impl.value not in OPTIMIZER_IMPLS:
         raise ScenarioError(f"{where}.optimizer_impl", f"{fw.optimizer_impl.value!r}", " | ".join(OPTIMIZER_IMPLS))
     if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
@@ -248,7 +262,8 @@ def _check(fw: Framework, where: str) -> Framework:
         for other, _ in o.needs():
             if other not in fw.options:
                 raise ScenarioError(f"{where}.options.{n}.requires", f"{other!r} is not an option", ", ".join(fw.options))
-        for what, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES)):
+        for what, allowed in (("attention_kernel", ATTENTION_KERNELS), ("fp8_recipe", FP8_RECIPES),
+                              ("activation_offload", OFFLOAD_SCHEMES)):
             picks = getattr(o, what)
             if picks is not None and not set(picks) <= set(fw.option_choices(n)):
                 raise ScenarioError(f"{where}.options.{n}.{what}", f"names {sorted(picks)}",

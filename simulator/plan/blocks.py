@@ -14,6 +14,7 @@ from .step_ops import embedding_backward, embedding_forward, head_backward, head
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_tensors
 from .layer_ops import layer_passes
 from .mtp import mtp_passes
+from .offload import LayerCopies, offload_plan
 from .opgraph import Compute, Node, shard
 from ..scenario import Scenario
 
@@ -33,6 +34,11 @@ class Block:
     (ZeRO-3 gathers, DP gradient buckets, which close at tensor boundaries)."""
     tensors_expert: tuple[float, ...] = ()
     """Routed-expert tensors, replicated over the expert-DP group."""
+    host_before: LayerCopies | None = None
+    """Activation offloading (`plan/offload.py`): host copies issued, then waited for, before the block's roots (a
+    backward's reloads)."""
+    host_after: LayerCopies | None = None
+    """Host copies issued after the block's last compute, waited for before the next block's roots (a forward's)."""
 
     @property
     def params_dense(self) -> float:
@@ -69,9 +75,16 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
     def name(layer):
         return f"MTP{layer - sc.model.layers + 1}" if sc.model.is_mtp_layer(layer) else f"L{layer}"
 
-    def block(key, parts, dense=(), expert=()):
+    def block(key, parts, dense=(), expert=(), before=None, after=None):
         nodes, letters = concat(parts)
-        return Block(key=key, nodes=nodes, letters=letters, tensors_dense=dense, tensors_expert=expert)
+        return Block(key=key, nodes=nodes, letters=letters, tensors_dense=dense, tensors_expert=expert,
+                     host_before=before, host_after=after)
+
+    if "offload" not in cache:
+        cache["offload"] = offload_plan(sc)
+    offload = cache["offload"]
+    fwd_copies = offload.forward if offload else {}
+    bwd_copies = offload.backward if offload else {}
 
     part = pp_partitioned(sc) and bool(layers)
     gather_f = [(pp_partition_gathers(sc, "F", z), "F")] if part and not first else []
@@ -83,7 +96,8 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
         out["F"].append(block("emb", [(embedding_forward(sc, z), "F")], emb_p))
     for i, layer in enumerate(layers):
         d, e = layer_rank_tensors(sc, layer)
-        out["F"].append(block(name(layer), (gather_f if i == 0 else []) + [(lp(layer).F, "F")], d, e))
+        out["F"].append(block(name(layer), (gather_f if i == 0 else []) + [(lp(layer).F, "F")], d, e,
+                              after=fwd_copies.get(layer)))
     if last:
         hb, hw = head_backward(sc, z)
         out["F"].append(block("head", [(head_forward(sc, z), "F")], head_p))
@@ -94,9 +108,10 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
         d, e = layer_rank_tensors(sc, layer)
         p = lp(layer)
         g = gather_b if i == 0 else []
-        out["B"].append(block(name(layer), g + [(p.B, "B")], d, e))
+        reload = bwd_copies.get(layer)
+        out["B"].append(block(name(layer), g + [(p.B, "B")], d, e, before=reload))
         out["W"].append(block(name(layer), [(p.W, "W")], d, e))
-        out["BW"].append(block(name(layer), g + [(p.B, "B"), (p.W, "W")], d, e))
+        out["BW"].append(block(name(layer), g + [(p.B, "B"), (p.W, "W")], d, e, before=reload))
     if first:
         eb = embedding_backward(sc, z)
         out["W"].append(block("emb", [(eb, "W")], emb_p))

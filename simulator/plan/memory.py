@@ -37,6 +37,7 @@ from .policy import scenario_policy, sharding_policy
 from ..scenario import Scenario
 from .schedules import schedule_spec
 from .ep_overlap import ep_overlap_inflight
+from . import offload
 
 GIB = 2 ** 30
 """Bytes per GiB (docs/report.md: GiB = 2^30 bytes)."""
@@ -92,7 +93,7 @@ BUCKET_MB_BYTES = 1e6
 NO_CUDA_INTERCONNECTS = ("host",)
 """Topologies whose "GPUs" are CPU processes (cpu-host): no CUDA context, NCCL or caching allocator."""
 
-LAYER_TRANSIENTS = ("sp_gather", "cp_kv", "ep_all_to_all", "attention_scores", "recompute_layer")
+LAYER_TRANSIENTS = ("sp_gather", "cp_kv", "ep_all_to_all", "attention_scores", "recompute_layer", "offload_in_flight")
 """Buffer kinds that live inside one layer's pass; they coexist with each other."""
 HEAD_TRANSIENTS = ("logits_grad", "head_sp_gather")
 """Buffer kinds that live inside the loss / LM-head backward (never during a layer's pass)."""
@@ -195,7 +196,7 @@ def _chunk_layers(sc: Scenario, pp_rank: int, chunk: int) -> list[int]:
 def chunk_activation_bytes(sc: Scenario, pp_rank: int, chunk: int) -> float:
     """One micro-batch through pipeline chunk `chunk` (global index, as `layout.rank_chunks` gives) on
     pp rank `pp_rank`: its layers plus the embedding extras on chunk 0 and the head extras on the last."""
-    total = sum(activation_bytes_per_layer(sc, i) for i in _chunk_layers(sc, pp_rank, chunk))
+    total = sum(activation_bytes_per_layer(sc, i) - offload.moved_bytes(sc, i) for i in _chunk_layers(sc, pp_rank, chunk))
     if chunk == 0:
         total += sum(embedding_activation_terms(sc).values())
     if chunk == last_chunk(sc):
@@ -277,6 +278,7 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     if layers:
         worst = max((_layer_transients(sc, i, z) for i in layers), key=lambda d: sum(d.values()))
         out.update(worst)
+        out["offload_in_flight"] = offload.in_flight_bytes(sc, layers)
     if last_chunk(sc) in {c for c, _ in rank_chunks(sc, pp_rank)}:
         # the standard loss's fp32 gradient of the logits; the fused one writes it in place, cut never makes it
         out["logits_grad"] = (ce_backward_temporaries(sc) * LOGIT_BYTES * z.T * -(-sc.model.vocab // z.t)

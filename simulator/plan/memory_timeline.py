@@ -32,7 +32,10 @@ backward that finds the schedule's in-flight micro-batches all stored (tests/tes
 The exceptions are physical, not bookkeeping: with unfused gradients and one micro-batch per step, no
 gradient exists yet while all activations are held, so the timeline's peak is below the model's by at
 most the gradients; and with several chunks per rank, the larger logits-gradient temporary is drawn only
-in the backward of the chunk holding the loss.
+in the backward of the chunk holding the loss; with activation offloading (`plan/offload.py`) an offloaded layer's moved
+bytes leave at the end of the forward slot where the compute waits for their copy and come back at the start of the
+backward slot that issues their reload, so the model's in-flight group (`te_v1`'s `offload_in_flight`, a layer temporary
+beside the head's) is drawn as it moves and the timeline's peak may be below the model's by at most that group.
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from .memory import (ADAM_STATE_BYTES, MOMENT_OPTIMIZERS, HELD_BUFFERS, LAYER_TR
                      OUTSIDE_ALLOCATOR, _transient_total, buffer_bytes, embedding_activation_terms,
                      head_activation_terms, layer_activation_terms, static_bytes, zero_groups)
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_params, rank_params
+from .offload import moved_bytes, offload_plan
 
 CATEGORIES = ("parameters", "buffers", "gradients", "optimizer state", "activations")
 """What an event belongs to, in the order the plot stacks them (PyTorch memory profiler's categories)."""
@@ -100,6 +104,24 @@ def _units(sc: Scenario, pp_rank: int, chunk: int, grads_per_param: float) -> li
     return out
 
 
+def _offload_moves(sc: Scenario) -> tuple[dict, dict]:
+    """Activation offloading (`plan/offload.py`): unit name -> [(what, bytes)] freed at the end of that layer's forward
+    slot (the copies the compute waits for there), and unit name -> [(what, bytes)] allocated at the start of that
+    layer's backward slot (the reloads it issues)."""
+    plan = offload_plan(sc)
+    freed: dict = {}
+    loaded: dict = {}
+    if plan is None:
+        return freed, loaded
+    for layer, lc in plan.forward.items():
+        for key, _ in lc.wait:
+            freed.setdefault(f"L{layer}", []).append((key, moved_bytes(sc, int(key[1:]))))
+    for layer, lc in plan.backward.items():
+        for c in lc.issue:
+            loaded.setdefault(f"L{layer}", []).append((c.key, c.bytes))
+    return freed, loaded
+
+
 def _adam_share(sc: Scenario) -> float:
     """Part of the optimizer bytes that Adam creates at its first step: m and v, not the fp32 master."""
     tr = sc.training
@@ -152,7 +174,9 @@ def memory_events(sc: Scenario, pp_rank: int, passes: list[PassTime], optimizer:
     if not lazy_grads:
         ev.append(MemoryEvent(0.0, st["grads"], "gradients", "gradient buffer"))
     held = sum(kinds[k] for k in HELD_BUFFERS if k not in OUTSIDE_ALLOCATOR) + kinds["fragmentation"]
-    layer_tmp = sum(kinds[k] for k in LAYER_TRANSIENTS)
+    # offloaded layers are drawn leaving and coming back (`_offload_moves`), not as the model's in-flight temporary
+    layer_tmp = sum(kinds[k] for k in LAYER_TRANSIENTS if k != "offload_in_flight")
+    freed, loaded = _offload_moves(sc)
     bwd_tmp = {c: (_transient_total(kinds) if c == last_chunk(sc) else layer_tmp) for c, _ in rank_chunks(sc, pp_rank)}
     per_param = st["grads"] / rp.total if rp.total else 0.0
     units = {c: _units(sc, pp_rank, c, per_param) for c, _ in rank_chunks(sc, pp_rank)}
@@ -179,6 +203,7 @@ def memory_events(sc: Scenario, pp_rank: int, passes: list[PassTime], optimizer:
                     n = len(u.terms)
                     ev += [MemoryEvent(a0 + (a1 - a0) * k / n, v, "activations", f"{u.name} {name} {mb}")
                            for k, (name, v) in enumerate(u.terms)]
+                    ev += [MemoryEvent(a1, -v, "activations", f"{key} offloaded {mb}") for key, v in freed.get(u.name, ())]
             elif p.kind in ("B", "BW"):
                 tmp = bwd_tmp[p.chunk]
                 ev += [MemoryEvent(p.start, tmp, "buffers", "backward temporaries"),
@@ -186,6 +211,7 @@ def memory_events(sc: Scenario, pp_rank: int, passes: list[PassTime], optimizer:
                 back = us[::-1]
                 ends_ = _slot_ends(p, back)
                 for a0, t, u in zip([p.start] + ends_[:-1], ends_, back):
+                    ev += [MemoryEvent(a0, v, "activations", f"{key} reloaded {mb}") for key, v in loaded.get(u.name, ())]
                     n = len(u.terms)
                     ev += [MemoryEvent(a0 + (t - a0) * (k + 1) / n, -v, "activations", f"{u.name} {name} {mb}")
                            for k, (name, v) in enumerate(reversed(u.terms))]

@@ -67,6 +67,8 @@ def unsupported(sc: Scenario, framework: str) -> list[str]:
     out = []
     if t.precision == "fp4" and framework != "megatron":
         out.append("fp4 (NVFP4) training, which clustersim prices for Megatron's Transformer Engine recipe only")
+    if t.offload_layers and framework != "megatron":
+        out.append(f"activation offloading of {t.offload_layers} layers (Megatron's --cpu-offloading-num-layers only)")
     if framework in ("torchtitan", "torchtitan-0.2"):
         if m.name not in TORCHTITAN_CONFIGS:
             out.append(f"model {m.name} (torchtitan configs exist for {', '.join(TORCHTITAN_CONFIGS)}; "
@@ -294,6 +296,8 @@ def megatron_args(sc: Scenario) -> list[str]:
         a.append("--tp-comm-overlap")
     if p.ep_overlap:  # combined 1F1B with the recipes' deferred weight gradients (Megatron MoE README.md:557-558)
         a += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+    if t.offload_layers:  # MLM b0cc2706 megatron/training/arguments.py:1236-1237 (turns cpu_offloading on; activations, not weights)
+        a += ["--cpu-offloading-num-layers", str(t.offload_layers)]
     if t.recompute != "none":
         a += ["--recompute-granularity", t.recompute]
         if t.recompute == "full" and t.recompute_layers is not None:

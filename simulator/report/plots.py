@@ -15,7 +15,8 @@ BREAKDOWN_STYLE = (
     ("compute_s", "compute", "#4C72B0"), ("recompute_s", "recompute", "#8172B2"), ("bubble_s", "bubble", "#CCB974"),
     ("exposed_tp_s", "TP exposed", "#C44E52"), ("exposed_dp_s", "DP/ZeRO exposed", "#DD8452"),
     ("exposed_pp_s", "PP exposed", "#937860"), ("exposed_cp_s", "CP exposed", "#DA8BC3"),
-    ("exposed_ep_s", "EP exposed", "#8C8C8C"), ("optimizer_s", "optimizer", "#55A868"),
+    ("exposed_ep_s", "EP exposed", "#8C8C8C"), ("exposed_offload_s", "offload exposed", "#64B5CD"),
+    ("optimizer_s", "optimizer", "#55A868"),
 )
 """Breakdown keys of the report, their legend names and colours."""
 MEMORY_STYLE = (("weights", "#4C72B0"), ("grads", "#DD8452"), ("optimizer", "#55A868"), ("activations", "#C44E52"),

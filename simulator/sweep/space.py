@@ -9,6 +9,7 @@ from typing import Any, Iterable
 
 from ..cluster_mix import replica_pools
 from ..ep_spec import ep_overlap_problem, expert_tp_problem
+from ..offload_spec import offload_problem
 from ..errors import ScenarioError
 from ..plan.memory import GIB, state_bytes_per_param
 from ..params import all_layer_ids, layer_params, total_params
@@ -257,6 +258,8 @@ def enumerate_layouts(sc: Scenario, fixed: dict | None = None) -> list[Layout]:
                                                                 dp_bal):
                                     if sc.parallel.ep_overlap and ep_overlap_problem(ep, pp, s, rc, t.precision, z):
                                         continue  # where Megatron refuses the EP all-to-all overlap (ep_spec.py)
+                                    if offload_problem(t.offload_layers, pp, rc):
+                                        continue  # activation offloading: pp 1, no recompute (offload_spec.py)
                                     out.append(Layout(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, micro_batch=mb, sp=sp, zero=z,
                                                       pp_schedule=s, vpp=v, recompute=rc, pp_balance=bal, dp_balance=dbal))
     return sorted(out)

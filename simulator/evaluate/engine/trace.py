@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-THREADS = ("compute", "tp", "cp", "ep", "dp", "pp send", "pp recv")
+THREADS = ("compute", "tp", "cp", "ep", "dp", "pp send", "pp recv", "offload")
 TID = {name: i + 1 for i, name in enumerate(THREADS)}
 GIB = 2 ** 30
 MAX_OP_SLICES = 250_000
