@@ -40,6 +40,9 @@ def check_offload(framework, t, p, m, topologies) -> None:
     problem = offload_problem(n, p.pp, t.recompute)
     if problem:
         raise ScenarioError(*problem)
+    if p.ep_overlap:  # its merged forward-backward passes (plan/overlap.py) carry no host copies
+        raise ScenarioError(KEY, f"{n} with parallel.ep_overlap (offloading inside the combined 1F1B passes is not priced)",
+                            "parallel.ep_overlap false, or offload_layers 0")
     for topo in topologies:
         if topo.gpu.host_link_gbs is None:
             raise ScenarioError(KEY, f"{n} on topology {topo.name}, whose gpu.host_link_gbs is not stated",

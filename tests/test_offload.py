@@ -3,6 +3,7 @@ which bytes leave the GPU, when each copy is issued and waited for (TE's v1 wind
 pays when the host link is slow, and what Megatron refuses."""
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def _host_link(tmp_path, gbs: float) -> str:
     """gb200-nvl72 with its host link at `gbs` GB/s."""
     src = (ROOT / "topologies" / "gb200-nvl72.yaml").read_text()
     path = tmp_path / "slow-host.yaml"
-    path.write_text(src.replace("name: gb200-nvl72", "name: slow-host").replace("host_link_gbs: 150", f"host_link_gbs: {gbs}"))
+    path.write_text(re.sub(r"host_link_gbs: [0-9.]+", f"host_link_gbs: {gbs}", src.replace("name: gb200-nvl72", "name: slow-host")))
     return str(path)
 
 
@@ -175,6 +176,8 @@ def test_the_trace_shows_the_copies_on_their_own_thread(tmp_path):
     (lambda m: m["parallel"].update(pp=2, dp=4), "training.offload_layers", "Pipeline parallelism"),
     (lambda m: m["training"].update(recompute="full"), "training.offload_layers", "recompute"),
     (lambda m: m["cluster"].update(topology="dgx-a100"), "training.offload_layers", "host_link_gbs"),
+    (lambda m: m.update(model={**m["model"], "moe": {"experts": 8, "top_k": 2, "expert_ffn_hidden": 4096}},
+                        parallel={**m["parallel"], "ep": 8, "ep_overlap": True, "zero": 1}), "training.offload_layers", "combined 1F1B"),
 ])
 def test_what_megatron_refuses_is_refused_with_the_key(change, key, words):
     m = copy.deepcopy(_mapping(4))
@@ -201,3 +204,14 @@ def test_the_megatron_export_says_the_layers_and_other_frameworks_refuse_it():
     assert "--cpu-offloading-num-layers" not in megatron_args(_sc(0))
     assert any("offloading" in why for why in unsupported(sc, "torchtitan"))
     assert not any("offloading" in why for why in unsupported(sc, "megatron"))
+
+
+def test_grace_host_links_are_the_fitted_gb200_figure_and_x86_nodes_pcie_gen5():
+    """GB200's host link is fitted on NeMo 25.09's two GB200 offloading rows (fit split; the grid in its source), GB300
+    takes it (the same Grace and NVLink-C2C); x86 DGX nodes copy over PCIe Gen5 x16; a GPU that does not say has none."""
+    from simulator.topology import load_topology
+    gb200, gb300 = load_topology("gb200-nvl72").gpu, load_topology("gb300-nvl72").gpu
+    assert gb200.host_link_gbs == gb300.host_link_gbs == 95
+    assert any("fitted on the corpus fit split" in s for s in gb200.sources)
+    assert all(load_topology(n).gpu.host_link_gbs == 50 for n in ("dgx-h100", "hgx-h200", "dgx-b200"))
+    assert load_topology("dgx-a100").gpu.host_link_gbs is None

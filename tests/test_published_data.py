@@ -252,7 +252,11 @@ def test_feature_table_reads_features_from_the_built_scenario():
     doc = yaml.safe_load((CORPUS / "megatron_bridge_25_11.yaml").read_text())
     runs = {r["id"]: r for r in doc["runs"]}
     f70 = case_features(scenario_from_mapping(runs["llama3-70b-dgx-h100-64gpu-fp8-cs"]["scenario"], base_dir=ROOT))
-    assert f70 == {"precision": "fp8", "cp": "cp = 1", "schedule": "interleaved-1f1b", "tp_overlap": "on", "recompute": "none"}
+    assert f70 == {"precision": "fp8", "cp": "cp = 1", "schedule": "interleaved-1f1b", "tp_overlap": "on", "recompute": "none",
+                   "offload": "none"}
+    doc26 = yaml.safe_load((CORPUS / "megatron_bridge_26_02.yaml").read_text())
+    row = next(r for r in doc26["runs"] if r["id"] == "llama3-70b-dgx-gb300-64gpu-fp8")
+    assert case_features(scenario_from_mapping(row["scenario"], base_dir=ROOT))["offload"] == "activations offloaded"
     f8 = case_features(scenario_from_mapping(runs["llama3-8b-dgx-h100-8gpu-fp8-cs"]["scenario"], base_dir=ROOT))
     assert f8["recompute"] == "full (block)" and f8["tp_overlap"] == "tp = 1" and f8["schedule"] == "no pp"
 

@@ -25,7 +25,11 @@ Two numbers are *fitted*, each on a fit split, and transferred:
   Blackwell rows had read +23..+33 % fast under delayed-scaling casts, the first grid 11.0 % none .. 8.36 % at 0.47)
   and the TE constant was re-fitted on the H100 rows: none 14.24 %, 0.55 8.97, 0.50 7.11, 0.49 6.80, 0.48 6.48,
   0.47 6.43, 0.46 6.49, 0.45 6.55, 0.44 6.62, 0.40 7.05, 0.36 8.19 % (the 8 Blackwell rows alone: 7.53 % at 0.47). The release has no BF16 Blackwell row: BF16
-  takes the value through the same H100 relation (transferred, not fitted).
+  takes the value through the same H100 relation (transferred, not fitted). Two fit rows came later (25.09's GB200
+  Llama 3 70B and 405B FP8-CS, Megatron FSDP with activation offloading, whose host link was fitted on them:
+  topologies/gb200-nvl72.yaml `host_link_gbs`); with them the grid reads 0.45 6.91, 0.46 6.85, 0.47 6.91, 0.48 7.03 %
+  (34 rows): flat within 0.06 points, so 0.47 is kept, as in the re-runs above (the validation split: 10.9 / 10.3 %
+  of its Megatron-Bridge rows at 0.46 / 0.47).
 - transferred, not fitted: the same fraction of the published curve for every dtype where no framework constant
   applies (torchao's FP8 GEMMs take the FP8 curve times it), and for every framework; to H200, the same GH100 die
   at the same 700 W; to GB300's B300, whose GEMM curve is the GB200's (the same dense peaks); and to the variants

@@ -44,7 +44,7 @@ PRESET_LABELS = {"LLAMA3_8B", "LLAMA3_70B", "LLAMA3.1_405B", "LLAMA3-8B", "LLAMA
                  "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Nemotron-8B", "Nemotron-22B", "Nemotron-340B"}
 """Corpus labels of models clustersim has a preset for (simulator/presets/)."""
 
-FEATURES = ("precision", "cp", "schedule", "tp_overlap", "recompute")
+FEATURES = ("precision", "cp", "schedule", "tp_overlap", "recompute", "offload")
 
 FP8_OPTIONS = ("framework.float8", "framework.float8_recipe", "framework.float8_fsdp_all_gather",
                "framework.float8_precompute_scale")
@@ -123,7 +123,8 @@ def case_features(sc) -> dict[str, str]:
     return {"precision": t.precision, "cp": "cp > 1" if p.cp > 1 else "cp = 1",
             "schedule": p.pp_schedule if p.pp > 1 else "no pp",
             "tp_overlap": "on" if (sc.overlap_tp and p.tp > 1) else ("off" if p.tp > 1 else "tp = 1"),
-            "recompute": t.recompute if t.recompute_layers is None else "full (block)"}
+            "recompute": t.recompute if t.recompute_layers is None else "full (block)",
+            "offload": "activations offloaded" if t.offload_layers else "none"}
 
 
 def _err(o) -> Optional[float]:
