@@ -25,11 +25,12 @@ Two numbers are *fitted*, each on a fit split, and transferred:
   Blackwell rows had read +23..+33 % fast under delayed-scaling casts, the first grid 11.0 % none .. 8.36 % at 0.47)
   and the TE constant was re-fitted on the H100 rows: none 14.24 %, 0.55 8.97, 0.50 7.11, 0.49 6.80, 0.48 6.48,
   0.47 6.43, 0.46 6.49, 0.45 6.55, 0.44 6.62, 0.40 7.05, 0.36 8.19 % (the 8 Blackwell rows alone: 7.53 % at 0.47). The release has no BF16 Blackwell row: BF16
-  takes the value through the same H100 relation (transferred, not fitted). Two fit rows came later (25.09's GB200
-  Llama 3 70B and 405B FP8-CS, Megatron FSDP with activation offloading, whose host link was fitted on them:
-  topologies/gb200-nvl72.yaml `host_link_gbs`); with them the grid reads 0.45 6.91, 0.46 6.85, 0.47 6.91, 0.48 7.03 %
-  (34 rows): flat within 0.06 points, so 0.47 is kept, as in the re-runs above (the validation split: 10.9 / 10.3 %
-  of its Megatron-Bridge rows at 0.46 / 0.47).
+  takes the value through the same H100 relation (transferred, not fitted). Re-gridded once the fit split gained
+  25.09's two GB200 offloading rows and every Megatron-Bridge row ran its recipes' fused cross-entropy (Transformer
+  Engine's, `training.loss: fused`): 0.42 7.17, 0.43 7.01, 0.44 6.98, 0.45 7.00, 0.46 7.14, 0.47 7.28, 0.48 7.50 % (34
+  rows). Not re-fitted to 0.44: the minimum moves through the MoE rows alone (DeepSeek-V3 and Qwen3 on B200 / GB200,
+  +14..+25 % at 0.47, whose dispatch and CUDA graphs are not all modelled); the ten dense Blackwell fit rows read 4.6 %
+  at 0.47 and 5.7 % at 0.44. The validation split's Megatron-Bridge rows: 10.4 % at 0.47, 12.1 % at 0.44.
 - transferred, not fitted: the same fraction of the published curve for every dtype where no framework constant
   applies (torchao's FP8 GEMMs take the FP8 curve times it), and for every framework; to H200, the same GH100 die
   at the same 700 W; to GB300's B300, whose GEMM curve is the GB200's (the same dense peaks); and to the variants
