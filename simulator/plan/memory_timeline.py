@@ -47,7 +47,7 @@ from .memory import (ADAM_STATE_BYTES, MOMENT_OPTIMIZERS, HELD_BUFFERS, LAYER_TR
                      OUTSIDE_ALLOCATOR, _transient_total, buffer_bytes, embedding_activation_terms,
                      head_activation_terms, layer_activation_terms, static_bytes, zero_groups)
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_params, rank_params
-from .offload import moved_bytes, offload_plan
+from .offload import offload_plan
 
 CATEGORIES = ("parameters", "buffers", "gradients", "optimizer state", "activations")
 """What an event belongs to, in the order the plot stacks them (PyTorch memory profiler's categories)."""
@@ -113,9 +113,10 @@ def _offload_moves(sc: Scenario) -> tuple[dict, dict]:
     loaded: dict = {}
     if plan is None:
         return freed, loaded
+    moved = {c.key: c.bytes for lc in plan.forward.values() for c in lc.issue}
     for layer, lc in plan.forward.items():
         for key, _ in lc.wait:
-            freed.setdefault(f"L{layer}", []).append((key, moved_bytes(sc, int(key[1:]))))
+            freed.setdefault(f"L{layer}", []).append((key, moved[key]))
     for layer, lc in plan.backward.items():
         for c in lc.issue:
             loaded.setdefault(f"L{layer}", []).append((c.key, c.bytes))

@@ -33,6 +33,7 @@ from functools import lru_cache
 
 from ..scenario import Scenario
 from .activations import layer_activation_terms
+from .opgraph import ACT_BYTES
 
 V1_KEPT = ("expert_fc1_input", "expert_fc2_input", "router_probs", "expert_probs", "expert_output",
            "attn_dropout_mask", "mlp_dropout_mask")
@@ -90,7 +91,7 @@ def moved_terms(sc: Scenario, layer: int) -> dict[str, float]:
     terms = layer_activation_terms(sc, layer)
     if scheme(sc) == "te_v1":
         return {k: v for k, v in terms.items() if k not in V1_KEPT}
-    ab = 4 if sc.training.precision == "fp32" else 2
+    ab = ACT_BYTES[sc.training.precision]
     return {k: v for k, v in terms.items() if v / ab >= V2_MIN_ELEMENTS}
 
 
