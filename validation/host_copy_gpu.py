@@ -19,6 +19,20 @@ import sys
 from pathlib import Path
 
 
+def cuda_torch(what: str):
+    """torch where it is installed and sees a CUDA GPU; else None, after saying why on stderr (the caller exits 2).
+    `what`: what the script measures, for the message."""
+    try:
+        import torch
+    except ImportError:
+        print("error: torch is not installed", file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        print(f"error: no CUDA GPU (this measures {what})", file=sys.stderr)
+        return None
+    return torch
+
+
 def measure(torch, nbytes: int, direction: str, repeats: int) -> float:
     """Median GB/s of `repeats` copies of `nbytes` in `direction` (d2h | h2d | both: one each way at once, their
     summed bytes over the time both take)."""
@@ -56,13 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("error: torch is not installed", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("error: no CUDA GPU (this measures a GPU's copies to and from pinned host memory)", file=sys.stderr)
+    torch = cuda_torch("a GPU's copies to and from pinned host memory")
+    if torch is None:
         return 2
     sizes = [int(x) for x in a.sizes_mb.split(",")]
     rows = []

@@ -26,6 +26,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_copy_gpu import cuda_torch  # noqa: E402
+
 
 def _per_call_us(fn, n: int) -> float:
     """Host microseconds per call of `fn` over `n` calls (after 200 warm-up calls), the GPU left to catch up after."""
@@ -82,13 +85,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", type=int, default=20000)
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("error: torch is not installed", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("error: no CUDA GPU (this measures the host's cost of issuing GPU work)", file=sys.stderr)
+    torch = cuda_torch("the host's cost of issuing GPU work")
+    if torch is None:
         return 2
     r = measure(torch, a.ops)
     cpu = platform.processor() or platform.machine()
