@@ -20,7 +20,7 @@ from .document_spec import Documents, resolve_documents
 from .efficiency_spec import check_efficiency
 from .ep_spec import check_expert_parallel
 from .offload_spec import check_offload
-from .plan.schedules import DEFAULT_SCHEDULE, SCHEDULES, join_names, schedule_alias, schedule_spec, vpp_allowed
+from .plan.schedules import DEFAULT_SCHEDULE, NOT_MODELLED, SCHEDULES, join_names, schedule_alias, schedule_spec, vpp_allowed
 from .schema import from_mapping
 from .topology import Topology, load_topology
 from .run_spec import RunSpec, parse_run
@@ -180,7 +180,7 @@ class Parallel:
     optimizer); 2 gradients too; 3 parameters too (FSDP)."""
     sp: bool = False
     """Sequence parallel in the TP regions (Megatron SP; nanotron tp_mode REDUCE_SCATTER)."""
-    pp_schedule: str = field(default=DEFAULT_SCHEDULE, metadata={"choices": SCHEDULES, "alias": schedule_alias})
+    pp_schedule: str = field(default=DEFAULT_SCHEDULE, metadata={"choices": SCHEDULES, "alias": schedule_alias, "not_modelled": NOT_MODELLED})
     """Pipeline schedule (`schedules.SCHEDULES`; frameworks' names read as these, `SCHEDULE_ALIASES`): afab (GPipe), 1f1b,
     interleaved-1f1b (vpp >= 2; the default with vpp >= 2 where the framework runs it), zb-h1, zbv and dualpipev (vpp 2)."""
     vpp: int = field(default=1, metadata={"min": 1, "max": MAX_LAYERS})

@@ -1,7 +1,8 @@
 """Strict conversion of a YAML mapping into a frozen dataclass: unknown keys, wrong types and values
 outside a field's allowed set are `ScenarioError`s that name the key path.
 
-A field declares its allowed values with `metadata={"choices": (...)}`, bounds with `metadata={"min": x}`,
+A field declares its allowed values with `metadata={"choices": (...)}` (and with `"not_modelled": {word: why}`, the word
+as `inputs.spelling` writes it, what a refused word that names something real means), bounds with `metadata={"min": x}`,
 `{"gt": x}` (strictly above) and `{"max": x}` (each upper bound says in the field's docstring why it is
 there: a value beyond it would exhaust memory or time, or is physically absurd); `Optional[...]` admits
 null; nested dataclasses are converted recursively. Numbers must be finite (NaN passes every `<` test, so
@@ -17,7 +18,7 @@ import typing
 from typing import Any
 
 from .errors import ScenarioError
-from .inputs import short
+from .inputs import short, spelling
 
 MAX_STR = 8192
 """Longest string field (names, paths, provenance lines): far above any real one, small enough to print."""
@@ -102,7 +103,8 @@ def check_range(value, meta, path: str) -> None:
         return
     choices = meta.get("choices")
     if choices is not None and value not in choices:
-        raise ScenarioError(path, f"{short(value)} is not allowed", " | ".join(map(str, choices)))
+        why = meta.get("not_modelled", {}).get(spelling(value)) if isinstance(value, str) else None  # a known word for something not modelled
+        raise ScenarioError(path, f"{short(value)} is not allowed" + (f": {why}" if why else ""), " | ".join(map(str, choices)))
     low, gt, high = meta.get("min"), meta.get("gt"), meta.get("max")
     if low is not None and value < low:
         raise ScenarioError(path, f"{short(value)} is below the minimum", f">= {low}" + (f" and <= {high:,}" if high is not None else ""))

@@ -85,3 +85,11 @@ def test_zero3_passes_stay_alone():
     """ZeRO-3's per-block parameter gathers gate each block of a pass: such passes are not paired."""
     plan = build_plan(mixtral("parallel.zero=3"))
     assert not any(pairs(plan, s) for s in range(plan.sc.parallel.pp))
+
+
+def test_bidirectional_dualpipe_is_refused_with_what_to_write_instead():
+    """A user writing DeepSeek-V3's schedule name hears that bidirectional DualPipe is not modelled and that dualpipev is."""
+    from simulator.errors import ScenarioError
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(MIXTRAL, ["parallel.pp_schedule=DualPipe", "parallel.vpp=2"])
+    assert e.value.path == "parallel.pp_schedule" and "bidirectional" in e.value.problem and "dualpipev" in e.value.problem

@@ -450,6 +450,12 @@ runs it (`ScheduleInterleaved1F1B`). Not ScheduleInterleavedZeroBubble: torchtit
 several stages per rank, which clustersim's zb-h1 is not."""
 
 
+NOT_MODELLED = {"dualpipe": "DeepSeek-V3's bidirectional DualPipe (report §3.2.1: micro-batches fed from both ends, two copies "
+                            "of the parameters) is not modelled; dualpipev, its V-shaped variant with one copy "
+                            "(deepseek-ai/DualPipe), is (vpp 2)"}
+"""Schedule names users write for schedules clustersim does not price, and what to write instead (the scenario's error)."""
+
+
 def schedule_alias(text: str) -> str:
     """The contract's name for `text` written as a `SCHEDULE_ALIASES` spelling; `text` itself where none matches."""
     return SCHEDULE_ALIASES.get(spelling(text), text)
