@@ -440,7 +440,6 @@ INTERLEAVED = "interleaved-1f1b"
 DEFAULT_SCHEDULE = "1f1b"
 """The contract's default `parallel.pp_schedule`, also what the sweep lists for a layout without a pipeline."""
 
-
 SCHEDULE_ALIASES: dict[str, str] = {
     spelling(alias): spec.name for spec in SCHEDULES.values()
     for alias in (spec.name, *(n for _, n in spec.frameworks), *((spec.torch_class,) if spec.framework_name("torchtitan") else ()))}
