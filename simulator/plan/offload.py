@@ -80,8 +80,9 @@ def scheme(sc: Scenario) -> str | None:
 
 
 def offloaded(sc: Scenario, layer: int) -> bool:
-    """Layer `layer` (0-based decoder layer) is offloaded: one of the first N."""
-    return bool(sc.training.offload_layers) and layer < sc.training.offload_layers and not sc.model.is_mtp_layer(layer)
+    """Layer `layer` (0-based) is offloaded: one of the first N decoder layers (N is below the model's layers, so an MTP
+    layer, numbered after them, never is)."""
+    return layer < sc.training.offload_layers
 
 
 def moved_terms(sc: Scenario, layer: int) -> dict[str, float]:
