@@ -184,6 +184,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "mfu": tflops / peak,
         "hfu": hw / iteration / gpus / 1e12 / peak if hw else None,
         "bubble_fraction": bubble,
+        "stage_idle_fraction": [st.bubble_s / iteration for st in res.stages] if iteration > 0 else [],
         "comm": comm,
         "overlap_fraction": overlap,
         "contention_s": contention,

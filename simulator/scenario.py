@@ -184,7 +184,7 @@ class Parallel:
     """Pipeline schedule (`schedules.SCHEDULES`; frameworks' names read as these, `SCHEDULE_ALIASES`): afab (GPipe), 1f1b,
     interleaved-1f1b (vpp >= 2; the default with vpp >= 2 where the framework runs it), zb-h1, zbv and dualpipev (vpp 2)."""
     vpp: int = field(default=1, metadata={"min": 1, "max": MAX_LAYERS})
-    """Model chunks per pp rank, as the schedule allows (`ScheduleSpec.vpp`: interleaved >= 2, V-shaped 2)."""
+    """Model chunks per pp rank, as the schedule allows (`ScheduleSpec.vpp`: interleaved >= 2, V-shaped 2, their default)."""
     pp_layers: Optional[list[int]] = None
     """Layers per model chunk, pp*vpp entries in pipeline order."""
     pp_balance: str = field(default="even", metadata={"choices": ("even", "speed")})

@@ -135,6 +135,20 @@ def test_breakdown_sums_to_iteration_time_and_names_the_critical_rank():
     assert 0.0 <= r.overlap_fraction <= 1.0
 
 
+@pytest.mark.parametrize("evaluate", ["engine", "analytic"])
+def test_the_critical_rank_is_the_most_loaded_stage_of_an_uneven_pipeline(evaluate):
+    """Stage 1 holds 7 of 8 layers: stage 0 ends last (its last backward) but only waits on stage 1, so the
+    breakdown is stage 1's and its bubble is 1F1B's (p-1)/(m+p-1) on stage 1's passes; stage 0's idle is larger."""
+    sc = scenario(pp=2, m=8, layers=8, pp_layers=[1, 7])
+    r = run(sc) if evaluate == "engine" else estimate(sc, UniformCost(topology=sc.topology))
+    idle = [st.bubble_s / r.iteration_time_s for st in r.stages]
+    assert r.critical_rank == r.stages[1].rank
+    assert r.bubble_fraction == pytest.approx(idle[1], abs=1e-9)
+    assert r.breakdown["compute_s"] == pytest.approx(8 * 7 * 3 * LAYER, rel=1e-9)
+    assert idle[0] > r.bubble_fraction + 0.5
+    assert sum(r.breakdown.values()) == pytest.approx(r.iteration_time_s, rel=1e-9)
+
+
 # ------------------------------------------------------------------------------- memory
 
 @pytest.mark.parametrize("schedule, vpp, m", [("1f1b", 1, 8), ("afab", 1, 8), ("interleaved-1f1b", 2, 8),

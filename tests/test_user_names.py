@@ -54,6 +54,15 @@ def test_a_schedule_the_user_names_is_kept_and_checked():
     assert e.value.path == "parallel.vpp"
 
 
+@pytest.mark.parametrize("schedule", ["zbv", "dualpipev"])
+def test_a_v_shaped_schedule_without_vpp_gets_its_two_chunks_and_a_written_vpp_is_still_checked(schedule):
+    sc = load_scenario(S8, PP2 + ["framework=torchtitan", f"parallel.pp_schedule={schedule}"])
+    assert sc.parallel.vpp == 2
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(S8, PP2 + ["framework=torchtitan", f"parallel.pp_schedule={schedule}", "parallel.vpp=4"])
+    assert e.value.path == "parallel.vpp"
+
+
 def test_deepspeed_has_no_interleaved_schedule_so_chunks_stay_an_error():
     with pytest.raises(ScenarioError) as e:
         load_scenario(S8, PP2 + ["parallel.vpp=2", "framework=deepspeed"])

@@ -7,9 +7,10 @@ Per simulated rank, over the step [0, T] where T = the latest rank's end (the it
               collectives after all group members were ready);
   bubble    = T - busy - sum_d exposed_d: idle for lack of work (pipeline fill/drain, waiting for an
               upstream stage's compute or for a slower peer), excluding its own exposed communication.
-The critical rank is the one that ends last; `bubble_fraction` (its bubble / T: NAR21's idle share of
-wall time, (p-1)/(m+p-1) for 1F1B with uniform stages), `comm`, `breakdown` and `overlap_fraction` =
-1 - exposed/total communication are all taken on it, so the headline bubble is the breakdown's. `breakdown` sums to T.
+The critical rank is the least idle one (the most loaded stage; among equals the one that ends last,
+`critical_rank`); `bubble_fraction` (its bubble / T: NAR21's idle share of wall time, (p-1)/(m+p-1) for
+1F1B with uniform stages), `comm`, `breakdown` and `overlap_fraction` = 1 - exposed/total communication
+are all taken on it, so the headline bubble is the breakdown's. `breakdown` sums to T.
 `contention_s` (per dimension, on the critical rank) is how much longer its transfers took than
 priced alone because others shared their links (`links.py`): part of `comm` time_s, not a breakdown
 term (what of it the compute stream waited for is already in exposed or bubble).
@@ -104,10 +105,20 @@ def stage_results(sc, ranks, T: float, static: list[float]) -> list[StageResult]
     return [best[s] for s in sorted(best)]
 
 
+def critical_rank(ranks, T: float):
+    """The rank that sets the pace: the least idle (T - busy - exposed communication), so the most loaded stage of an
+    uneven pipeline (a light first stage of dense layers beside MoE stages only waits on the others); among ranks idle
+    alike (within 1e-6 of T: uniform stages) the one that ends last, then the lowest stage."""
+    def idle(rk) -> float:
+        busy = rk.compute_s + rk.recompute_s + rk.optimizer_s + sum(rk.exposed.get(d, 0.0) for d in COMM_DIMS)
+        return round((T - busy) / T, 6) if T > 0 else 0.0
+    return min(ranks, key=lambda rk: (idle(rk), -rk.end, rk.stage))
+
+
 def summarize(sc, ranks, static: list[float], *, events: int, wall_s: float, full: bool, links=None) -> EngineResult:
     T = max(rk.end for rk in ranks)
     stages = stage_results(sc, ranks, T, static)
-    crit = max(ranks, key=lambda rk: (rk.end, -rk.stage))
+    crit = critical_rank(ranks, T)
     busy = crit.compute_s + crit.recompute_s + crit.optimizer_s
     comm = {d: (crit.comm.get(d, 0.0), crit.exposed.get(d, 0.0)) for d in COMM_DIMS}
     exposed = sum(e for _, e in comm.values())

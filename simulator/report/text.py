@@ -57,7 +57,12 @@ def format_report(r: dict) -> str:
     mem = r["memory"]
     mrows = [[str(s["stage"]), f"{s['weights_gib']:.2f}", f"{s['grads_gib']:.2f}", f"{s['optimizer_gib']:.2f}",
               f"{s['activations_gib']:.2f}", f"{s['buffers_gib']:.2f}", f"{s['peak_gib']:.2f}"] for s in mem["per_stage"]]
-    out += ["  " + x for x in _table(mrows, ["stage", "weights", "grads", "optimizer", "activations", "buffers", "peak GiB"])]
+    heads = ["stage", "weights", "grads", "optimizer", "activations", "buffers", "peak GiB"]
+    idle = r.get("stage_idle_fraction") or []
+    if len(idle) == len(mrows) > 1:  # a pipeline: each stage's idle share (the critical stage's is the bubble above)
+        mrows = [row + [f"{x * 100:.1f} %"] for row, x in zip(mrows, idle)]
+        heads.append("idle")
+    out += ["  " + x for x in _table(mrows, heads)]
     verdict = "fits" if mem["fits"] else "DOES NOT FIT"
     free = mem["capacity_gib"] - mem["peak_gib"]
     out.append(f"  memory: peak {mem['peak_gib']:.1f} GiB of {mem['capacity_gib']:.1f} GiB, {free:.1f} GiB free"
