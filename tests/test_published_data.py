@@ -493,6 +493,9 @@ def test_torchao_readme_row_runs_the_benchmark_scripts_layout():
         p, t = sc.parallel, sc.training
         assert sc.gpus == 8 and (p.dp, p.zero) == (8, 3) and (t.micro_batch, t.global_batch, t.seq_len) == (1, 8, 8192)
         assert t.recompute == "selective" and t.precision == precision and dict(sc.framework.options)["compile"] is True
+        # the benchmark PR's torchtitan log: 47.79 GiB is 50.30 % of the device, Meta's 96 GB HBM2e H100 at 500 W
+        assert sc.topology.name == "grand-teton-h100" and 47.79 / sc.topology.gpu.memory_gib == pytest.approx(0.5030, abs=1e-4)
+        assert sc.topology.gpu.power_limit_w == 500
     options = dict(scenario_from_mapping(fp8["scenario"], base_dir=ROOT).framework.options)
     assert options["float8_fsdp_all_gather"] is True and options["float8_precompute_scale"] is True
     options = dict(scenario_from_mapping(rowwise["scenario"], base_dir=ROOT).framework.options)

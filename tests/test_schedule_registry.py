@@ -55,8 +55,9 @@ def test_a_copy_of_1f1b_registered_in_a_test_reports_what_1f1b_reports(toy, esti
 
 
 def test_a_registered_schedule_brings_its_own_rules_to_scenario_validation(toy_v):
+    assert load_scenario(S8, PP2 + ["parallel.pp_schedule=toy-v"]).parallel.vpp == 2  # its vpp when none is written
     with pytest.raises(ScenarioError) as e:
-        load_scenario(S8, PP2 + ["parallel.pp_schedule=toy-v"])
+        load_scenario(S8, PP2 + ["parallel.pp_schedule=toy-v", "parallel.vpp=3"])
     assert e.value.path == "parallel.vpp" and "V-shaped" in str(e.value)
     with pytest.raises(ScenarioError) as e:  # 2 micro-batches per rank: toy-v wants 3*pp = 6
         load_scenario(S8, PP2 + ["parallel.pp_schedule=toy-v", "parallel.vpp=2", "training.global_batch=16"])
