@@ -63,6 +63,15 @@ def test_a_v_shaped_schedule_without_vpp_gets_its_two_chunks_and_a_written_vpp_i
     assert e.value.path == "parallel.vpp"
 
 
+def test_torchtitans_interleaved_schedule_without_vpp_gets_two_stages_per_rank_and_megatrons_stays_an_error():
+    # torchtitan: a multi-stage schedule without pipeline_parallel_layers_per_stage has 2 stages per rank
+    sc = load_scenario(S8, PP2 + ["framework=torchtitan", "parallel.pp_schedule=Interleaved1F1B"])
+    assert (sc.parallel.pp_schedule, sc.parallel.vpp) == ("interleaved-1f1b", 2)
+    with pytest.raises(ScenarioError) as e:  # Megatron interleaves only with a virtual pipeline size
+        load_scenario(S8, PP2 + ["framework=megatron", "parallel.pp_schedule=interleaved-1f1b"])
+    assert e.value.path == "parallel.vpp"
+
+
 def test_deepspeed_has_no_interleaved_schedule_so_chunks_stay_an_error():
     with pytest.raises(ScenarioError) as e:
         load_scenario(S8, PP2 + ["parallel.vpp=2", "framework=deepspeed"])

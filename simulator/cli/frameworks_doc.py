@@ -70,6 +70,9 @@ def render_frameworks() -> str:
                   ("FP4 casts (training.precision fp4)", fw.fp4_recipe.value if fw.fp4_recipe else "none (fp4 refused)",
                    fw.fp4_recipe.source if fw.fp4_recipe else "clustersim does not price this framework's FP4 training"),
                   ("pipeline split", fw.pp_split.value, fw.pp_split.source)]
+        if fw.multi_chunk_vpp is not None:
+            fixed.append(("parallel.vpp when an interleaved schedule is named without it", fw.multi_chunk_vpp.value,
+                          fw.multi_chunk_vpp.source))
         fixed += [(key, f"1 ({why.value}; above 1 is refused)", why.source) for key, why in fw.lacks.items()]
         if fw.selective_recompute is not None:
             fixed.append(("training.recompute: selective means", fw.selective_recompute.value, fw.selective_recompute.source))

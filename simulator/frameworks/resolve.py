@@ -288,9 +288,12 @@ def layout_rules(choice: FrameworkChoice, parallel, model):
         # model chunks without a schedule: the framework's interleaved one (Megatron: virtual pipeline stages
         # select it, MLM core/pipeline_parallel/schedules.py get_forward_backward_func)
         p = replace(p, pp_schedule=INTERLEAVED)
-    fixed_vpp = schedule_spec(p.pp_schedule).vpp
-    if fixed_vpp not in (None, 1) and "parallel.vpp" not in choice.scenario_keys:
-        p = replace(p, vpp=fixed_vpp)  # a V-shaped schedule's two chunks per rank, unwritten (zbv, dualpipev)
+    if "parallel.vpp" not in choice.scenario_keys:  # a multi-chunk schedule named without its chunk count
+        fixed = schedule_spec(p.pp_schedule).vpp
+        if fixed is None and fw.multi_chunk_vpp is not None:
+            p = replace(p, vpp=fw.multi_chunk_vpp.value)  # the framework's default (torchtitan: 2 per rank)
+        elif fixed not in (None, 1):
+            p = replace(p, vpp=fixed)  # a V-shaped schedule's two chunks per rank (zbv, dualpipev)
     if p.pp_p2p == "blocking" and "parallel.pp_p2p" not in choice.scenario_keys \
             and not schedule_spec(p.pp_schedule).p2p_in_steady_state:
         p = replace(p, pp_p2p="async")  # a framework default the engine models for 1F1B only (see its notes)

@@ -174,6 +174,9 @@ class Framework:
     """Which FP4 casts `training.precision: fp4` runs (`FP4_RECIPES`); null: the framework's FP4 training is not
     priced here (the precision is refused)."""
     pp_split: Sourced
+    multi_chunk_vpp: Optional[Sourced] = None
+    """Model chunks per pp rank a multi-chunk schedule (interleaved-1f1b) gets when the scenario names it and writes
+    no `parallel.vpp` (torchtitan: 2); null: the scenario must write vpp (Megatron's virtual pipeline size)."""
     activation_offload: Optional[Sourced] = None
     """How the framework offloads activations to host memory (`OFFLOAD_SCHEMES`); null: it cannot (a scenario with
     `training.offload_layers` is refused)."""
@@ -244,6 +247,8 @@ def _check(fw: Framework, where: str) -> Framework:
         entry = getattr(fw, key)
         if entry is not None and not isinstance(entry.value, bool):
             raise ScenarioError(f"{where}.{key}", f"{entry.value!r}", "true | false")
+    if fw.multi_chunk_vpp is not None and (not isinstance(fw.multi_chunk_vpp.value, int) or fw.multi_chunk_vpp.value < 2):
+        raise ScenarioError(f"{where}.multi_chunk_vpp", f"{fw.multi_chunk_vpp.value!r}", "an integer >= 2")
     if fw.activation_offload is not None and fw.activation_offload.value not in OFFLOAD_SCHEMES:
         raise ScenarioError(f"{where}.activation_offload", f"{fw.activation_offload.value!r}", " | ".join(OFFLOAD_SCHEMES))
     if fw.optimizer_impl is not None and fw.optimizer_impl.value not in OPTIMIZER_IMPLS:
