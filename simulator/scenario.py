@@ -59,9 +59,10 @@ class Training:
     """Sequences per optimizer step, all DP replicas together (at most MAX_GLOBAL_BATCH)."""
     micro_batch: int = field(default=1, metadata={"min": 1, "max": MAX_GLOBAL_BATCH})
     """Sequences per micro-batch on one DP rank."""
-    precision: str = field(default="bf16", metadata={"choices": ("fp32", "bf16", "fp8", "fp4")})
-    """bf16/fp8/fp4: fp32 master weights and fp32 optimizer states; fp8 and fp4 (NVFP4: E2M1 with E4M3 scales per
-    16 values, the framework's `fp4_recipe`, Blackwell) quantize the transformer layers' linears."""
+    precision: str = field(default="bf16", metadata={"choices": ("fp32", "bf16", "fp16", "fp8", "fp4")})
+    """bf16/fp16/fp8/fp4: fp32 master weights and fp32 optimizer states; fp16 runs as bf16 plus a loss scaler's unscale
+    pass (`step_ops.LOSS_SCALE_BYTES`); fp8 and fp4 (NVFP4: E2M1 with E4M3 scales per 16 values, the framework's
+    `fp4_recipe`, Blackwell) quantize the transformer layers' linears."""
     recompute: str = field(default="none", metadata={"choices": ("none", "selective", "full")})
     """Recomputation: none; selective (core attention re-run in the backward); full (only each layer's input kept)."""
     recompute_modules: Optional[list[str]] = None
@@ -84,8 +85,8 @@ class Training:
     """adamw: two fp32 moments per parameter; lamb: those and a per-tensor trust ratio (`step_ops.LAMB_EXTRA_BYTES`); sgd: none (no momentum)."""
     optimizer_impl: Optional[str] = field(default=None, metadata={"choices": ("fused", "foreach", "for_loop")})
     """Which implementation steps it, for a calibration profile's curves; null: the framework's (`optimizer_impl`)."""
-    grad_dtype: Optional[str] = field(default=None, metadata={"choices": ("fp32", "bf16")})
-    """Gradient accumulation and reduction dtype; null = fp32 (Megatron's main_grad, nanotron's default)."""
+    grad_dtype: Optional[str] = field(default=None, metadata={"choices": ("fp32", "bf16", "fp16")})
+    """Gradient accumulation and reduction dtype (bf16, fp16: 2 bytes); null = fp32 (Megatron's main_grad, nanotron's)."""
     grad_accum_fused: bool = True
     """True: the weight-gradient GEMM accumulates straight into the fp32 buffer (Megatron's gradient_accumulation_fusion).
     False: a gradient in the weights' dtype is produced and added to the accumulator after every micro-batch (nanotron's
@@ -115,7 +116,7 @@ class Training:
 
     @property
     def grad_bytes(self) -> int:
-        return 2 if self.grad_dtype == "bf16" else 4
+        return 2 if self.grad_dtype in ("bf16", "fp16") else 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -437,7 +438,7 @@ def validate_layout(sc: Scenario) -> Scenario:
                             "recompute full (block recomputation of the first N layers of each chunk), or null")
     if t.autocast and t.precision != "bf16":
         raise ScenarioError("training.autocast", f"true with precision {t.precision}", "precision bf16 (autocast casts fp32 weights to bf16)")
-    if t.autocast and t.grad_dtype == "bf16":
+    if t.autocast and t.grad_dtype in ("bf16", "fp16"):
         raise ScenarioError("training.autocast", "true with grad_dtype bf16 (autocast's .grad is fp32)", "grad_dtype fp32 or null")
     if t.autocast and p.zero:
         raise ScenarioError("training.autocast", f"true with parallel.zero {p.zero} (sharded states cast through FSDP2's mixed-precision policy)",

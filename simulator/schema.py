@@ -133,7 +133,8 @@ def from_mapping(cls, raw: Any, path: str = ""):
         key_path = f"{path}.{name}" if path else name
         if name not in raw:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ScenarioError(key_path, "missing required key")
+                choices = f.metadata.get("choices")
+                raise ScenarioError(key_path, "missing required key", " | ".join(map(str, choices)) if choices else None)
             continue
         value = _convert(raw[name], hints[name], key_path)
         if isinstance(value, str) and "alias" in f.metadata:

@@ -172,8 +172,8 @@ def plan_replay(sc: Scenario, options: ReplayOptions) -> ReplayPlan:
     world = sc.gpus
     notes += _check_world(sc, device, world)
     precision = sc.training.precision
-    if precision == "fp8":
-        _fail("training.precision", "fp8 is not implemented by the executor", "fp32 | bf16")
+    if precision not in ("fp32", "bf16"):  # fp8 / fp4 casts, fp16's loss scaler
+        _fail("training.precision", f"{precision} is not implemented by the executor", "fp32 | bf16")
     dtype = precision if device == "cuda" else "fp32"
     if device == "cpu" and precision != "fp32":
         notes.append(f"training.precision {precision}: CPU runs compute in fp32 (the prediction still assumes {precision})")

@@ -262,7 +262,7 @@ class CostModel:
             # H200 a 1B step's GEMM kernels ran faster than calibrate's (`sustained.py`)
             if op.kind == "optimizer":
                 t = self.profile.optimizer_time(op.shape[0], self.optimizer_impl)
-                if t is not None and len(op.shape) > 1:  # LAMB: AdamW's measured speed over LAMB's bytes
+                if t is not None and len(op.shape) > 1:  # LAMB, a loss scaler, an amax pass: AdamW's measured speed over their bytes
                     t *= op.shape[1]
             else:
                 probed, scale = as_probed(op, self.eager_chains)

@@ -58,8 +58,9 @@ def scenario_model_flops(sc: "Scenario") -> tuple[float, str]:
 def gemm_dtype(sc: "Scenario") -> str:
     """The precision the step's GEMMs run in: `training.precision` (autocast requires bf16, and its
     GEMMs run in bf16). The cost model prices every matmul at `peak_flops(op.dtype)` with this dtype
-    (`ops.py`), fp32 at the FP32 peak (no TF32)."""
-    return sc.training.precision
+    (`ops.py`), fp32 at the FP32 peak (no TF32); fp16 as bf16 (`opgraph.priced_dtype`)."""
+    from .opgraph import priced_dtype  # noqa: PLC0415 (opgraph imports the scenario)
+    return priced_dtype(sc.training.precision)
 
 
 def mfu_peak_flops(sc: "Scenario") -> float:

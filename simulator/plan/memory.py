@@ -44,7 +44,7 @@ GIB = 2 ** 30
 
 # ----------------------------------------------------------------------------------- constants
 
-WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2, "fp4": 2}
+WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2}
 """Module weights per precision; FP8 training keeps 16-bit weights and casts them per GEMM (DSV3 §3.3,
 Transformer Engine `fp8_autocast`)."""
 MASTER_BYTES = 4

@@ -13,8 +13,17 @@ from typing import Optional, Union
 
 from ..scenario import Scenario
 
-ACT_BYTES = {"fp32": 4, "bf16": 2, "fp8": 2, "fp4": 2}  # activations stay bf16 under fp8 / fp4 training (DSV3 §3.3)
-GEMM_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1, "fp4": 0.5}
+ACT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2}  # activations stay 16-bit under fp8 / fp4 (DSV3 §3.3)
+GEMM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+PRICED_AS = {"fp16": "bf16"}
+"""Precisions whose tensor-core work is priced as another's: fp16 runs at bf16's rate on every GPU clustersim
+describes (the datasheets' dense peaks are equal: A100 312, H100 989, B200 2,250 TFLOP/s; `topologies/*.yaml`
+peak_tflops) and the published GEMM and attention points are BF16's (`cost/kernel_data.json`)."""
+
+
+def priced_dtype(precision: str) -> str:
+    """The dtype a training precision's GEMMs and attention are priced in (`PRICED_AS`, else the precision)."""
+    return PRICED_AS.get(precision, precision)
 QUANTIZED = ("fp8", "fp4")
 """Training precisions whose linears' GEMMs run quantized (FP8; NVFP4's E2M1), their casts priced by the framework's
 recipe (`Fp8Casts`); attention, norms and the LM head stay 16-bit."""
@@ -153,7 +162,7 @@ def shard(sc: Scenario) -> Shard:
     kv = m.kv_dim // t if m.n_kv >= t or m.mla else m.kv_dim // m.n_kv
     return Shard(b=tr.micro_batch, s=s_loc, T=T, T_sp=T // t if (p.sp and t > 1) else T, t=t, h=m.hidden,
                  q=m.q_dim // t, kv=kv, heads=m.heads // t, d_head=m.d_head, ab=ACT_BYTES[tr.precision],
-                 gb=GEMM_BYTES[tr.precision], dtype=tr.precision)
+                 gb=GEMM_BYTES[tr.precision], dtype=priced_dtype(tr.precision))
 
 
 def gemm(name: str, m: int, n: int, k: int, z: Shard, repeat: int = 1) -> Compute:

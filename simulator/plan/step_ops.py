@@ -169,26 +169,36 @@ master (+12): 4 + 8 + 12 - 4 = 20 B (You et al. 2020, "Large Batch Optimization 
 The norms' cross-rank sum under a sharded optimizer (a few bytes per tensor) is not priced."""
 
 
+LOSS_SCALE_BYTES = 8
+"""fp16 training's dynamic loss scaler, per (sharded) parameter: before the step the fp32 gradients are unscaled in
+place and checked for inf/NaN, one multi-tensor pass that reads and writes each (4 + 4 B): Megatron-Core's
+MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan (megatron/core/optimizer/optimizer.py:
+torch._amp_foreach_non_finite_check_and_unscale_ over the main grads, then a one-value all-reduce of found_inf over
+the model-parallel group, not priced), as torch.amp.GradScaler.unscale_ does for PyTorch AMP. bf16 has no scaler."""
+
+
 def optimizer_bytes_per_param(sc: Scenario, optimizer: str | None = None) -> float:
     """HBM traffic of one optimizer step per (sharded) parameter: AdamW reads grad, master, m, v and writes
     master, m, v and the 16-bit weight (~30 B, docs/modeling.md §7.4) plus ~4 B for the global grad norm;
-    LAMB adds `LAMB_EXTRA_BYTES`; SGD reads grad and master and writes master and weight."""
+    LAMB adds `LAMB_EXTRA_BYTES`; SGD reads grad and master and writes master and weight; fp16 adds the loss
+    scaler's unscale pass (`LOSS_SCALE_BYTES`)."""
     optimizer = optimizer or sc.training.optimizer
     low = sc.training.precision != "fp32" and not sc.training.autocast  # autocast keeps no 16-bit copy to write
+    scaler = LOSS_SCALE_BYTES if sc.training.precision == "fp16" else 0
     if optimizer in ("adamw", "lamb"):
-        return 4 * 4 + 3 * 4 + (2 if low else 0) + 4 + (LAMB_EXTRA_BYTES if optimizer == "lamb" else 0)
-    return 2 * 4 + 4 + (2 if low else 0) + 4
+        return 4 * 4 + 3 * 4 + (2 if low else 0) + 4 + (LAMB_EXTRA_BYTES if optimizer == "lamb" else 0) + scaler
+    return 2 * 4 + 4 + (2 if low else 0) + 4 + scaler
 
 
 def optimizer_op(sc: Scenario, params_on_rank: float) -> Compute:
     """The optimizer step on this rank's parameter shard. A calibration profile measures AdamW's kernels: LAMB's
     shape carries its bytes over AdamW's, which `CostModel` scales a measured time by (both are multi-tensor,
     memory-bound passes)."""
-    own = optimizer_bytes_per_param(sc)
-    per_param = own + _precompute_amax_bytes(sc)
+    per_param = optimizer_bytes_per_param(sc) + _precompute_amax_bytes(sc)
+    adamw = optimizer_bytes_per_param(sc, "adamw") - (LOSS_SCALE_BYTES if sc.training.precision == "fp16" else 0)
     shape: tuple = (int(params_on_rank),)
-    if sc.training.optimizer == "lamb" or per_param != own:
-        shape += (per_param / optimizer_bytes_per_param(sc, "adamw"),)
+    if per_param != adamw:  # LAMB, the loss scaler's pass or the FP8 amax pass beside the AdamW a profile measured
+        shape += (per_param / adamw,)
     return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * per_param, "fp32", shape)
 
 

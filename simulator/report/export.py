@@ -56,7 +56,7 @@ HF_TOKENIZERS = {"llama3-8b": "meta-llama/Meta-Llama-3-8B", "llama3-70b": "meta-
 """The Hugging Face tokenizer of each preset (Megatron's HuggingFaceTokenizer, nanotron's tokenizer)."""
 MEGATRON_FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 """Megatron-FSDP `--data-parallel-sharding-strategy` for ZeRO-2 and ZeRO-3."""
-DTYPE = {"bf16": "bfloat16", "fp32": "float32", "fp8": "bfloat16", "fp4": "bfloat16"}
+DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "bfloat16", "fp4": "bfloat16"}
 NANOTRON_ROPE_THETA = 10000.0
 """nanotron 0.4's Llama builds its rotary embedding with this base and has no config field for it."""
 
@@ -304,8 +304,8 @@ def megatron_args(sc: Scenario) -> list[str]:
             a += ["--recompute-method", "block", "--recompute-num-layers", str(t.recompute_layers)]
         elif t.recompute == "full":
             a += ["--recompute-method", "uniform", "--recompute-num-layers", "1"]
-    if t.precision in ("bf16", "fp8", "fp4"):
-        a.append("--bf16")
+    if t.precision in ("bf16", "fp16", "fp8", "fp4"):
+        a.append("--fp16" if t.precision == "fp16" else "--bf16")
         if t.grad_bytes == 4:  # Megatron keeps bf16 gradients unless told otherwise
             a.append("--accumulate-allreduce-grads-in-fp32")
     if t.precision == "fp8":
