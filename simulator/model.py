@@ -163,6 +163,16 @@ class ModelSpec:
         return self.head_dim if self.head_dim is not None else self.hidden // self.heads
 
     @property
+    def attention_head_dim(self) -> float:
+        """Head dim the attention's two matmuls run at together: d_head; MLA's mean of its query-key (nope + rope)
+        and value dims, (192 + 128) / 2 = 160 on DeepSeek-V3, so that 4 s^2 heads d counts QK^T and PV as
+        `flops.attention_flops_per_token` does (`mla_ops`)."""
+        if self.mla:
+            a = self.mla
+            return (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) / 2
+        return self.d_head
+
+    @property
     def n_kv(self) -> int:
         return self.kv_heads if self.kv_heads is not None else self.heads
 

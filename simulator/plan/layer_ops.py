@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import fusion, op_sac
+from . import fusion, mla_ops, op_sac
 from .float8_comm import cast_shares, fp8_tp_gathers, tp_collective_bytes
 from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
 from .attention_ops import attention_backward, attention_forward
@@ -98,11 +98,12 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     if cast is not None:
         seq.compute(cast)
     seq.compute(elementwise("norm1", z.T_sp * z.h, NORM_PASSES[0], z))
-    _gathered_gemm(sc, z, seq, "sp_allgather_attn" if sp else None, gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z))
+    qkv = mla_ops.projections(sc, z) if m.mla else gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z)
+    _gathered_gemm(sc, z, seq, "sp_allgather_attn" if sp else None, qkv)
     if m.rotary:
-        seq.compute(elementwise("rope", z.T * (z.q + z.kv), ROPE_PASSES[0], z))
+        seq.compute(elementwise("rope", z.T * (mla_ops.rope_width(m, z) if m.mla else z.q + z.kv), ROPE_PASSES[0], z))
     attention_forward(sc, z, seq, layer)
-    _gemm(sc, seq, gemm("out_proj", z.T, z.h, z.q, z))
+    _gemm(sc, seq, gemm("out_proj", z.T, z.h, mla_ops.out_proj_input(m, z) if m.mla else z.q, z))
     if m.parallel_block:
         _parallel_mlp(sc, z, seq, sp)
         return seq
@@ -240,6 +241,8 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         b.extend(layer_forward(sc, layer, z, tag="R"))
     elif op_level:  # torchtitan's SAC: the block's forward replays, saved ops served from their cache
         b.extend(op_sac.recompute_list(sc, z, tuple(fwd.nodes)))
+    elif rc == "selective":
+        b.extend(_module_reruns(sc, z, fwd))
     w_ops: list[Compute] = []
     wgrad_ag: list[Comm] = []
     sp = sc.parallel.sp and z.t > 1
@@ -350,6 +353,29 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         w_nodes = passes.W if mode == "micro_pipeline" else chunk_tp_overlap(passes.W, z.t, mode)
         return LayerPasses(layer, chunk_tp_overlap(passes.F, z.t, mode), chunk_tp_overlap(passes.B, z.t, mode), w_nodes)
     return passes
+
+
+RERUN_OPS = {"layernorm": ("norm1", "norm2"), "moe_act": ("expert_act",)}
+"""Megatron-Core `recompute_modules` that re-run forward ops of the layer in the backward, by op name (`_module_reruns`);
+core_attn is the attention forward (eager attention, in the attention backward's place), mla_up_proj MLA's up
+projections (`mla_ops.up_rerun`)."""
+
+
+def _module_reruns(sc: Scenario, z: Shard, fwd: OpList) -> OpList:
+    """What selective recompute's modules re-run at the head of the layer's backward (Megatron-Core
+    `CheckpointWithoutOutput` around the layernorms, the experts' activation and MLA's up projections: their outputs
+    are dropped after the forward and recomputed when the backward reaches them): `RERUN_OPS` and MLA's up
+    projections, each as the forward ran it."""
+    from .activations import recompute_modules  # noqa: PLC0415 (activations imports this module)
+    mods = recompute_modules(sc)
+    names = {name for mod in mods for name in RERUN_OPS.get(mod, ())}
+    out = OpList("R")
+    for node in fwd.nodes:
+        if isinstance(node.op, Compute) and node.op.name in names:
+            out.compute(node.op)
+    if "mla_up_proj" in mods and sc.model.mla:
+        _gemm(sc, out, mla_ops.up_rerun(sc, z))
+    return out
 
 
 def _rescale(g: Compute, z: Shard) -> Compute:

@@ -146,7 +146,7 @@ class Shard:
     """K (= V) width per rank; with t > g a head is replicated."""
     heads: int
     """Query heads per rank."""
-    d_head: int
+    d_head: float
     ab: int
     """Activation bytes per element."""
     gb: float
@@ -161,7 +161,7 @@ def shard(sc: Scenario) -> Shard:
     T = tr.micro_batch * s_loc
     kv = m.kv_dim // t if m.n_kv >= t or m.mla else m.kv_dim // m.n_kv
     return Shard(b=tr.micro_batch, s=s_loc, T=T, T_sp=T // t if (p.sp and t > 1) else T, t=t, h=m.hidden,
-                 q=m.q_dim // t, kv=kv, heads=m.heads // t, d_head=m.d_head, ab=ACT_BYTES[tr.precision],
+                 q=m.q_dim // t, kv=kv, heads=m.heads // t, d_head=m.attention_head_dim, ab=ACT_BYTES[tr.precision],
                  gb=GEMM_BYTES[tr.precision], dtype=priced_dtype(tr.precision))
 
 
