@@ -134,13 +134,10 @@ class ModelSpec:
     whose two branches normalise separately (GPT-NeoX, Falcon-40B: two norms of the same input) is priced with
     one (the second norm is one memory-bound pass over the layer input). Dense layers only."""
     sliding_window: Optional[int] = field(default=None, metadata={"min": 1, "max": MAX_POSITIONS})
-    """Sliding attention window W (config.json sliding_window): in a sliding layer a query attends to itself
-    and the W - 1 tokens before it, keys k with q - W < k <= q: Hugging Face's meaning (transformers
-    masking_utils.py `sliding_window_overlay`: kv_idx > q_idx - sliding_window). FlashAttention counts the
-    keys beside the diagonal instead (flash_attn_func: window_size = (left, right) lets query i see keys
-    i - left .. i + right), so this W is its window_size = (W - 1, 0); transformers' flash path passes
-    (W - 1, W - 1) with causal on, the same band. Mistral 7B v0.1: 4096. null = every layer attends to all
-    earlier tokens (at most MAX_POSITIONS)."""
+    """Sliding attention window W (config.json sliding_window): a sliding layer's query attends to itself and the W - 1
+    tokens before it, keys q - W < k <= q (transformers masking_utils.py `sliding_window_overlay`); FlashAttention's
+    window_size = (left, right) counts the keys beside the diagonal, so W is its (W - 1, 0) (transformers' flash path
+    passes (W - 1, W - 1) with causal on, the same band). Mistral 7B v0.1: 4096. null = no window (<= MAX_POSITIONS)."""
     full_attention_every: int = field(default=0, metadata={"min": 0, "max": MAX_LAYERS})
     """With a sliding_window: 0 = every layer slides; N = layers N-1, 2N-1, ... (0-based, every N-th) attend to
     all earlier tokens and the rest slide. Gemma 2 = 2 (transformers configuration_gemma2.py: layer i slides
@@ -164,13 +161,10 @@ class ModelSpec:
 
     @property
     def attention_head_dim(self) -> float:
-        """Head dim the attention's two matmuls run at together: d_head; MLA's mean of its query-key (nope + rope)
-        and value dims, (192 + 128) / 2 = 160 on DeepSeek-V3, so that 4 s^2 heads d counts QK^T and PV as
-        `flops.attention_flops_per_token` does (`mla_ops`)."""
-        if self.mla:
-            a = self.mla
-            return (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) / 2
-        return self.d_head
+        """Head dim of the attention's two matmuls together: d_head; MLA's mean of its query-key and value dims
+        ((192 + 128) / 2 on DeepSeek-V3: 4 s^2 heads d counts QK^T and PV as `flops.attention_flops_per_token`)."""
+        a = self.mla
+        return (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim) / 2 if a else self.d_head
 
     @property
     def n_kv(self) -> int:

@@ -60,9 +60,8 @@ class Training:
     micro_batch: int = field(default=1, metadata={"min": 1, "max": MAX_GLOBAL_BATCH})
     """Sequences per micro-batch on one DP rank."""
     precision: str = field(default="bf16", metadata={"choices": ("fp32", "bf16", "fp16", "fp8", "fp4")})
-    """bf16/fp16/fp8/fp4: fp32 master weights and fp32 optimizer states; fp16 runs as bf16 plus a loss scaler's unscale
-    pass (`step_ops.LOSS_SCALE_BYTES`); fp8 and fp4 (NVFP4: E2M1 with E4M3 scales per 16 values, the framework's
-    `fp4_recipe`, Blackwell) quantize the transformer layers' linears."""
+    """bf16/fp16/fp8/fp4: fp32 master weights and optimizer states; fp16 is bf16 plus a loss scaler's unscale pass
+    (`step_ops.LOSS_SCALE_BYTES`); fp8, fp4 (NVFP4: E2M1, E4M3 scales per 16 values; Blackwell) quantize the layers' linears."""
     recompute: str = field(default="none", metadata={"choices": ("none", "selective", "full")})
     """Recomputation: none; selective (core attention re-run in the backward); full (only each layer's input kept)."""
     recompute_modules: Optional[list[str]] = None

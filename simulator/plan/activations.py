@@ -11,7 +11,7 @@ from ..scenario import Scenario
 from . import op_sac
 from .autocast_saved import autocast_layer_terms
 from .layer_ops import layer_forward
-from .layout import layer_recompute
+from .layout import layer_recompute, recompute_modules
 from .tp_overlap import wgrad_input_saved
 from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, FP8_STORE_BYTES, Shard, shard
 from .sharded_params import expert_tp
@@ -78,14 +78,6 @@ def _mlp_terms(sc: Scenario, z: Shard, ffn_per_rank: float, rows: float, prefix:
     if not drop_act:
         out[f"{prefix}fc2_input"] = ab * rows * ffn_per_rank
     return out
-
-
-def recompute_modules(sc: Scenario, recompute: str | None = None) -> frozenset[str]:
-    """The parts of each layer re-run in the backward under selective recompute
-    (`training.recompute_modules`, Megatron-Core's default [core_attn]); empty otherwise."""
-    if (recompute or sc.training.recompute) != "selective":
-        return frozenset()
-    return frozenset(sc.training.recompute_modules or ("core_attn",))
 
 
 def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = None) -> dict[str, float]:

@@ -18,7 +18,7 @@ from .opgraph import (FP8_CASTS, GELU_PASSES, NORM_PASSES, QUANTIZED, RESIDUAL_P
                       Compute, LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add,
                       shard, tp_collective)
 from ..scenario import Scenario
-from .layout import layer_recompute
+from .layout import layer_recompute, recompute_modules
 from .schedules import schedule_spec
 from .ep_dispatch import ep_message_bytes
 from .policy import scenario_policy
@@ -366,7 +366,6 @@ def _module_reruns(sc: Scenario, z: Shard, fwd: OpList) -> OpList:
     `CheckpointWithoutOutput` around the layernorms, the experts' activation and MLA's up projections: their outputs
     are dropped after the forward and recomputed when the backward reaches them): `RERUN_OPS` and MLA's up
     projections, each as the forward ran it."""
-    from .activations import recompute_modules  # noqa: PLC0415 (activations imports this module)
     mods = recompute_modules(sc)
     names = {name for mod in mods for name in RERUN_OPS.get(mod, ())}
     out = OpList("R")

@@ -213,3 +213,11 @@ def first_chunk(sc: Scenario) -> int:
 
 def last_chunk(sc: Scenario) -> int:
     return sc.parallel.pp * sc.parallel.vpp - 1
+
+
+def recompute_modules(sc: Scenario, recompute: str | None = None) -> frozenset[str]:
+    """The parts of each layer re-run in the backward under selective recompute
+    (`training.recompute_modules`, Megatron-Core's default [core_attn]); empty otherwise."""
+    if (recompute or sc.training.recompute) != "selective":
+        return frozenset()
+    return frozenset(sc.training.recompute_modules or ("core_attn",))
