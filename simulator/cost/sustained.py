@@ -30,7 +30,9 @@ Two numbers are *fitted*, each on a fit split, and transferred:
   Engine's, `training.loss: fused`): 0.42 7.17, 0.43 7.01, 0.44 6.98, 0.45 7.00, 0.46 7.14, 0.47 7.28, 0.48 7.50 % (34
   rows). Not re-fitted to 0.44: the minimum moves through the MoE rows alone (DeepSeek-V3 and Qwen3 on B200 / GB200,
   +14..+25 % at 0.47, whose dispatch and CUDA graphs are not all modelled); the ten dense Blackwell fit rows read 4.6 %
-  at 0.47 and 5.7 % at 0.44. The validation split's Megatron-Bridge rows: 10.4 % at 0.47, 12.1 % at 0.44.
+  at 0.47 and 5.7 % at 0.44. The validation split's Megatron-Bridge rows: 10.4 % at 0.47, 12.1 % at 0.44. Once MLA
+  was priced at its FLOPs (`plan/mla_ops.py`; DeepSeek-V3's three fit rows then read +15..+31 %): Megatron fit 7.8 %
+  at 0.44 and 8.3 % at 0.47 (medians 6.5 / 5.8 %), validation 9.8 / 8.5 %: not re-fitted, for the same reason.
 - transferred, not fitted: the same fraction of the published curve for every dtype where no framework constant
   applies (torchao's FP8 GEMMs take the FP8 curve times it), and for every framework; to H200, the same GH100 die
   at the same 700 W; to GB300's B300, whose GEMM curve is the GB200's (the same dense peaks); and to the variants
