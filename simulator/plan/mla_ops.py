@@ -20,7 +20,7 @@ multiply-adds on this rank over the layer's T gathered rows (n = MACs / (T h)), 
 a QKV GEMM apply unchanged. Not modelled: the up projections' small inner dimension (512, 1,536) running less
 efficiently than the node's h-deep GEMM; Megatron's SP all-gather of the latents (T x 2,112 values per layer on
 DeepSeek-V3) instead of the hidden state (T x h), which the node's place behind the layer's SP all-gather prices;
-the latent norms and the RoPE of the 64-wide parts (memory-bound, small).
+the latent norms (memory-bound, small). RoPE rotates only the 64-wide parts (`rope_width`).
 
 `training.recompute_modules: [mla_up_proj]` (Megatron-Core `recompute_up_proj`: the up projections' outputs are
 discarded after the core attention and re-run in the backward, `qkv_up_checkpoint`) re-runs the up projections:
