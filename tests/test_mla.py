@@ -59,7 +59,7 @@ def test_hardware_flops_and_model_flops_agree_without_recompute():
 
 @pytest.mark.parametrize("modules, rerun", [
     (["mla_up_proj"], {"qkv_up_recompute"}), (["moe_act"], {"expert_act"}), (["layernorm"], {"norm1", "norm2"}),
-    (["core_attn"], set())])  # flash attention: core_attn's re-run is not priced (docs/modeling.md)
+    (["core_attn"], {"attn"})])  # Megatron-Core checkpoints the core attention whatever its kernel
 def test_each_selective_module_re_runs_its_forward_ops_at_the_head_of_the_backward(modules, rerun):
     sc = dsv3(recompute="selective", modules=modules)
     b = layer_passes(sc, 5, shard(sc)).B
@@ -73,3 +73,15 @@ def test_mla_up_proj_re_runs_the_up_projections_macs_and_costs_recompute_time():
     op = mla_ops.up_rerun(sc, z)
     assert op.flops / 2 == pytest.approx(z.T * mla_ops.up_macs(sc.model), rel=1e-3)
     assert simulate(sc, "analytic")["breakdown"]["recompute_s"] > 0
+
+
+@pytest.mark.parametrize("framework, reruns", [("megatron", True), ("deepspeed", False)])
+def test_selective_recompute_re_runs_a_flash_attention_forward_where_the_framework_checkpoints_it(framework, reruns):
+    from simulator.scenario import load_scenario
+    from pathlib import Path
+    s70 = str(Path(__file__).resolve().parent.parent / "scenarios/70b_512gpu.yaml")
+    sc = load_scenario(s70, [f"framework={framework}", "training.recompute=selective", "training.attention=flash"])
+    b = layer_passes(sc, 3, shard(sc)).B
+    assert any(n.tag == "R" and isinstance(n.op, Compute) and n.op.kind == "attention" for n in b) is reruns
+    eager = load_scenario(s70, [f"framework={framework}", "training.recompute=selective", "training.attention=eager"])
+    assert any(n.tag == "R" for n in layer_passes(eager, 3, shard(eager)).B)  # eager attention: both frameworks

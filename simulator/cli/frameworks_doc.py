@@ -74,6 +74,9 @@ def render_frameworks() -> str:
             fixed.append(("parallel.vpp when an interleaved schedule is named without it", fw.multi_chunk_vpp.value,
                           fw.multi_chunk_vpp.source))
         fixed += [(key, f"1 ({why.value}; above 1 is refused)", why.source) for key, why in fw.lacks.items()]
+        if fw.core_attn_checkpoints_flash is not None:
+            fixed.append(("selective recompute re-runs a FlashAttention forward", "yes" if fw.core_attn_checkpoints_flash.value
+                          else "no", fw.core_attn_checkpoints_flash.source))
         if fw.selective_recompute is not None:
             fixed.append(("training.recompute: selective means", fw.selective_recompute.value, fw.selective_recompute.source))
         if fw.tp_overlap is not None:

@@ -186,6 +186,9 @@ class Framework:
     selective_recompute: Optional[Sourced] = None
     """What `training.recompute: selective` means: `core_attn` (Megatron's selective recompute, its
     `recompute_modules`; null means this too), or `op` (torchtitan's op-level SAC, `plan/op_sac.py`)."""
+    core_attn_checkpoints_flash: Optional[Sourced] = None
+    """true: selective recompute's core_attn checkpoint wraps the attention whatever its kernel, so a FlashAttention
+    forward re-runs in the backward too; null or false: only eager attention re-runs (`layer_ops.core_attn_reruns`)."""
     sp_with_tp: Optional[Sourced] = None
     """true: sequence parallelism comes with TP (`parallel.sp` follows tp > 1 unless the scenario sets it)."""
     tp_overlap: Optional[Sourced] = None
@@ -242,7 +245,7 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.selective_recompute", f"{fw.selective_recompute.value!r}", " | ".join(SELECTIVE_RECOMPUTES))
     if fw.tp_overlap is not None and fw.tp_overlap.value not in TP_OVERLAPS:
         raise ScenarioError(f"{where}.tp_overlap", f"{fw.tp_overlap.value!r}", " | ".join(TP_OVERLAPS))
-    for key in ("fp8_output_layer", "fp8_tp_all_gather", "mtp_from_config", "grad_accum_cast", "pp_partitioned",
+    for key in ("core_attn_checkpoints_flash", "fp8_output_layer", "fp8_tp_all_gather", "mtp_from_config", "grad_accum_cast", "pp_partitioned",
                 "expert_tp_follows_tp"):
         entry = getattr(fw, key)
         if entry is not None and not isinstance(entry.value, bool):

@@ -295,7 +295,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             if attention_done:
                 continue  # the CP ring's forward steps share one backward (emitted once, all steps)
             attention_done = True
-            if rc == "selective" and sc.training.attention == "eager" and not op_level:
+            if rc == "selective" and not op_level and core_attn_reruns(sc):
                 sub = OpList("R")
                 attention_forward(sc, z, sub, layer)
                 b.extend(sub)
@@ -355,9 +355,17 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
     return passes
 
 
+def core_attn_reruns(sc: Scenario) -> bool:
+    """Whether selective recompute re-runs the attention forward in the backward: `core_attn` among its modules, and the
+    attention eager or the framework checkpointing the core attention whatever its kernel (`core_attn_checkpoints_flash`:
+    Megatron-Core; legacy Megatron and Megatron-DeepSpeed call FlashAttention outside the checkpoint)."""
+    flash = sc.framework.spec.core_attn_checkpoints_flash
+    return "core_attn" in recompute_modules(sc) and (sc.training.attention == "eager" or bool(flash and flash.value))
+
+
 RERUN_OPS = {"layernorm": ("norm1", "norm2"), "moe_act": ("expert_act",)}
 """Megatron-Core `recompute_modules` that re-run forward ops of the layer in the backward, by op name (`_module_reruns`);
-core_attn is the attention forward (eager attention, in the attention backward's place), mla_up_proj MLA's up
+core_attn is the attention forward (`core_attn_reruns`, in the attention backward's place), mla_up_proj MLA's up
 projections (`mla_ops.up_rerun`)."""
 
 
