@@ -90,9 +90,7 @@ def stage_results(sc, ranks, T: float, static: list[float]) -> list[StageResult]
     """The worst (most bubble) simulated rank of each stage."""
     best: dict = {}
     for rk in ranks:
-        busy = rk.compute_s + rk.recompute_s + rk.optimizer_s
-        exposed = sum(rk.exposed.get(d, 0.0) for d in COMM_DIMS)
-        bubble = max(0.0, T - busy - exposed)
+        bubble = max(0.0, idle_s(rk, T))
         sr = StageResult(stage=rk.stage, rank=rk.grank, end_s=rk.end, compute_s=rk.compute_s, recompute_s=rk.recompute_s,
                          optimizer_s=rk.optimizer_s, bubble_s=bubble,
                          comm={d: (rk.comm.get(d, 0.0), rk.exposed.get(d, 0.0)) for d in COMM_DIMS},
@@ -105,13 +103,20 @@ def stage_results(sc, ranks, T: float, static: list[float]) -> list[StageResult]
     return [best[s] for s in sorted(best)]
 
 
+def idle_s(rk, T: float) -> float:
+    """A rank's seconds of the step without work: T less its compute, recompute, optimizer and exposed communication
+    (module docstring: its bubble, before clamping at 0)."""
+    busy = rk.compute_s + rk.recompute_s + rk.optimizer_s
+    exposed = sum(rk.exposed.get(d, 0.0) for d in COMM_DIMS)
+    return T - busy - exposed
+
+
 def critical_rank(ranks, T: float):
     """The rank that sets the pace: the least idle (T - busy - exposed communication), so the most loaded stage of an
     uneven pipeline (a light first stage of dense layers beside MoE stages only waits on the others); among ranks idle
     alike (within 1e-6 of T: uniform stages) the one that ends last, then the lowest stage."""
     def idle(rk) -> float:
-        busy = rk.compute_s + rk.recompute_s + rk.optimizer_s + sum(rk.exposed.get(d, 0.0) for d in COMM_DIMS)
-        return round((T - busy) / T, 6) if T > 0 else 0.0
+        return round(idle_s(rk, T) / T, 6) if T > 0 else 0.0
     return min(ranks, key=lambda rk: (idle(rk), -rk.end, rk.stage))
 
 
@@ -119,12 +124,11 @@ def summarize(sc, ranks, static: list[float], *, events: int, wall_s: float, ful
     T = max(rk.end for rk in ranks)
     stages = stage_results(sc, ranks, T, static)
     crit = critical_rank(ranks, T)
-    busy = crit.compute_s + crit.recompute_s + crit.optimizer_s
     comm = {d: (crit.comm.get(d, 0.0), crit.exposed.get(d, 0.0)) for d in COMM_DIMS}
     exposed = sum(e for _, e in comm.values())
     total = sum(t for t, _ in comm.values())
     breakdown = {"compute_s": crit.compute_s, "recompute_s": crit.recompute_s, "optimizer_s": crit.optimizer_s,
-                 "bubble_s": max(0.0, T - busy - exposed), **{f"exposed_{d}_s": comm[d][1] for d in COMM_DIMS}}
+                 "bubble_s": max(0.0, idle_s(crit, T)), **{f"exposed_{d}_s": comm[d][1] for d in COMM_DIMS}}
     replicas = 1 if full else sc.gpus // sc.parallel.pp
     peaks = [0.0] * sc.parallel.pp
     for s in stages:

@@ -103,7 +103,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     if m.rotary:
         seq.compute(elementwise("rope", z.T * (mla_ops.rope_width(m, z) if m.mla else z.q + z.kv), ROPE_PASSES[0], z))
     attention_forward(sc, z, seq, layer)
-    _gemm(sc, seq, gemm("out_proj", z.T, z.h, mla_ops.out_proj_input(m, z) if m.mla else z.q, z))
+    _gemm(sc, seq, gemm("out_proj", z.T, z.h, z.kv if m.mla else z.q, z))  # MLA's reads heads x v (`mla_ops`)
     if m.parallel_block:
         _parallel_mlp(sc, z, seq, sp)
         return seq

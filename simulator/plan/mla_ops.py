@@ -62,11 +62,6 @@ def projections(sc, z: Shard) -> Compute:
     return gemm("qkv", z.T, max(1, round(macs / (z.T * z.h))), z.h, z)
 
 
-def out_proj_input(m: ModelSpec, z: Shard) -> int:
-    """Width of the output projection's input on this rank: heads x v_head_dim / t (`z.kv` for MLA)."""
-    return z.kv
-
-
 def rope_width(m: ModelSpec, z: Shard) -> int:
     """Values per token RoPE rotates on this rank: each local head's qk_rope part of the query and the one shared
     qk_rope key (DeepSeek-V3: 128/t x 64 + 64), not the whole query and key."""

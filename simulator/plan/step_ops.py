@@ -184,7 +184,7 @@ def optimizer_bytes_per_param(sc: Scenario, optimizer: str | None = None) -> flo
     scaler's unscale pass (`LOSS_SCALE_BYTES`)."""
     optimizer = optimizer or sc.training.optimizer
     low = sc.training.precision != "fp32" and not sc.training.autocast  # autocast keeps no 16-bit copy to write
-    scaler = LOSS_SCALE_BYTES if sc.training.precision == "fp16" else 0
+    scaler = _loss_scale_bytes(sc)
     if optimizer in ("adamw", "lamb"):
         return 4 * 4 + 3 * 4 + (2 if low else 0) + 4 + (LAMB_EXTRA_BYTES if optimizer == "lamb" else 0) + scaler
     return 2 * 4 + 4 + (2 if low else 0) + 4 + scaler
@@ -195,11 +195,16 @@ def optimizer_op(sc: Scenario, params_on_rank: float) -> Compute:
     shape carries its bytes over AdamW's, which `CostModel` scales a measured time by (both are multi-tensor,
     memory-bound passes)."""
     per_param = optimizer_bytes_per_param(sc) + _precompute_amax_bytes(sc)
-    adamw = optimizer_bytes_per_param(sc, "adamw") - (LOSS_SCALE_BYTES if sc.training.precision == "fp16" else 0)
+    adamw = optimizer_bytes_per_param(sc, "adamw") - _loss_scale_bytes(sc)
     shape: tuple = (int(params_on_rank),)
     if per_param != adamw:  # LAMB, the loss scaler's pass or the FP8 amax pass beside the AdamW a profile measured
         shape += (per_param / adamw,)
     return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * per_param, "fp32", shape)
+
+
+def _loss_scale_bytes(sc: Scenario) -> int:
+    """`LOSS_SCALE_BYTES` under fp16 training (its dynamic loss scaler), else 0."""
+    return LOSS_SCALE_BYTES if sc.training.precision == "fp16" else 0
 
 
 def _precompute_amax_bytes(sc: Scenario) -> float:
