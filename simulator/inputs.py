@@ -172,3 +172,13 @@ def existing_file(spec: str, *candidates: Path) -> Path | None:
         except (OSError, ValueError):
             continue
     return None
+
+
+def near_even_split(total: int, parts: int) -> list[int]:
+    """`total` items over `parts` slots as evenly as whole numbers allow, the larger shares in the middle and the
+    smaller at both ends, the last end first (a pipeline's first and last chunks also hold the embedding and the LM
+    head, the head the heavier): 61 layers over 32 chunks -> [1, 2 x 29, 1, 1], 80 over 3 -> [27, 27, 26]. A
+    suggestion for `parallel.pp_layers` in an error message."""
+    q, r = divmod(total, parts)
+    front = (parts - r) // 2
+    return [q] * front + [q + 1] * r + [q] * (parts - r - front)

@@ -11,7 +11,7 @@ from typing import Any, Optional
 from .errors import ScenarioError
 from .overrides import apply_overrides, override_keys  # noqa: F401 (apply_overrides: the sweep's import)
 from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_setting, hardware_rules, layout_rules
-from .inputs import existing_file, read_yaml_file, short
+from .inputs import existing_file, near_even_split, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model, without_config_mtp
 from .diloco_spec import DiLoCo
 from .stragglers import SlowGpus, Straggler, check_stragglers
@@ -488,7 +488,7 @@ def validate_layout(sc: Scenario) -> Scenario:
             raise ScenarioError("parallel.pp_layers", f"sums to {sum(p.pp_layers)}", f"non-negative entries summing to model.layers = {m.layers}")
     elif m.layers % chunks and p.pp_balance == "even":  # `speed` splits them itself (cost/pp_balance.py)
         raise ScenarioError("parallel.pp", f"pp*vpp = {chunks} does not divide the model's {m.layers} layers",
-                            "a divisor of layers, or give parallel.pp_layers")
+                            f"a divisor of layers, or parallel.pp_layers, e.g. {near_even_split(m.layers, chunks)}")
     if t.recompute_modules is not None:
         if t.recompute != "selective":
             raise ScenarioError("training.recompute_modules", f"given with recompute {t.recompute}", "recompute: selective")

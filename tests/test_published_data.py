@@ -551,3 +551,31 @@ def test_one_benchmarks_sdpa_back_ends_pair_as_attention_kernel_and_releases_onl
         a, b = runs[f"llama32-1b-1-b200-{shape}-cudnn"], runs[f"llama32-1b-1-b200-{shape}-flash"]
         assert _pair_kind(a, b, True) == "attention kernel"
         assert _pair_kind(a, b, False) == "same recipe, another release"
+
+
+def test_torchtitan_b200_sdpa_pair_differs_in_the_attention_backend_alone():
+    """torchtitan #1196's before / after log lines: the llama3_8b preset at the merge commit (batch 1, seq 8192, op
+    SAC, FSDP2, bf16, no compile) on a B200 node, FlashAttention-2 then cuDNN, whose output op SAC did not save then."""
+    from simulator.scenario import scenario_from_mapping
+    flash, cudnn = yaml.safe_load((REFERENCES / "torchtitan_llama3_8b_b200_sdpa.yaml").read_text())["runs"]
+    scs = [scenario_from_mapping(r["scenario"], base_dir=ROOT) for r in (flash, cudnn)]
+    for sc in scs:
+        p, t = sc.parallel, sc.training
+        assert sc.gpus == 8 and (p.dp, p.zero) == (8, 3) and (t.micro_batch, t.global_batch, t.seq_len) == (1, 8, 8192)
+        assert t.recompute == "selective" and t.precision == "bf16" and dict(sc.framework.options)["compile"] is False
+        assert dict(sc.framework.options)["op_sac_saves_cudnn"] is False and sc.topology.name == "dgx-b200"
+    assert [sc.framework.attention_kernel for sc in scs] == ["flash2", "cudnn"]
+    assert flash["scenario"] | {"framework": None, "name": None} == cudnn["scenario"] | {"framework": None, "name": None}
+
+
+@pytest.mark.parametrize("topology, logged", [
+    ("dgx-b200", [(46.39, 0.2601), (44.59, 0.2500), (165.16, 0.9260), (161.51, 0.9056)]),  # torchtitan#1196; Crusoe
+    ("gb200-nvl72", [(158.61, 0.8620), (159.31, 0.8658), (161.65, 0.8785)]),                  # Crusoe's GB200 rows
+])
+def test_blackwell_memory_is_torchs_total_as_torchtitan_logs_print_it(topology, logged):
+    """torchtitan prints peak reserved GiB with its share of torch's total device memory: each logged pair divides
+    to the topology's memory_gib within the log's rounding."""
+    from simulator.topology import load_topology
+    cap = load_topology(topology).gpu.memory_gib
+    for gib, share in logged:
+        assert gib / share == pytest.approx(cap, abs=0.02), (gib, share)

@@ -57,6 +57,18 @@ def test_bad_layouts_name_the_key(override, path):
     assert e.value.path == path, str(e.value)
 
 
+def test_layers_that_do_not_divide_get_a_pp_layers_to_paste():
+    """32 layers over pp 3: the error names a near-even split, the smaller shares at the ends (the last first: it
+    holds the LM head), which loads as given."""
+    from simulator.inputs import near_even_split
+    assert near_even_split(61, 32) == [1] + [2] * 29 + [1, 1] and near_even_split(80, 3) == [27, 27, 26]
+    with pytest.raises(ScenarioError) as e:
+        load(["parallel.pp=3", "parallel.dp=null", "parallel.tp=2", "cluster.nodes=3"])
+    assert "e.g. [11, 11, 10]" in str(e.value)
+    assert rank_chunks(load(["parallel.pp=3", "parallel.dp=null", "parallel.tp=2", "cluster.nodes=3",
+                             "parallel.pp_layers=[11,11,10]"]), 2)[0][1] == list(range(22, 32))
+
+
 def test_bool_is_not_an_integer():
     with pytest.raises(ScenarioError, match="parallel.tp"):
         load(["parallel.tp=true"])

@@ -27,6 +27,7 @@ from typing import Optional
 import yaml
 
 from ..errors import ScenarioError
+from ..plan.memory_fit import fits
 from .corpus import corpus_runs, feature_pairs, feature_table, framework_table
 from .playbook import DEGRADED_P2P_LATENCY_US, NETWORK, PlaybookRun, build_scenario, network_state, read_runs, zero_twins
 
@@ -229,7 +230,8 @@ def predict(case: Case, estimator: str = "analytic", network: str = NETWORK,
         "model_tflops_per_gpu": rep["model_tflops_per_gpu"],
         "mem_states_gib": states, "mem_peak_gib": s0.get("peak_gib", mem["peak_gib"]),
         # did the run run out of memory: the predicted peak against the whole GPU (no launch headroom)
-        "peak_gib": mem["peak_gib"], "fits": mem["peak_gib"] <= mem["capacity_gib"], "estimator": rep.get("estimator", estimator),
+        "peak_gib": mem["peak_gib"], "fits": fits(mem["peak_gib"], mem["capacity_gib"], headroom=0.0),
+        "estimator": rep.get("estimator", estimator),
         "breakdown": rep.get("breakdown", {}),
         "priced_from_profile": profile is not None and sc.cluster.profile == profile[0],
     })
