@@ -11,7 +11,7 @@ from typing import Any, Optional
 from .errors import ScenarioError
 from .overrides import apply_overrides, override_keys  # noqa: F401 (apply_overrides: the sweep's import)
 from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_setting, hardware_rules, layout_rules
-from .inputs import existing_file, near_even_split, read_yaml_file, short
+from .inputs import existing_file, read_yaml_file, short
 from .model import MAX_LAYERS, ModelSpec, load_model, without_config_mtp
 from .diloco_spec import DiLoCo
 from .stragglers import SlowGpus, Straggler, check_stragglers
@@ -20,7 +20,8 @@ from .document_spec import Documents, resolve_documents
 from .efficiency_spec import check_efficiency
 from .ep_spec import check_expert_parallel
 from .offload_spec import check_offload
-from .plan.schedules import DEFAULT_SCHEDULE, NOT_MODELLED, SCHEDULES, join_names, schedule_alias, schedule_spec, vpp_allowed
+from .pipeline_spec import check_pipeline
+from .plan.schedules import DEFAULT_SCHEDULE, NOT_MODELLED, SCHEDULES, schedule_alias
 from .schema import from_mapping
 from .topology import Topology, load_topology
 from .run_spec import RunSpec, parse_run
@@ -182,11 +183,12 @@ class Parallel:
     """Sequence parallel in the TP regions (Megatron SP; nanotron tp_mode REDUCE_SCATTER)."""
     pp_schedule: str = field(default=DEFAULT_SCHEDULE, metadata={"choices": SCHEDULES, "alias": schedule_alias, "not_modelled": NOT_MODELLED})
     """Pipeline schedule (`schedules.SCHEDULES`; frameworks' names read as these, `SCHEDULE_ALIASES`): afab (GPipe), 1f1b,
-    interleaved-1f1b (vpp >= 2; the default with vpp >= 2 where the framework runs it), zb-h1, zbv and dualpipev (vpp 2)."""
+    interleaved-1f1b (vpp >= 2; the default with vpp >= 2 where the framework runs it), zb-h1, zbv, dualpipev and dualpipe
+    (vpp 2; dualpipe: bidirectional, two copies of the model, pp and micro-batches even)."""
     vpp: int = field(default=1, metadata={"min": 1, "max": MAX_LAYERS})
     """Model chunks per pp rank, as the schedule allows (`ScheduleSpec.vpp`: interleaved >= 2, V-shaped 2, their default)."""
     pp_layers: Optional[list[int]] = None
-    """Layers per model chunk, pp*vpp entries in pipeline order."""
+    """Layers per model chunk, pp*vpp entries in pipeline order (dualpipe: per stage of one copy, pp entries)."""
     pp_balance: str = field(default="even", metadata={"choices": ("even", "speed")})
     """even: the framework's split (or pp_layers); speed: layers per stage in proportion to each stage's speed on
     one decoder layer (`cost/pp_balance.py`: mixed pools, stragglers, degraded links), setting pp_layers (vpp 1)."""
@@ -456,14 +458,6 @@ def validate_layout(sc: Scenario) -> Scenario:
     if p.cp > 1 and t.seq_len % (2 * p.cp):
         raise ScenarioError("training.seq_len", f"{t.seq_len} is not divisible by 2*cp = {2 * p.cp} (zig-zag context parallel)")
     check_expert_parallel(p, m, t)  # ep against the model and dp x cp; ep_overlap's refusals (ep_spec.py)
-    # pipeline
-    s = p.pp_schedule
-    spec = schedule_spec(s)
-    if spec.vpp_error(p.vpp):
-        raise ScenarioError("parallel.vpp", f"{p.vpp} with pp_schedule {s}", vpp_allowed(s))
-    if p.pp_p2p == "blocking" and not spec.p2p_in_steady_state:
-        modelled = join_names(n for n, x in SCHEDULES.items() if x.p2p_in_steady_state)
-        raise ScenarioError("parallel.pp_p2p", f"blocking with pp_schedule {s}", f"async (blocking sends are modelled for {modelled})")
     m_micro = t.global_batch // (p.dp * t.micro_batch)
     if m_micro > MAX_MICRO_BATCHES:
         raise ScenarioError("training.global_batch", f"{t.global_batch:,} gives {m_micro:,} micro-batches per pipeline "
@@ -477,18 +471,7 @@ def validate_layout(sc: Scenario) -> Scenario:
         if buckets > MAX_DP_BUCKETS:
             raise ScenarioError("parallel.dp_bucket_mb", f"{p.dp_bucket_mb:g} MB cuts each rank's gradients into ~{buckets:,.0f} buckets",
                                 f"at most {MAX_DP_BUCKETS:,} buckets: dp_bucket_mb >= {total_params(m) * 4 / (p.tp * p.pp) / MAX_DP_BUCKETS / 1e6:.3g}")
-    problem = spec.microbatch_error(p.pp, m_micro)
-    if problem:
-        raise ScenarioError("training.global_batch", problem)
-    chunks = p.pp * p.vpp
-    if p.pp_layers is not None:
-        if len(p.pp_layers) != chunks:
-            raise ScenarioError("parallel.pp_layers", f"has {len(p.pp_layers)} entries", f"pp*vpp = {chunks} entries")
-        if any(x < 0 for x in p.pp_layers) or sum(p.pp_layers) != m.layers:
-            raise ScenarioError("parallel.pp_layers", f"sums to {sum(p.pp_layers)}", f"non-negative entries summing to model.layers = {m.layers}")
-    elif m.layers % chunks and p.pp_balance == "even":  # `speed` splits them itself (cost/pp_balance.py)
-        raise ScenarioError("parallel.pp", f"pp*vpp = {chunks} does not divide the model's {m.layers} layers",
-                            f"a divisor of layers, or parallel.pp_layers, e.g. {near_even_split(m.layers, chunks)}")
+    check_pipeline(p, m.layers, m_micro)  # the schedule's pp, vpp, sends, micro-batches and layer split (pipeline_spec.py)
     if t.recompute_modules is not None:
         if t.recompute != "selective":
             raise ScenarioError("training.recompute_modules", f"given with recompute {t.recompute}", "recompute: selective")

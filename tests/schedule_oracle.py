@@ -23,15 +23,15 @@ def peak_inflight(actions: list[Action]) -> int:
     return peak
 
 
-def _dep(done, a: Action, n_chunks: int) -> float | None:
+def _dep(done, a: Action, route: int) -> float | None:
     """When the passes `a` waits for are done (None: not yet): F(c-1) before F(c); F(c) and B(c+1)
-    before B(c); B(c) before W(c)."""
+    before B(c); B(c) before W(c); c-1 and c+1 within the micro-batch's route of `route` chunks."""
     f_done, b_done, _ = done
     if a.kind == "F":
-        return f_done[a.chunk - 1][a.mb] if a.chunk > 0 else 0.0
+        return f_done[a.chunk - 1][a.mb] if a.chunk % route else 0.0
     if a.kind == "B":
         dep = f_done[a.chunk][a.mb]
-        if dep is not None and a.chunk < n_chunks - 1:
+        if dep is not None and (a.chunk + 1) % route:
             up = b_done[a.chunk + 1][a.mb]
             dep = None if up is None else max(dep, up)
         return dep
@@ -53,12 +53,13 @@ def _overlap_group(acts: list[Action], i: int) -> list[Action]:
 
 def makespan(schedule: list[list[Action]], pp: int, vpp: int,
              t_f: float | Sequence[float] = 1, t_b: float | Sequence[float] = 1,
-             t_w: float | Sequence[float] = 1) -> tuple[float, list[float]]:
+             t_w: float | Sequence[float] = 1, routes: int = 1) -> tuple[float, list[float]]:
     """Execute the lists with free communication: each rank runs its list in order, one pass at a time,
     each pass starting when the rank is free and the passes it waits for are done: F(c-1) before F(c);
     F(c) and B(c+1) before B(c); B(c) before W(c). A pass time
     is one number for every chunk or one per chunk (uneven stages). Returns (makespan, busy time per
-    rank). An overlapped pair (`_overlap_group`) runs as one pass, its outputs ready when it ends. The
+    rank). `routes` 2: two model copies, a micro-batch through one copy's pp*vpp/2 chunks (DualPipe). An
+    overlapped pair (`_overlap_group`) runs as one pass, its outputs ready when it ends. The
     analytic estimate's exact 1F1B / AFAB span and the engine tests' oracle; raises ValueError
     on a deadlock (some rank's next pass waits for a pass that can never run)."""
     n_chunks = pp * vpp
@@ -76,7 +77,7 @@ def makespan(schedule: list[list[Action]], pp: int, vpp: int,
             i, now = pos[r], clock[r]
             while i < len(acts):
                 group = _overlap_group(acts, i)
-                deps = [_dep(done, a, n_chunks) for a in group if a.kind != "W" or len(group) == 1]
+                deps = [_dep(done, a, n_chunks // routes) for a in group if a.kind != "W" or len(group) == 1]
                 if any(d is None for d in deps):
                     break
                 t = sum(cost[kind_index[a.kind]][a.chunk] for a in group)

@@ -87,9 +87,30 @@ def test_zero3_passes_stay_alone():
     assert not any(pairs(plan, s) for s in range(plan.sc.parallel.pp))
 
 
-def test_bidirectional_dualpipe_is_refused_with_what_to_write_instead():
-    """A user writing DeepSeek-V3's schedule name hears that bidirectional DualPipe is not modelled and that dualpipev is."""
+def test_bidirectional_dualpipe_holds_two_copies_whose_mirror_ranks_reduce_together():
+    """DeepSeek-V3's schedule name runs bidirectional DualPipe: rank r and rank p-1-r hold the same two stages, one of
+    each copy (the embedding and the LM head on both end ranks), so each rank keeps twice 1F1B's weights and
+    gradients; the two ranks' data-parallel groups reduce and shard as one (ZeRO-1's optimizer states as 1F1B's),
+    and every rank holds p + 1 stage passes of activations (DualPipe README)."""
+    from simulator.plan.layout import group_shape, mirror_rank, rank_chunks
+    from simulator.plan.memory import memory_report
+    dual = load_scenario(MIXTRAL, ["parallel.pp_schedule=DualPipe", "parallel.pp=4", "parallel.dp=8", "parallel.ep=8"])
+    plain = load_scenario(MIXTRAL, ["parallel.pp=4", "parallel.dp=8", "parallel.ep=8"])
+    assert dual.parallel.pp_schedule == "dualpipe" and dual.parallel.vpp == 2
+    layers = [sorted(i for _, ls in rank_chunks(dual, r) for i in ls) for r in range(4)]
+    assert layers[0] == layers[3] == list(range(0, 8)) + list(range(24, 32)) and layers[1] == layers[2]
+    assert [c for c, _ in rank_chunks(dual, 0)] == [0, 7] and [c for c, _ in rank_chunks(dual, 3)] == [3, 4]
+    assert mirror_rank(dual, 0) in group_shape(dual, "dp_cp").ranks and mirror_rank(dual, 0) in group_shape(dual, "edp").ranks
+    assert group_shape(dual, "dp_cp").size == 2 * group_shape(plain, "dp_cp").size
+    a, b = memory_report(dual).per_stage[1], memory_report(plain).per_stage[1]
+    assert a.weights == pytest.approx(2 * b.weights) and a.grads == pytest.approx(2 * b.grads)
+    assert a.optimizer == pytest.approx(b.optimizer)
+    plan = build_plan(dual)
+    assert all(pairs(plan, s) for s in range(4))
+
+
+def test_dualpipe_needs_an_even_pp_and_micro_batch_count():
     from simulator.errors import ScenarioError
     with pytest.raises(ScenarioError) as e:
-        load_scenario(MIXTRAL, ["parallel.pp_schedule=DualPipe", "parallel.vpp=2"])
-    assert e.value.path == "parallel.pp_schedule" and "bidirectional" in e.value.problem and "dualpipev" in e.value.problem
+        load_scenario(MIXTRAL, ["parallel.pp_schedule=dualpipe", "parallel.pp=2", "training.global_batch=272"])
+    assert e.value.path == "training.global_batch" and "even" in e.value.problem

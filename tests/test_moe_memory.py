@@ -24,12 +24,30 @@ def terms(sc, layer=MOE_LAYER):
     return mem.layer_activation_terms(sc, layer)
 
 
-def test_the_reports_layout_fits_its_80_gb_gpus():
-    report = mem.memory_report(dsv3())
+V_SHAPED = ("parallel.pp_schedule=dualpipev",
+            "parallel.pp_layers=[1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1]")
+"""The report's layout on DualPipeV, DualPipe's one-copy V: each rank holds 1/16 of the parameters, as 1F1B's."""
+
+
+def test_the_reports_layout_with_one_copy_of_the_parameters_fits_its_80_gb_gpus():
+    report = mem.memory_report(dsv3(*V_SHAPED))
     assert report.fits
     worst = max(report.per_stage, key=lambda s: s.peak)
     assert worst.peak / GIB < 70.0
     assert worst.activations / GIB < 45.0  # was 143.6 GiB before the mechanisms below
+
+
+def test_the_reports_dualpipe_holds_two_copies_and_reads_within_5_percent_of_its_80_gb():
+    """Bidirectional DualPipe, as the report ran it, holds two stages' parameters on every rank: weights and
+    FP32 gradients double against the V (the optimizer states do not: the two holders shard them). The end ranks,
+    with the embedding, the head and the MTP module, read 81.7 GiB of the H800's 79.65: 2.6 % over where the run
+    fit, inside the memory model's 5 % bar but the wrong verdict. Not priced here, and each would take some of it
+    back: the report's BF16 Adam moments and E5M6 attention outputs (§3.3), and whether its FP8 weight copies
+    (2 bytes a parameter here, Transformer Engine's cache) are kept across micro-batches."""
+    dual, one = mem.memory_report(dsv3()), mem.memory_report(dsv3(*V_SHAPED))
+    assert dual.per_stage[5].weights == pytest.approx(2 * one.per_stage[5].weights, rel=0.02)
+    assert dual.per_stage[5].optimizer == pytest.approx(one.per_stage[5].optimizer, rel=0.02)
+    assert 1.0 < dual.peak_gib / dual.capacity_gib < 1.05
 
 
 def test_without_the_reports_memory_savings_it_does_not_fit():
@@ -89,10 +107,11 @@ def test_gated_experts_keep_one_probability_per_row_not_their_outputs():
     assert layer["expert_probs"] == pytest.approx(act.PERMUTED_PROB_BYTES * rows)
 
 
-def test_dualpipev_holds_2p_plus_1_chunk_passes_on_every_rank():
-    sc = dsv3()
+def test_dualpipev_holds_2p_plus_1_chunk_passes_and_dualpipe_p_plus_1_stage_passes_on_every_rank():
+    v, dual = dsv3(*V_SHAPED), dsv3()
     for rank in (0, 5, 15):
-        assert sum(mem.inflight_per_chunk(sc, rank).values()) == 2 * sc.parallel.pp + 1
+        assert sum(mem.inflight_per_chunk(v, rank).values()) == 2 * v.parallel.pp + 1
+        assert sum(mem.inflight_per_chunk(dual, rank).values()) == dual.parallel.pp + 1
 
 
 def test_ep64_puts_four_of_256_experts_per_layer_on_a_rank():

@@ -11,7 +11,7 @@ from simulator.scenario import Parallel
 from simulator.plan.schedules import SCHEDULES, Action, check_schedule_args, chunk_rank, pipeline_schedule
 from schedule_oracle import makespan, peak_inflight
 
-VPP = {"afab": 1, "1f1b": 1, "zb-h1": 1, "interleaved-1f1b": 2, "zbv": 2, "dualpipev": 2}
+VPP = {"afab": 1, "1f1b": 1, "zb-h1": 1, "interleaved-1f1b": 2, "zbv": 2, "dualpipev": 2, "dualpipe": 2}
 
 
 def grid():
@@ -33,7 +33,7 @@ GRID = list(grid())
 def idle(name, pp, m, t_f, t_b, t_w):
     """(bubble time, idle share of wall time) on rank 0; all ranks do equal work with uniform stages."""
     vpp = VPP[name]
-    span, busy = makespan(pipeline_schedule(name, pp, vpp, m), pp, vpp, t_f, t_b, t_w)
+    span, busy = makespan(pipeline_schedule(name, pp, vpp, m), pp, vpp, t_f, t_b, t_w, routes=SCHEDULES[name].routes)
     assert busy == pytest.approx([busy[0]] * pp)
     return span - busy[0], 1 - busy[0] / span
 
@@ -41,7 +41,7 @@ def idle(name, pp, m, t_f, t_b, t_w):
 def test_the_scenario_accepts_exactly_the_registry_names():
     choices = next(f for f in fields(Parallel) if f.name == "pp_schedule").metadata["choices"]
     assert choices is SCHEDULES
-    assert list(SCHEDULES) == ["afab", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev"]
+    assert list(SCHEDULES) == ["afab", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "dualpipev", "dualpipe"]
 
 
 @pytest.mark.parametrize("name", SCHEDULES)
@@ -52,7 +52,9 @@ def test_every_pass_runs_exactly_once_on_the_owning_rank(name):
         sched = pipeline_schedule(name, pp, vpp, m)
         assert len(sched) == pp
         seen = Counter((a.kind, a.chunk, a.mb) for acts in sched for a in acts)
-        expected = {(k, c, i) for k in "FBW" for c in range(pp * vpp) for i in range(m)}
+        routes = SCHEDULES[name].routes  # DualPipe: micro-batches 0..m/2-1 through copy 0's chunks, the rest copy 1's
+        route, share = pp * vpp // routes, m // routes
+        expected = {(k, c, i) for k in "FBW" for c in range(pp * vpp) for i in range(c // route * share, (c // route + 1) * share)}
         assert set(seen) == expected and set(seen.values()) == {1}, (pp, vpp, m)
         for rank, acts in enumerate(sched):
             assert all(chunk_rank(name, pp, vpp, a.chunk) == rank for a in acts), (pp, vpp, m, rank)
@@ -75,8 +77,9 @@ def test_v_placement_puts_first_and_last_chunk_on_rank_0():
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_dependencies_are_satisfiable_without_deadlock(name):
     for _, pp, vpp, m in (c for c in GRID if c[0] == name):
-        span, busy = makespan(pipeline_schedule(name, pp, vpp, m), pp, vpp)
-        assert busy == [3.0 * vpp * m] * pp
+        routes = SCHEDULES[name].routes
+        span, busy = makespan(pipeline_schedule(name, pp, vpp, m), pp, vpp, routes=routes)
+        assert busy == [3.0 * vpp * m / routes] * pp
         assert span >= busy[0]
 
 
@@ -101,7 +104,7 @@ def test_unit_time_executor_on_a_hand_checked_two_stage_pipeline():
 @pytest.mark.parametrize("bad", [
     ("gpipe", 4, 1, 8), ("1f1b", 4, 2, 8), ("zb-h1", 4, 2, 8), ("interleaved-1f1b", 4, 1, 8),
     ("interleaved-1f1b", 4, 2, 6), ("zbv", 4, 1, 8), ("dualpipev", 4, 2, 7), ("1f1b", 0, 1, 8),
-    ("afab", 4, 1, 0),
+    ("afab", 4, 1, 0), ("dualpipe", 3, 2, 12), ("dualpipe", 4, 2, 9), ("dualpipe", 4, 2, 6), ("dualpipe", 4, 1, 8),
 ])
 def test_undefined_combinations_are_rejected(bad):
     with pytest.raises(ValueError):
@@ -171,6 +174,32 @@ def test_dualpipev_bubble_is_smaller_than_1f1b():
         for m in (2 * pp, 32):
             for t_b, t_w in ((1, 1), (2, 0)):
                 assert idle("dualpipev", pp, m, 1, t_b, t_w)[1] < idle("1f1b", pp, m, 1, 2, 0)[1]
+
+
+def test_dualpipe_runs_the_eight_steps_of_dualpipe_py():
+    """deepseek-ai/DualPipe dualpipe.py `step` on pp 4, 8 micro-batches (4 a direction): rank 1 (half_rank 1, phase 0
+    its copy-0 chunk 1, phase 1 its copy-1 chunk 6) runs step 2's two F0/F1 pairs after no step-1 forwards, then the
+    main step's pairs (F0 & B1, F1 & B0; a middle rank, it does not overlap its first), then the B1/B0 drain whose
+    second half defers W; rank 2 (in the second half) has the two phases swapped."""
+    rank1, rank2 = pipeline_schedule("dualpipe", 4, 2, 8)[1:3]
+    head = [(a.kind, a.chunk, a.mb, a.overlap) for a in rank1[:9]]
+    assert head == [("F", 1, 0, False), ("F", 6, 4, False), ("F", 1, 1, False), ("F", 6, 5, False),
+                    ("F", 1, 2, False), ("B", 6, 4, False), ("W", 6, 4, False), ("F", 6, 6, True), ("B", 1, 0, False)]
+    assert [(a.kind, a.chunk) for a in rank2[:2]] == [("F", 5), ("F", 2)]
+
+
+def test_dualpipe_beats_dualpipev_and_1f1b_and_holds_p_plus_1_stage_passes():
+    """Two copies fill the pipeline from both ends: on the same pp ranks, less idle than DualPipeV's V (whose chunks
+    are half a stage) and than 1F1B; each rank holds p + 1 stage passes at its peak (DualPipe README), its
+    `inflight` entry."""
+    from simulator.plan.dualpipe import dualpipe_inflight
+    for pp in (4, 8):
+        for m in (2 * pp, 32):
+            for t in ((1, 1, 1), (1, 1.5, 0.5)):
+                dual = idle("dualpipe", pp, m, *t)[1]
+                assert dual < idle("dualpipev", pp, m, *t)[1] and dual < idle("1f1b", pp, m, t[0], t[1] + t[2], 0)[1]
+            for rank, acts in enumerate(pipeline_schedule("dualpipe", pp, 2, m)):
+                assert peak_inflight(acts) == pp + 1 == sum(dualpipe_inflight(rank, pp, 2, m))
 
 
 # ---------------------------------------------------------------------------- activations held

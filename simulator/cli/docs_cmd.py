@@ -55,7 +55,8 @@ Besides the per-key checks, the layout as a whole must hold together (`scenario.
 - ep divides the experts and dp x cp (and is 1 for a dense model);
 - the pipeline schedule's own rules ({schedule_rules});
 - the layers split over pp x vpp chunks as the framework splits them (Megatron: evenly), or `pp_layers` gives
-  pp x vpp entries summing to them; `parallel.zero` is a stage the framework has;
+  pp x vpp entries summing to them (a near-even split is suggested where they do not divide); `parallel.zero` is a
+  stage the framework has;
 - fp8 needs a GPU with FP8 tensor cores; `autocast` needs bf16, zero 0 and fp32 gradients.
 """
 
@@ -175,6 +176,8 @@ def schedule_rules() -> str:
             rule += ", micro-batches a multiple of pp"
         if spec.min_m_per_pp:
             rule += f", at least {spec.min_m_per_pp} x pp micro-batches"
+        if spec.routes > 1:
+            rule += f", {spec.routes} copies of the model (pp_layers per stage of one), pp and micro-batches even"
         if spec.p2p_in_steady_state:
             rule += ", `pp_p2p: blocking` allowed"
         out.append(f"{spec.name}: {rule}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .layout import chunk_layers, last_chunk, layer_recompute
+from .layout import chunk_layer_ids, is_first_chunk, is_last_chunk, layer_recompute
 from .step_ops import embedding_backward, embedding_forward, head_backward, head_forward, pp_partition_gathers, pp_partitioned
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_tensors
 from .layer_ops import layer_passes
@@ -62,8 +62,8 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
     received slices and of the stored output (`step_ops.pp_partition_gathers`) open the first layer's block of
     a receiving chunk's F and of a sending chunk's B and BW."""
     z = cache.setdefault("shard", shard(sc))
-    first, last = chunk == 0, chunk == last_chunk(sc)
-    layers = chunk_layers_of(sc, chunk) + (list(sc.model.mtp_layer_ids) if last else [])
+    first, last = is_first_chunk(sc, chunk), is_last_chunk(sc, chunk)
+    layers = chunk_layer_ids(sc, chunk) + (list(sc.model.mtp_layer_ids) if last else [])
 
     def lp(layer):
         mtp = sc.model.is_mtp_layer(layer)
@@ -117,12 +117,6 @@ def chunk_blocks(sc: Scenario, chunk: int, stage_has_embedding: bool, cache: dic
         out["W"].append(block("emb", [(eb, "W")], emb_p))
         out["BW"].append(block("emb", [(eb, "W")], emb_p))
     return {k: tuple(v) for k, v in out.items()}
-
-
-def chunk_layers_of(sc: Scenario, chunk: int) -> list[int]:
-    sizes = chunk_layers(sc)
-    start = sum(sizes[:chunk])
-    return list(range(start, start + sizes[chunk]))
 
 
 def concat(parts: list[tuple[tuple[Node, ...], str]]) -> tuple[tuple[Node, ...], tuple[str, ...]]:

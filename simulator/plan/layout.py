@@ -65,7 +65,26 @@ def rank_index(sc: Scenario, dim: str, ranks=None) -> np.ndarray:
 
 def group_ranks(sc: Scenario, dim: str, rank: int = 0) -> list[int]:
     """Ranks of `dim`'s group that contains `rank`. dim in tp, cp, dp, pp, ep, edp, dp_cp (the dense gradient
-    and sharding group: the dp x cp plane, or its shard run under HSDP), dp_rep (HSDP's replicas of it)."""
+    and sharding group: the dp x cp plane, or its shard run under HSDP), dp_rep (HSDP's replicas of it).
+    Under DualPipe (`ScheduleSpec.routes` 2) rank r and rank p-1-r hold the same two stages, one of each model
+    copy, and sum their gradients as replicas do (deepseek-ai/DualPipe examples/example_dualpipe.py adds the
+    mirror rank's gradients to each copy's): the gradient and sharding groups (dp_cp, edp) are the two ranks'
+    groups together."""
+    ranks = _group_ranks(sc, dim, rank)
+    if dim in ("dp_cp", "edp") and schedule_spec(sc.parallel.pp_schedule).routes == 2:
+        ranks = sorted(set(ranks) | set(_group_ranks(sc, dim, mirror_rank(sc, rank))))
+    return ranks
+
+
+def mirror_rank(sc: Scenario, rank: int) -> int:
+    """The rank at the mirrored pipeline position (pp stage p-1-s), every other coordinate the same."""
+    grid, dims = rank_grid(sc)
+    c = _coords(grid, dims, rank)
+    return int(grid[tuple(sc.parallel.pp - 1 - c[d] if d == "pp" else c[d] for d in dims)])
+
+
+def _group_ranks(sc: Scenario, dim: str, rank: int) -> list[int]:
+    """`group_ranks` within one model copy."""
     grid, dims = rank_grid(sc)
     c = _coords(grid, dims, rank)
     if dim in ("tp", "cp", "dp", "pp"):
@@ -151,12 +170,34 @@ def pp_rank_of_stage_rank(sc: Scenario, pp_rank: int) -> int:
 # ----------------------------------------------------------------------------------- layers
 
 def chunk_layers(sc: Scenario) -> list[int]:
-    """Layers per model chunk in pipeline order (pp*vpp entries)."""
+    """Layers per model chunk in pipeline order (pp*vpp entries). Under DualPipe's two copies of the model
+    (`ScheduleSpec.routes`) each copy splits the layers the same way: pp_layers (or the even split) per copy,
+    repeated."""
     p = sc.parallel
-    n = p.pp * p.vpp
-    if p.pp_layers is not None:
-        return list(p.pp_layers)
-    return [sc.model.layers // n] * n
+    routes = schedule_spec(p.pp_schedule).routes
+    n = p.pp * p.vpp // routes
+    return list(p.pp_layers if p.pp_layers is not None else [sc.model.layers // n] * n) * routes
+
+
+def chunk_layer_ids(sc: Scenario, chunk: int) -> list[int]:
+    """The decoder layers of pipeline chunk `chunk` (global indices, MTP modules aside): its copy's split, from
+    the first layer at the copy's first chunk."""
+    sizes = chunk_layers(sc)
+    first = chunk - chunk % (len(sizes) // schedule_spec(sc.parallel.pp_schedule).routes)
+    start = sum(sizes[first:chunk])
+    return list(range(start, start + sizes[chunk]))
+
+
+def is_first_chunk(sc: Scenario, chunk: int) -> bool:
+    """Whether `chunk` opens a micro-batch's route: it holds the embedding (chunk 0; under DualPipe also the
+    second copy's first chunk)."""
+    p = sc.parallel
+    return chunk % (p.pp * p.vpp // schedule_spec(p.pp_schedule).routes) == 0
+
+
+def is_last_chunk(sc: Scenario, chunk: int) -> bool:
+    """Whether `chunk` ends a micro-batch's route: it holds the LM head, the loss and the MTP modules."""
+    return is_first_chunk(sc, chunk + 1)
 
 
 def layer_recompute(sc: Scenario, layer: int) -> str:
@@ -191,27 +232,23 @@ def chunk_owner(sc: Scenario, chunk: int) -> tuple[int, int]:
 
 
 def rank_chunks(sc: Scenario, pp_rank: int) -> list[tuple[int, list[int]]]:
-    """For a pp rank: [(pipeline chunk index, [global layer indices])] in local chunk order. The last chunk
+    """For a pp rank: [(pipeline chunk index, [global layer indices])] in local chunk order. A route's last chunk
     ends with the MTP modules' layers (`ModelSpec.mtp_layer_ids`): Megatron builds them on the last pipeline
     stage's last virtual chunk (multi_token_prediction.py `get_mtp_num_layers_to_build`, `mtp_on_this_rank`),
     after the decoder layers that `chunk_layers` splits."""
-    sizes = chunk_layers(sc)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
     out = []
-    for c in range(len(sizes)):
+    for c in range(sc.parallel.pp * sc.parallel.vpp):
         r, local = chunk_owner(sc, c)
         if r == pp_rank:
-            mtp = list(sc.model.mtp_layer_ids) if c == len(sizes) - 1 else []
-            out.append((local, c, list(range(int(starts[c]), int(starts[c + 1]))) + mtp))
+            mtp = list(sc.model.mtp_layer_ids) if is_last_chunk(sc, c) else []
+            out.append((local, c, chunk_layer_ids(sc, c) + mtp))
     out.sort()
     return [(c, layers) for _, c, layers in out]
 
 
-def first_chunk(sc: Scenario) -> int:
-    return 0
-
-
 def last_chunk(sc: Scenario) -> int:
+    """The last pipeline chunk (the LM head's; under DualPipe the second copy's, on rank 0 with the first
+    copy's embedding)."""
     return sc.parallel.pp * sc.parallel.vpp - 1
 
 

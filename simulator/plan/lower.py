@@ -27,12 +27,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from .layout import chunk_owner, group_shape, rank_chunks
+from .layout import chunk_owner, group_shape, is_first_chunk, rank_chunks
 from .float8_comm import amax_all_reduces, dense_gather_bytes, fp8_param_gathers
 from .step_ops import (bucket_release_blocks, dp_buckets, optimizer_op, param_gather_buckets, pp_activation_bytes,
                         sp_norm_grad_allreduce, tied_embedding_allreduce)
 from .sharded_params import param_bytes
 from .opgraph import Comm, Compute
+from ..pipeline_spec import chunks_per_copy
 from ..scenario import Scenario
 from .schedules import Action, chunk_rank, pipeline_schedule, schedule_spec
 from .blocks import PASS_KINDS, Block, chunk_blocks
@@ -284,11 +285,11 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
     emb_stage, head_stage = owner[0], owner[-1]
     for r in range(pp):
         chunks = tuple(c for c, _ in rank_chunks(sc, r))
-        has_emb = 0 in chunks
+        has_emb = any(is_first_chunk(sc, c) for c in chunks)
         for c in chunks:
             for kind, bl in chunk_blocks(sc, c, has_emb, cache).items():
                 blocks[(c, kind)] = bl
-        steps = _steps(sched[r], r, owner, n_chunks, pol, overlap, act_bytes,
+        steps = _steps(sched[r], r, owner, chunks_per_copy(p), pol, overlap, act_bytes,
                        fuse=not schedule_spec(p.pp_schedule).splits_backward,
                        gated=gated)
         for st in steps:
@@ -367,10 +368,11 @@ def _tail(pol: ShardingPolicy, overlap: bool, gated: bool, chunks: tuple, dp: di
     return tuple(out)
 
 
-def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, pol: ShardingPolicy, overlap: bool,
+def _steps(actions: list[Action], r: int, owner: list[int], route: int, pol: ShardingPolicy, overlap: bool,
            act_bytes: Callable[[int, int], float], fuse: bool, gated: bool) -> tuple[Step, ...]:
     """Fuse each B immediately followed by its W into one BW pass (`fuse`: schedules that do not split
-    the backward), attach p2p partners, DP releases and memory (`gated`: each chunk's first forward waits
+    the backward), attach p2p partners (a micro-batch's route is `route` consecutive chunks: every chunk, or one
+    model copy's under DualPipe), DP releases and memory (`gated`: each chunk's first forward waits
     for its ZeRO-1/2 parameter buckets), and check that every dependency on this stage comes earlier in
     the list."""
     done: set = set()
@@ -401,21 +403,22 @@ def _steps(actions: list[Action], r: int, owner: list[int], n_chunks: int, pol: 
     for idx, (k, c, mb) in enumerate(fused):
         need = []
         recv_from, recv_key, send_to = -1, (), -1
+        has_prev, has_next = c % route > 0, (c + 1) % route > 0
         if k == "F":
-            if c > 0:
+            if has_prev:
                 (need.append(("F", c - 1, mb)) if owner[c - 1] == r else None)
                 if owner[c - 1] != r:
                     recv_from, recv_key = owner[c - 1], ("F", c - 1, mb)
-            if c < n_chunks - 1 and owner[c + 1] != r:
+            if has_next and owner[c + 1] != r:
                 send_to = owner[c + 1]
         elif k in ("B", "BW"):
             need.append(("F", c, mb))
-            if c < n_chunks - 1:
+            if has_next:
                 if owner[c + 1] == r:
                     need.append(("B", c + 1, mb))
                 else:
                     recv_from, recv_key = owner[c + 1], ("B", c + 1, mb)
-            if c > 0 and owner[c - 1] != r:
+            if has_prev and owner[c - 1] != r:
                 send_to = owner[c - 1]
         else:
             need.append(("B", c, mb))

@@ -26,7 +26,7 @@ from .float8_comm import FP8_BYTES, fp8_params, fp8_weight_params, gathered_para
 from . import op_sac
 from .autocast_saved import ce_backward_temporaries
 from .memory_fit import MemoryReport, fits, headroom_gib, stage_capacities
-from .layout import chunk_owner, group_shape, last_chunk, layer_recompute, rank_chunks
+from .layout import chunk_owner, group_shape, is_first_chunk, is_last_chunk, layer_recompute, rank_chunks
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
                              param_bytes, rank_params)
 from .opgraph import Shard, shard
@@ -195,11 +195,11 @@ def _chunk_layers(sc: Scenario, pp_rank: int, chunk: int) -> list[int]:
 
 def chunk_activation_bytes(sc: Scenario, pp_rank: int, chunk: int) -> float:
     """One micro-batch through pipeline chunk `chunk` (global index, as `layout.rank_chunks` gives) on
-    pp rank `pp_rank`: its layers plus the embedding extras on chunk 0 and the head extras on the last."""
+    pp rank `pp_rank`: its layers plus the embedding extras on a route's first chunk and the head extras on its last."""
     total = sum(activation_bytes_per_layer(sc, i) - offload.moved_bytes(sc, i) for i in _chunk_layers(sc, pp_rank, chunk))
-    if chunk == 0:
+    if is_first_chunk(sc, chunk):
         total += sum(embedding_activation_terms(sc).values())
-    if chunk == last_chunk(sc):
+    if is_last_chunk(sc, chunk):
         total += sum(head_activation_terms(sc).values())
     return float(total)
 
@@ -279,7 +279,7 @@ def buffer_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
         worst = max((_layer_transients(sc, i, z) for i in layers), key=lambda d: sum(d.values()))
         out.update(worst)
         out["offload_in_flight"] = offload.in_flight_bytes(sc, layers)
-    if last_chunk(sc) in {c for c, _ in rank_chunks(sc, pp_rank)}:
+    if any(is_last_chunk(sc, c) for c, _ in rank_chunks(sc, pp_rank)):
         # the standard loss's fp32 gradient of the logits; the fused one writes it in place, cut never makes it
         out["logits_grad"] = (ce_backward_temporaries(sc) * LOGIT_BYTES * z.T * -(-sc.model.vocab // z.t)
                               if tr.loss == "standard" else 0.0)

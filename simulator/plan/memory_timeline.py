@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..scenario import Scenario
-from .layout import last_chunk, rank_chunks
+from .layout import is_first_chunk, is_last_chunk, rank_chunks
 from .memory import (ADAM_STATE_BYTES, MOMENT_OPTIMIZERS, HELD_BUFFERS, LAYER_TRANSIENTS, MASTER_BYTES, OPTIMIZER_TRANSIENTS,
                      OUTSIDE_ALLOCATOR, _transient_total, buffer_bytes, embedding_activation_terms,
                      head_activation_terms, layer_activation_terms, static_bytes, zero_groups)
@@ -88,17 +88,17 @@ def _terms(d: dict[str, float]) -> tuple[tuple[str, float], ...]:
 
 
 def _units(sc: Scenario, pp_rank: int, chunk: int, grads_per_param: float) -> list[_Unit]:
-    """The chunk's units in forward order: embedding (chunk 0), layers, head (last chunk)."""
+    """The chunk's units in forward order: embedding (a route's first chunk), layers, head (its last)."""
     layers = next(ls for c, ls in rank_chunks(sc, pp_rank) if c == chunk)
     rp = rank_params(sc, pp_rank)
     out = []
-    if chunk == 0:
+    if is_first_chunk(sc, chunk):
         out.append(_Unit("embedding", _terms(embedding_activation_terms(sc)),
                          grads_per_param * embedding_rank_params(sc), 0.0))
     for i in layers:
         n = sum(layer_rank_params(sc, i))
         out.append(_Unit(f"L{i}", _terms(layer_activation_terms(sc, i)), grads_per_param * n, n))
-    if chunk == last_chunk(sc):
+    if is_last_chunk(sc, chunk):
         n = sum(head_rank_tensors(sc, rp.embedding))
         out.append(_Unit("head", _terms(head_activation_terms(sc)), grads_per_param * n, n))
     return out
@@ -178,7 +178,7 @@ def memory_events(sc: Scenario, pp_rank: int, passes: list[PassTime], optimizer:
     # offloaded layers are drawn leaving and coming back (`_offload_moves`), not as the model's in-flight temporary
     layer_tmp = sum(kinds[k] for k in LAYER_TRANSIENTS if k != "offload_in_flight")
     freed, loaded = _offload_moves(sc)
-    bwd_tmp = {c: (_transient_total(kinds) if c == last_chunk(sc) else layer_tmp) for c, _ in rank_chunks(sc, pp_rank)}
+    bwd_tmp = {c: (_transient_total(kinds) if is_last_chunk(sc, c) else layer_tmp) for c, _ in rank_chunks(sc, pp_rank)}
     per_param = st["grads"] / rp.total if rp.total else 0.0
     units = {c: _units(sc, pp_rank, c, per_param) for c, _ in rank_chunks(sc, pp_rank)}
     if detail == "layer":

@@ -19,37 +19,12 @@ stage index is our chunk index.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..inputs import spelling
-
-KINDS = ("F", "B", "W")
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """One compute pass of one micro-batch through one pipeline chunk."""
-    kind: str
-    """"F" forward, "B" input-grad backward, "W" weight-grad backward."""
-    chunk: int
-    """Pipeline chunk 0..pp*vpp-1 in pipeline order (chunk 0 holds the embedding, the last the loss)."""
-    mb: int
-    """Micro-batch 0..m-1."""
-    overlap: bool = field(default=False, compare=False)
-    """An F run together with the B that follows it, each micro-batch's communication under the other's
-    compute (DualPipe's overlapped forward-backward chunk, DeepSeek-V3 report §3.2.1 Fig. 4). Not part
-    of the action's identity: the oracle and the dependency checks see the plain F and B."""
-
-
-RankActions = Callable[[int, int, int, int], list[Action]]
-"""(rank, pp, vpp, m) -> the rank's actions in execution order."""
-RankOrder = Callable[[int, int, int, int], tuple[list["Action"], list[tuple[int, int]], int]]
-"""(rank, pp, vpp, m) -> the rank's forwards in order, its backwards' (chunk, mb) in order, its warm-up forwards."""
-RankInflight = Callable[[int, int, int, int], list[int]]
-"""(rank, pp, vpp, m) -> per local chunk of the rank (local order), the micro-batches whose F has run and
-whose B has not at the rank's peak."""
-
+from .dualpipe import dualpipe_actions, dualpipe_inflight, dualpipev_actions, dualpipev_inflight
+from .pipeline_actions import KINDS, Action, Lane, RankActions, RankInflight, RankOrder  # noqa: F401 (KINDS, Action: re-exported)
 
 def join_names(names: Iterable[str], word: str = "or") -> str:
     """['a', 'b', 'c'] -> 'a, b or c' (for error messages)."""
@@ -74,7 +49,7 @@ class ScheduleSpec:
     """Why `vpp` is fixed, said in the error when a scenario asks for another."""
     v_shaped: bool = False
     """Placement. True: chunks 0..p-1 on ranks 0..p-1, then p..2p-1 on ranks p-1..0, so rank 0 holds both
-    the first and the last chunk (ZB-V, DualPipeV). False: chunk c on rank c % p (Megatron's virtual
+    the first and the last chunk (ZB-V, DualPipeV, DualPipe's two copies). False: chunk c on rank c % p (Megatron's virtual
     pipeline, NAR21 §2.2.2; c = rank when vpp = 1)."""
     splits_backward: bool = False
     """True: W runs as its own pass apart from B and the input gradient goes upstream when B ends (ZB §2;
@@ -86,6 +61,12 @@ class ScheduleSpec:
     """Micro-batches must come in whole groups of pp (Megatron's interleaved order)."""
     min_m_per_pp: int = 0
     """Micro-batches must be at least this many times pp (DualPipeV: 2)."""
+    routes: int = 1
+    """1: every micro-batch runs through every chunk in order. 2: the model is held twice (DualPipe,
+    `plan/dualpipe.py`): chunks 0..n/2-1 are one copy, n/2..n-1 the other, each a micro-batch's whole route, half
+    of the micro-batches through each; even micro-batch counts only."""
+    pp_even: bool = False
+    """pp must be even (DualPipe pairs rank r with rank p-1-r)."""
     p2p_in_steady_state: bool = False
     """One chunk per rank and at most its distance to the last stage in flight, so every PP send shows in
     the steady state: `parallel.pp_p2p: blocking` (nanotron's blocking sends) is modelled only for such a
@@ -124,17 +105,23 @@ class ScheduleSpec:
 
     def microbatch_error(self, pp: int, m: int) -> str | None:
         """Why `m` micro-batches over `pp` ranks do not fit the schedule (None: they do)."""
+        if m % self.routes:
+            return f"{self.name} needs an even number of micro-batches (half through each model copy), got {m}"
         if self.m_multiple_of_pp and m % pp:
             return f"{self.name} needs micro-batches ({m}) to be a multiple of pp ({pp})"
         if m < self.min_m_per_pp * pp:
             return f"{self.name} needs at least {self.min_m_per_pp}*pp = {self.min_m_per_pp * pp} micro-batches, got {m}"
         return None
 
+    def pp_error(self, pp: int) -> str | None:
+        """Why `pp` ranks do not fit the schedule (None: they do)."""
+        return f"{self.name} needs an even pp (rank r pairs with rank pp-1-r), got {pp}" if self.pp_even and pp % 2 else None
+
     def check(self, pp: int, vpp: int, m: int) -> str | None:
         """Why (pp, vpp, m) is not a combination the schedule is defined for (None: it is)."""
         if pp < 1 or m < 1:
             return f"pp = {pp} and m = {m} must be >= 1"
-        return self.vpp_error(vpp) or self.microbatch_error(pp, m)
+        return self.pp_error(pp) or self.vpp_error(vpp) or self.microbatch_error(pp, m)
 
     def vpp_candidates(self, layers_per_rank: int) -> list[int]:
         """Chunk counts the sweep tries for a rank of `layers_per_rank` layers: the fixed one, or every
@@ -250,49 +237,13 @@ def _interleaved_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
     return [sum(1 for k in range(held) if (k // pp) % vpp == local) for local in range(vpp)]
 
 
-class _Lane:
-    """One rank's action list under construction: per-(kind, chunk) counters hand out micro-batch
-    numbers in order, and W's of split backwards can wait in a queue (ZB's deferred W)."""
-    __slots__ = ("actions", "_next", "_waiting")
-
-    def __init__(self) -> None:
-        self.actions: list[Action] = []
-        self._next: dict[tuple[str, int], int] = {}
-        self._waiting: list[Action] = []
-
-    def _take(self, kind: str, chunk: int) -> int:
-        mb = self._next.get((kind, chunk), 0)
-        self._next[(kind, chunk)] = mb + 1
-        return mb
-
-    def f(self, chunk: int, overlap: bool = False) -> None:
-        self.actions.append(Action("F", chunk, self._take("F", chunk), overlap))
-
-    def b(self, chunk: int, defer_w: bool = False) -> None:
-        mb = self._take("B", chunk)
-        self.actions.append(Action("B", chunk, mb))
-        (self._waiting if defer_w else self.actions).append(Action("W", chunk, mb))
-
-    def w(self, chunk: int | None = None) -> bool:
-        """Run the oldest waiting W (of `chunk` if given); False if none waits."""
-        for i, a in enumerate(self._waiting):
-            if chunk is None or a.chunk == chunk:
-                self.actions.append(self._waiting.pop(i))
-                return True
-        return False
-
-    def count(self, kind: str, chunk: int) -> int:
-        """How many `kind` passes of `chunk` the lane holds so far."""
-        return self._next.get((kind, chunk), 0)
-
-
 def _zb_h1(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     """ZB-H1 (Qi et al., ICLR'24 "Zero Bubble Pipeline Parallelism" §3.1, Fig. 3): 1F1B's F/B order
     with the backward split into B and W. Rank r runs its first r B's without their W; from then on
     each B is followed by the oldest waiting W, so r W's stay queued and fill the cool-down bubble,
     which is longer the later the rank (as torch `ScheduleInterleavedZeroBubble` with one stage per
     rank). Bubble (p-1)(T_F+T_B-T_W) for T_W <= T_B; activations as 1F1B (ZB Table 2)."""
-    lane = _Lane()
+    lane = Lane()
     warm = min(pp - 1 - rank, m)
 
     def backward() -> None:
@@ -322,7 +273,7 @@ def _zbv(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
     which keeps every order dependency-safe."""
     down, up = rank, 2 * pp - 1 - rank
     n = max(m, 2 * pp - 1)
-    lane = _Lane()
+    lane = Lane()
     for _ in range(2 * (pp - rank) - 1):
         lane.f(down)
     for _ in range(rank):
@@ -356,54 +307,6 @@ def _zbv_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
     return [min(2 * pp - rank - 1, m), min(rank + 1, m)]
 
 
-def _dualpipev(rank: int, pp: int, vpp: int, m: int) -> list[Action]:
-    """DualPipeV, the V-shaped "cut-in-half" DualPipe (DeepSeek-V3 report §3.2.1;
-    deepseek-ai/DualPipe `dualpipev.py`, torch `ScheduleDualPipeV`), 8 steps per rank.
-    The overlapped forward+backward pairs of step 4/5 are emitted F first (`Action.overlap`), then B
-    and W; the plan runs each such F and B as one pass (`plan/overlap.py`). Needs m >= 2pp."""
-    down, up = rank, 2 * pp - 1 - rank
-    lane = _Lane()
-    for _ in range((pp - rank - 1) * 2):        # 1: F down
-        lane.f(down)
-    for _ in range(rank + 1):                   # 2: F down, F up
-        lane.f(down)
-        lane.f(up)
-    for _ in range(pp - rank - 1):              # 3: B up (split, but its W runs at once), F up
-        lane.b(up)
-        lane.f(up)
-    for i in range(m - 2 * pp + rank + 1):      # 4: (F down & B up), (F up & B down)
-        # the last rank does not overlap its first pair "to further reduce bubble size" (`dualpipev.py`)
-        lane.f(down, overlap=not (i == 0 and rank == pp - 1))
-        lane.b(up)
-        lane.f(up, overlap=True)
-        lane.b(down)
-    for _ in range(pp - rank - 1):              # 5: B up, (F up & B down)
-        lane.b(up)
-        lane.f(up, overlap=True)
-        lane.b(down)
-    split = False                               # 6: B up, B down; W deferred from the middle on
-    for i in range(rank + 1):
-        if i == (rank + 1) // 2 and rank % 2 == 1:
-            split = True
-        lane.b(up, defer_w=split)
-        if i == (rank + 1) // 2 and rank % 2 == 0:
-            split = True
-        lane.b(down, defer_w=split)
-    for _ in range(pp - rank - 1):              # 7: oldest W, B down (split)
-        lane.w()
-        lane.b(down, defer_w=True)
-    while lane.w():                             # 8: the remaining W's
-        pass
-    return lane.actions
-
-
-def _dualpipev_inflight(rank: int, pp: int, vpp: int, m: int) -> list[int]:
-    """2p+1 chunk-passes (DualPipe README: "PP+1" activations for PP = 2p stages): down chunk 2p-i, up
-    chunk i+1 (DualPipe `dualpipev.py` steps 1-4: 2(p-i-1) + (i+1) down, i+1 up, then one more forward
-    overlapped with a backward)."""
-    return [min(2 * pp - rank, m), min(rank + 1, m)]
-
-
 # ------------------------------------------------------------------------------- the registry
 
 V_NOTE = "V-shaped placement: two chunks per pp rank"
@@ -427,9 +330,13 @@ SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in (
     ScheduleSpec(name="zbv", actions=_zbv, inflight=_zbv_inflight, vpp=2, vpp_note=V_NOTE, v_shaped=True,
                  splits_backward=True, torch_class="ScheduleZBVZeroBubble",
                  frameworks=(("torchtitan", "ZBVZeroBubble"),), sweep_preference=3),
-    ScheduleSpec(name="dualpipev", actions=_dualpipev, inflight=_dualpipev_inflight, vpp=2, vpp_note=V_NOTE,
+    ScheduleSpec(name="dualpipev", actions=dualpipev_actions, inflight=dualpipev_inflight, vpp=2, vpp_note=V_NOTE,
                  v_shaped=True, splits_backward=True, min_m_per_pp=2, torch_class="ScheduleDualPipeV",
                  frameworks=(("torchtitan", "DualPipeV"),), sweep_preference=4),
+    ScheduleSpec(name="dualpipe", actions=dualpipe_actions, inflight=dualpipe_inflight, vpp=2,
+                 vpp_note="two copies of the model: each pp rank holds one stage of each", v_shaped=True, routes=2,
+                 splits_backward=True, min_m_per_pp=2, pp_even=True, sweep_preference=6, sweep_default=False,
+                 sweep_note="DeepSeek's own schedule, no framework here runs it: two copies of the parameters"),
 )}
 """Every pipeline schedule by its contract name, in the contract's order (`parallel.pp_schedule`).
 Read only: the scenario's choices, the sweep's space and the exports all come from here."""
@@ -449,9 +356,7 @@ runs it (`ScheduleInterleaved1F1B`). Not ScheduleInterleavedZeroBubble: torchtit
 several stages per rank, which clustersim's zb-h1 is not."""
 
 
-NOT_MODELLED = {"dualpipe": "DeepSeek-V3's bidirectional DualPipe (report §3.2.1: micro-batches fed from both ends, two copies "
-                            "of the parameters) is not modelled; dualpipev, its V-shaped variant with one copy "
-                            "(deepseek-ai/DualPipe), is (vpp 2)"}
+NOT_MODELLED: dict[str, str] = {}
 """Schedule names users write for schedules clustersim does not price, and what to write instead (the scenario's error)."""
 
 

@@ -82,7 +82,7 @@ def head_rank_tensors(sc: Scenario, has_embedding: bool) -> tuple[float, ...]:
 def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
     """Linears and vocab tables split by t; norms replicated (docs/modeling.md §1.4); routed experts split by ep and
     by the expert TP degree (`expert_tp`); K/V projections replicated when t > kv_heads."""
-    from .layout import last_chunk, rank_chunks
+    from .layout import is_first_chunk, is_last_chunk, rank_chunks
     chunks = rank_chunks(sc, pp_rank)
     layers = tuple(i for _, ls in chunks for i in ls)
     dense = expert = 0.0
@@ -91,8 +91,8 @@ def rank_params(sc: Scenario, pp_rank: int) -> RankParams:
         dense += d
         expert += e
     ids = [c for c, _ in chunks]
-    has_emb = 0 in ids
-    has_head = last_chunk(sc) in ids
+    has_emb = any(is_first_chunk(sc, c) for c in ids)
+    has_head = any(is_last_chunk(sc, c) for c in ids)
     if has_emb:
         dense += embedding_rank_params(sc)
     if has_head:
@@ -105,16 +105,16 @@ def rank_blocks(sc: Scenario, pp_rank: int) -> list[tuple[str, int, tuple[float,
     """The rank's parameter blocks in definition order (all its chunks): ("embedding", -1, tensors, ()),
     ("layer", i, `layer_rank_tensors`), ("head", -1, the final norm and the LM head, ()); tensors in
     elements, dense then expert. The backward produces their gradients in the reverse order."""
-    from .layout import last_chunk, rank_chunks
+    from .layout import is_first_chunk, is_last_chunk, rank_chunks
     out: list[tuple[str, int, tuple[float, ...], tuple[float, ...]]] = []
     chunks = rank_chunks(sc, pp_rank)
-    has_emb = 0 in [c for c, _ in chunks]
+    has_emb = any(is_first_chunk(sc, c) for c, _ in chunks)
     for c, layers in chunks:
-        if c == 0:
+        if is_first_chunk(sc, c):
             out.append(("embedding", -1, (embedding_rank_params(sc),), ()))
         for i in layers:
             out.append(("layer", i, *layer_rank_tensors(sc, i)))
-        if c == last_chunk(sc):
+        if is_last_chunk(sc, c):
             out.append(("head", -1, head_rank_tensors(sc, has_emb), ()))
     return out
 
