@@ -44,6 +44,22 @@ def test_under_tp_and_sp_the_down_projections_run_on_each_ranks_tokens_and_the_u
     assert _gemms(layer_forward(sc, 5, z).nodes)["qkv"].flops / 2 == pytest.approx(macs, rel=1e-3)
 
 
+def test_under_sp_mla_gathers_its_latents_not_the_hidden_state():
+    """Megatron's MLA under SP all-gathers the up projections' inputs, the query and key-value latents, and the RoPE
+    key: 1,536 + 512 + 64 values a token on DeepSeek-V3, not its 7,168-wide hidden state; the backward reduce-scatters
+    the same. The MLP's gather keeps the hidden state's width."""
+    from simulator.plan.layer_ops import ATTN_GATHER
+    from simulator.plan.opgraph import Comm
+    sc = dsv3(tp=2, sp=True)
+    z = shard(sc)
+    comms = {n.op.name: n.op for n in layer_passes(sc, 5, z).B if isinstance(n.op, Comm)}
+    fwd = {n.op.name: n.op for n in layer_forward(sc, 5, z).nodes if isinstance(n.op, Comm)}
+    assert fwd[ATTN_GATHER].bytes == pytest.approx(z.T * 2112 * z.ab)
+    assert comms[ATTN_GATHER + "_bwd"].bytes == pytest.approx(z.T * 2112 * z.ab)
+    mlp = [op for name, op in fwd.items() if op.dim == "tp" and op.collective == "all_gather" and name != ATTN_GATHER]
+    assert mlp and all(op.bytes == pytest.approx(z.T * 7168 * z.ab) for op in mlp)
+
+
 def test_mla_attention_counts_its_192_wide_qk_and_128_wide_v_as_the_model_flops_do():
     sc = dsv3()
     z = shard(sc)

@@ -52,10 +52,11 @@ def fp8_tp_gathers(sc: Scenario) -> bool:
             and sc.framework.fp8_recipe == TENSORWISE)
 
 
-def tp_collective_bytes(sc: Scenario, z: Shard, collective: str) -> float:
-    """Bytes of one TP collective of a layer's T x h activation (or its gradient) on this rank."""
+def tp_collective_bytes(sc: Scenario, z: Shard, collective: str, width: int | None = None) -> float:
+    """Bytes of one TP collective of a layer's T x `width` activation (default the hidden size h; MLA's latents,
+    `mla_ops.sp_gather_width`) or its gradient on this rank."""
     elt = FP8_BYTES if collective == "all_gather" and fp8_tp_gathers(sc) else z.ab
-    return float(z.T * z.h * elt)
+    return float(z.T * (z.h if width is None else width) * elt)
 
 
 PER_TENSOR_TE = ("te_delayed", "te_current")

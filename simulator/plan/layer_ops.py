@@ -43,8 +43,14 @@ def _gathered_gemm(sc: Scenario, z: Shard, seq: OpList, gather: str | None, g: C
 
 def _layer_gather(sc: Scenario, z: Shard, name: str) -> Comm:
     """A layer's SP all-gather of a column linear's input: 16-bit, or FP8 where the framework gathers FP8
-    (`float8_comm.tp_collective_bytes`)."""
-    return replace(tp_collective(sc, z, name, "all_gather"), bytes=tp_collective_bytes(sc, z, "all_gather"))
+    (`float8_comm.tp_collective_bytes`), of the hidden state or, before MLA's up projections, of its latents."""
+    return replace(tp_collective(sc, z, name, "all_gather"), bytes=tp_collective_bytes(sc, z, "all_gather", _gathered_width(sc, name)))
+
+
+def _gathered_width(sc: Scenario, name: str) -> int | None:
+    """Values per token a TP collective named `name` moves: MLA's latents for the attention's SP gather
+    (`mla_ops.sp_gather_width`) and what mirrors it, else the hidden state (None)."""
+    return mla_ops.sp_gather_width(sc.model) if sc.model.mla and name.startswith(ATTN_GATHER) else None
 
 
 def _mlp_ops(sc: Scenario, z: Shard, moe: bool):
@@ -99,7 +105,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
         seq.compute(cast)
     seq.compute(elementwise("norm1", z.T_sp * z.h, NORM_PASSES[0], z))
     qkv = mla_ops.projections(sc, z) if m.mla else gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z)
-    _gathered_gemm(sc, z, seq, "sp_allgather_attn" if sp else None, qkv)
+    _gathered_gemm(sc, z, seq, ATTN_GATHER if sp else None, qkv)
     if m.rotary:
         seq.compute(elementwise("rope", z.T * (mla_ops.rope_width(m, z) if m.mla else z.q + z.kv), ROPE_PASSES[0], z))
     attention_forward(sc, z, seq, layer)
@@ -195,6 +201,8 @@ many rows each will receive before the variable-size all-to-all (torchtitan `exp
 `all_to_all_single` of int64 counts per expert; Megatron's all-to-all dispatcher gathers the same counts).
 Forward only: the backward all-to-alls reuse the forward's split sizes."""
 
+ATTN_GATHER = "sp_allgather_attn"
+"""The attention's SP all-gather, before its QKV linear (or MLA's up projections: `mla_ops.sp_gather_width`)."""
 COLUMN_LINEARS = ("qkv", "fc1", "shared_fc1")
 """Column-parallel GEMMs: their input is the SP all-gather's output."""
 _BWD_COMM = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "all_to_all": "all_to_all"}
@@ -281,7 +289,8 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
                 # the micro-pipeline pass leaves it a plain collective the norm's backward waits for
                 blocking = True
             bwd = _BWD_COMM[op.collective]
-            nbytes = tp_collective_bytes(sc, z, bwd) if op.dim == "tp" else op.bytes  # an FP8 gather's gradient: 16-bit
+            # an FP8 gather's gradient: 16-bit
+            nbytes = tp_collective_bytes(sc, z, bwd, _gathered_width(sc, op.name)) if op.dim == "tp" else op.bytes
             b.comm(Comm(op.name + "_bwd", op.dim, bwd, nbytes, blocking))
             last_gemm = None
             if op.collective == "all_gather" and sp and not saved_input:
@@ -314,7 +323,9 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             # re-gather the SP input under the dgrad GEMM; the wgrad comes with the reduce-scatter (above). A
             # parallel block's two column linears read one gathered input: the second shares the first's re-gather
             if regather is None:
-                regather_op = replace(tp_collective(sc, z, op.name + "_regather_wgrad", "all_gather"), blocking=False)
+                width = mla_ops.sp_gather_width(sc.model) if sc.model.mla and op.name == "qkv" else z.h
+                regather_op = replace(tp_collective(sc, z, op.name + "_regather_wgrad", "all_gather"), blocking=False,
+                                      bytes=float(z.T * width * z.ab))
                 regather = (b.comm(regather_op), [wgrad])
             else:
                 regather[1].append(wgrad)

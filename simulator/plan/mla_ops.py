@@ -17,10 +17,15 @@ Under TP the down projections are duplicated (`parallel_mode='duplicated'`: ever
 runs it on its own tokens, the SP shard, or every token without SP) and the up projections are column-parallel
 (1/t of the heads). All four are priced as ONE GEMM node standing where a QKV GEMM stands (`qkv`), of their summed
 multiply-adds on this rank over the layer's T gathered rows (n = MACs / (T h)), so the TP, FP8 and overlap rules of
-a QKV GEMM apply unchanged. Not modelled: the up projections' small inner dimension (512, 1,536) running less
-efficiently than the node's h-deep GEMM; Megatron's SP all-gather of the latents (T x 2,112 values per layer on
-DeepSeek-V3) instead of the hidden state (T x h), which the node's place behind the layer's SP all-gather prices;
-the latent norms (memory-bound, small). RoPE rotates only the 64-wide parts (`rope_width`).
+a QKV GEMM apply unchanged. Under sequence parallelism the down projections run on the rank's own rows and what is
+all-gathered is their output: the up projections are column-parallel linears that gather their SP-sharded inputs,
+the query and key-value latents, and the shared RoPE key is gathered on its own (Megatron-Core
+multi_latent_attention.py `get_query_key_value_tensors` at d98e8a64: "kv_compressed:[s / TP, b, kv_lora_rank]",
+`gather_from_sequence_parallel_region(k_pos_emb)`): T x (1,536 + 512 + 64) values a layer on DeepSeek-V3, not the
+hidden state's T x 7,168 (`sp_gather_width`; the backward's reduce-scatter and any re-gather for the weight
+gradients the same). Not modelled: the up projections' small inner dimension (512, 1,536) running less efficiently
+than the node's h-deep GEMM; the latent norms (memory-bound, small). RoPE rotates only the 64-wide parts
+(`rope_width`).
 
 `training.recompute_modules: [mla_up_proj]` (Megatron-Core `recompute_up_proj`: the up projections' outputs are
 discarded after the core attention and re-run in the backward, `qkv_up_checkpoint`) re-runs the up projections:
@@ -60,6 +65,14 @@ def projections(sc, z: Shard) -> Compute:
     down_rows = z.T_sp if (sc.parallel.sp and z.t > 1) else z.T
     macs = down_rows * down_macs(m) + z.T * up_macs(m) / z.t
     return gemm("qkv", z.T, max(1, round(macs / (z.T * z.h))), z.h, z)
+
+
+def sp_gather_width(m: ModelSpec) -> int:
+    """Values per token MLA all-gathers under sequence parallelism (module docstring): the query latent (the hidden
+    state where the model has none: its query projection is then column-parallel on it), the key-value latent and
+    the shared RoPE key."""
+    a = m.mla
+    return (a.q_lora_rank or m.hidden) + a.kv_lora_rank + a.qk_rope_head_dim
 
 
 def rope_width(m: ModelSpec, z: Shard) -> int:
