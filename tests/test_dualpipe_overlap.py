@@ -109,6 +109,16 @@ def test_bidirectional_dualpipe_holds_two_copies_whose_mirror_ranks_reduce_toget
     assert all(pairs(plan, s) for s in range(4))
 
 
+@pytest.mark.parametrize("overlap_dp", [True, False])
+def test_every_rank_mode_runs_dualpipe_as_one_rank_per_stage_does(overlap_dp):
+    """Simulating every rank, rank r and rank p-1-r rendezvous on each stage's gradient reduction: both issue their
+    chunks' collectives stage by stage (their local chunk orders are swapped), also after the pipeline (no overlap)."""
+    from simulator.run import simulate
+    sc = load_scenario(MIXTRAL, ["parallel.pp_schedule=dualpipe", "parallel.pp=4", "parallel.dp=8",
+                                 f"parallel.overlap_dp={str(overlap_dp).lower()}"])
+    assert simulate(sc, full=True)["iteration_time_s"] == pytest.approx(simulate(sc)["iteration_time_s"], rel=1e-9)
+
+
 def test_dualpipe_needs_an_even_pp_and_micro_batch_count():
     from simulator.errors import ScenarioError
     with pytest.raises(ScenarioError) as e:

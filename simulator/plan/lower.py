@@ -284,7 +284,9 @@ def lower(sc: Scenario, group_sizes: dict, act_bytes: Callable[[int, int], float
     gated = overlap and p.zero_gather == "bucketed" and pol.gathers_after_step
     emb_stage, head_stage = owner[0], owner[-1]
     for r in range(pp):
-        chunks = tuple(c for c, _ in rank_chunks(sc, r))
+        # by stage within its copy: under DualPipe rank r and rank p-1-r hold the same two stages (in swapped local
+        # order) and reduce them together, so both issue their per-chunk collectives in the same order
+        chunks = tuple(sorted((c for c, _ in rank_chunks(sc, r)), key=lambda c: c % chunks_per_copy(p)))
         has_emb = any(is_first_chunk(sc, c) for c in chunks)
         for c in chunks:
             for kind, bl in chunk_blocks(sc, c, has_emb, cache).items():
