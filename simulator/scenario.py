@@ -82,7 +82,10 @@ class Training:
     attention: str = field(default="flash", metadata={"choices": ("flash", "eager")})
     """flash: the scores are never stored (FlashAttention); eager: softmax scores and dropout mask are (s^2 terms)."""
     optimizer: str = field(default="adamw", metadata={"choices": ("adamw", "sgd", "lamb")})
-    """adamw: two fp32 moments per parameter; lamb: those and a per-tensor trust ratio (`step_ops.LAMB_EXTRA_BYTES`); sgd: none (no momentum)."""
+    """adamw: two moments per parameter; lamb: those and a per-tensor trust ratio (`step_ops.LAMB_EXTRA_BYTES`); sgd: none (no momentum)."""
+    adam_moment_dtype: str = field(default="fp32", metadata={"choices": ("fp32", "bf16", "fp16", "fp8")})
+    """What AdamW's / LAMB's two moments are stored in: Megatron's precision-aware optimizer (--use-precision-aware-optimizer
+    --exp-avg-dtype / --exp-avg-sq-dtype, TE's FusedAdam), DeepSeek-V3's BF16 (report §3.3.4). Memory and the step's traffic."""
     optimizer_impl: Optional[str] = field(default=None, metadata={"choices": ("fused", "foreach", "for_loop")})
     """Which implementation steps it, for a calibration profile's curves; null: the framework's (`optimizer_impl`)."""
     grad_dtype: Optional[str] = field(default=None, metadata={"choices": ("fp32", "bf16", "fp16")})

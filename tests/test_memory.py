@@ -77,6 +77,25 @@ def test_expert_states_shard_over_the_expert_dp_group():
     assert rank_params(split, 0).expert == pytest.approx(rank_params(moe(ep=2, zero=1, etp=1), 0).expert / 2)
 
 
+@pytest.mark.parametrize("dtype, k", [("fp32", 12), ("bf16", 8), ("fp16", 8), ("fp8", 6)])
+def test_adam_moments_at_a_lower_precision_shrink_the_optimizer_states_and_the_step(dtype, k):
+    """`training.adam_moment_dtype` (Megatron's precision-aware optimizer, DeepSeek-V3's BF16 moments): the fp32 master
+    plus two moments of 4, 2 or 1 bytes each; the step reads and writes both moments once, so its traffic falls by
+    4 x (4 - moment) bytes a parameter, and a profile's measured AdamW (fp32 moments) is scaled by that ratio."""
+    from simulator.plan.step_ops import optimizer_bytes_per_param, optimizer_op
+    assert mem.state_bytes_per_param("bf16", 4, "adamw", 0, 1, moment_dtype=dtype).optimizer == k
+    sc = llama70b(f"training.adam_moment_dtype={dtype}")
+    from dataclasses import fields
+    from simulator.scenario import Training
+    assert next(f for f in fields(Training) if f.name == "adam_moment_dtype").metadata["choices"] == tuple(mem.MOMENT_BYTES)
+    saved = 4 * (4 - mem.MOMENT_BYTES[dtype])
+    assert optimizer_bytes_per_param(sc) == optimizer_bytes_per_param(sc, "adamw", "fp32") - saved
+    op = optimizer_op(sc, 1e6)
+    assert op.shape[1:] == (() if dtype == "fp32" else ((optimizer_bytes_per_param(sc)) / optimizer_bytes_per_param(sc, "adamw", "fp32"),))
+    assert mem.memory_report(sc).per_stage[0].optimizer == pytest.approx(
+        mem.memory_report(llama70b()).per_stage[0].optimizer * k / 12)
+
+
 def test_dualpipev_holds_each_parameter_once():
     base = llama70b("parallel.pp_schedule=zbv", "parallel.vpp=2")
     dual = llama70b("parallel.pp_schedule=dualpipev", "parallel.vpp=2")

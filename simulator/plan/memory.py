@@ -49,8 +49,11 @@ WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2}
 Transformer Engine `fp8_autocast`)."""
 MASTER_BYTES = 4
 """fp32 master copy of each weight under bf16/fp8 training (ZeRO §3.1; MEG-DO)."""
-ADAM_STATE_BYTES = 8
-"""Adam first and second moments, fp32 each (ZeRO §3.1: K = 12 with the master); LAMB keeps the same two."""
+MOMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes of each of Adam's first and second moments by `training.adam_moment_dtype`: fp32 (ZeRO §3.1: K = 12 with the
+master), or 16 / 8 bits under Megatron's precision-aware optimizer (TE FusedAdam's exp_avg_dtype, exp_avg_sq_dtype;
+an FP8 moment's per-tensor scale is not counted) and DeepSeek-V3's BF16 moments (report §3.3.4). LAMB keeps the same
+two."""
 MOMENT_OPTIMIZERS = ("adamw", "lamb")
 """Optimizers that keep Adam's two moments per parameter."""
 AUTOCAST_CACHE_BYTES = 2
@@ -129,16 +132,23 @@ gradient (nanotron: 1B dp8 ZeRO-0 measures 25.07 GiB = 20.07 B/param, playbook f
 
 
 def state_bytes_per_param(precision: str, grad_bytes: int, optimizer: str, zero: int, group: int,
-                          autocast: bool = False) -> StateBytes:
+                          autocast: bool = False, moment_dtype: str = "fp32") -> StateBytes:
     """Bytes per parameter: weights W (4 fp32, 2 bf16/fp8), grads G, optimizer K (fp32 master 4 unless
     fp32 training, + Adam m, v 8; SGD without momentum keeps only the master). ZeRO over `group` ranks:
     stage >= 1 divides K, >= 2 also G, 3 also W (ZeRO §5.1-5.3: 16, 4 + 12/N, 2 + 14/N, 16/N with
-    W = G = 2, K = 12; MEG-DO: 18 and 6 + 12/d for bf16 weights and fp32 grads). `autocast`: the fp32
-    parameter is its own master (W = 4, K = Adam's 8); its bf16 copy is a buffer (`autocast_cache`)."""
+    W = G = 2, K = 12; MEG-DO: 18 and 6 + 12/d for bf16 weights and fp32 grads), the moments at `moment_dtype`.
+    `autocast`: the fp32 parameter is its own master (W = 4, K = Adam's 8); its bf16 copy is a buffer (`autocast_cache`)."""
     w = 4 if autocast else WEIGHT_BYTES[precision]
-    k = (0 if precision == "fp32" or autocast else MASTER_BYTES) + (ADAM_STATE_BYTES if optimizer in MOMENT_OPTIMIZERS else 0)
+    moments = 2 * MOMENT_BYTES[moment_dtype] if optimizer in MOMENT_OPTIMIZERS else 0
+    k = (0 if precision == "fp32" or autocast else MASTER_BYTES) + moments
     dw, dg, dk = sharding_policy(zero).state_divisors(group)
     return StateBytes(weights=w / dw, grads=grad_bytes / dg, optimizer=k / dk)
+
+
+def training_state_bytes(tr, zero: int, group: int) -> StateBytes:
+    """`state_bytes_per_param` of a scenario's `training` section (precision, gradient dtype, optimizer, autocast,
+    moment dtype) under ZeRO stage `zero` over `group` ranks."""
+    return state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, zero, group, tr.autocast, tr.adam_moment_dtype)
 
 
 def zero_groups(sc: Scenario) -> tuple[int, int]:
@@ -156,8 +166,7 @@ def static_bytes(sc: Scenario, pp_rank: int, *, groups: tuple[int, int] | None =
     tr, z = sc.training, sc.parallel.zero
     rp = rank_params(sc, pp_rank)
     dense_group, expert_group = groups or zero_groups(sc)
-    d = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, dense_group, tr.autocast)
-    e = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, z, expert_group, tr.autocast)
+    d, e = training_state_bytes(tr, z, dense_group), training_state_bytes(tr, z, expert_group)
     grads = rp.dense * d.grads + rp.expert * e.grads
     if not tr.grad_accum_fused and tr.precision != "fp32" and tr.grad_bytes == 4 and not tr.autocast:
         grads += UNFUSED_BF16_GRAD_BYTES * rp.total  # the bf16 .grad kept beside the fp32 buffer

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from ..scenario import Scenario
 from .layout import is_first_chunk, is_last_chunk, rank_chunks
-from .memory import (ADAM_STATE_BYTES, MOMENT_OPTIMIZERS, HELD_BUFFERS, LAYER_TRANSIENTS, MASTER_BYTES, OPTIMIZER_TRANSIENTS,
+from .memory import (MOMENT_BYTES, MOMENT_OPTIMIZERS, HELD_BUFFERS, LAYER_TRANSIENTS, MASTER_BYTES, OPTIMIZER_TRANSIENTS,
                      OUTSIDE_ALLOCATOR, _transient_total, buffer_bytes, embedding_activation_terms,
                      head_activation_terms, layer_activation_terms, static_bytes, zero_groups)
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_params, rank_params
@@ -129,7 +129,8 @@ def _adam_share(sc: Scenario) -> float:
     if tr.optimizer not in MOMENT_OPTIMIZERS:
         return 0.0
     master = 0 if tr.precision == "fp32" or tr.autocast else MASTER_BYTES
-    return ADAM_STATE_BYTES / (ADAM_STATE_BYTES + master)
+    moments = 2 * MOMENT_BYTES[tr.adam_moment_dtype]
+    return moments / (moments + master)
 
 
 def _slot_ends(p: PassTime, units: list[_Unit]) -> list[float]:

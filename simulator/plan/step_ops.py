@@ -10,6 +10,7 @@ from bisect import bisect_left
 from typing import Sequence
 
 from .float8_comm import PRECOMPUTE_AMAX_BYTES, fp8_param_gathers, head_in_fp8
+from .memory import MOMENT_BYTES
 from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
 from .opgraph import (CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, QUANTIZED,
                       Comm, Compute, Node, OpList, Shard, elementwise, gemm, shard, tp_collective)
@@ -177,27 +178,29 @@ torch._amp_foreach_non_finite_check_and_unscale_ over the main grads, then a one
 the model-parallel group, not priced), as torch.amp.GradScaler.unscale_ does for PyTorch AMP. bf16 has no scaler."""
 
 
-def optimizer_bytes_per_param(sc: Scenario, optimizer: str | None = None) -> float:
+def optimizer_bytes_per_param(sc: Scenario, optimizer: str | None = None, moment_dtype: str | None = None) -> float:
     """HBM traffic of one optimizer step per (sharded) parameter: AdamW reads grad, master, m, v and writes
-    master, m, v and the 16-bit weight (~30 B, docs/modeling.md §7.4) plus ~4 B for the global grad norm;
-    LAMB adds `LAMB_EXTRA_BYTES`; SGD reads grad and master and writes master and weight; fp16 adds the loss
-    scaler's unscale pass (`LOSS_SCALE_BYTES`)."""
+    master, m, v and the 16-bit weight (~30 B with fp32 moments, docs/modeling.md §7.4; m and v at
+    `training.adam_moment_dtype`, `memory.MOMENT_BYTES`) plus ~4 B for the global grad norm; LAMB adds
+    `LAMB_EXTRA_BYTES`; SGD reads grad and master and writes master and weight; fp16 adds the loss scaler's
+    unscale pass (`LOSS_SCALE_BYTES`)."""
     optimizer = optimizer or sc.training.optimizer
     low = sc.training.precision != "fp32" and not sc.training.autocast  # autocast keeps no 16-bit copy to write
     scaler = _loss_scale_bytes(sc)
     if optimizer in ("adamw", "lamb"):
-        return 4 * 4 + 3 * 4 + (2 if low else 0) + 4 + (LAMB_EXTRA_BYTES if optimizer == "lamb" else 0) + scaler
+        moments = 2 * MOMENT_BYTES[moment_dtype or sc.training.adam_moment_dtype]
+        return 2 * 4 + moments + 4 + moments + (2 if low else 0) + 4 + (LAMB_EXTRA_BYTES if optimizer == "lamb" else 0) + scaler
     return 2 * 4 + 4 + (2 if low else 0) + 4 + scaler
 
 
 def optimizer_op(sc: Scenario, params_on_rank: float) -> Compute:
-    """The optimizer step on this rank's parameter shard. A calibration profile measures AdamW's kernels: LAMB's
-    shape carries its bytes over AdamW's, which `CostModel` scales a measured time by (both are multi-tensor,
-    memory-bound passes)."""
+    """The optimizer step on this rank's parameter shard. A calibration profile measures AdamW's kernels (fp32
+    moments): LAMB's and 16- or 8-bit moments' shape carries their bytes over that AdamW's, which `CostModel` scales a
+    measured time by (all multi-tensor, memory-bound passes)."""
     per_param = optimizer_bytes_per_param(sc) + _precompute_amax_bytes(sc)
-    adamw = optimizer_bytes_per_param(sc, "adamw") - _loss_scale_bytes(sc)
+    adamw = optimizer_bytes_per_param(sc, "adamw", "fp32") - _loss_scale_bytes(sc)
     shape: tuple = (int(params_on_rank),)
-    if per_param != adamw:  # LAMB, the loss scaler's pass or the FP8 amax pass beside the AdamW a profile measured
+    if per_param != adamw:  # LAMB, low-bit moments, the loss scaler's or the FP8 amax pass beside the AdamW a profile measured
         shape += (per_param / adamw,)
     return Compute("optimizer_step", "optimizer", 0.0, params_on_rank * per_param, "fp32", shape)
 

@@ -11,7 +11,7 @@ from ..cluster_mix import replica_pools
 from ..ep_spec import ep_overlap_problem, expert_tp_problem
 from ..offload_spec import offload_problem
 from ..errors import ScenarioError
-from ..plan.memory import GIB, state_bytes_per_param
+from ..plan.memory import GIB, training_state_bytes
 from ..params import all_layer_ids, layer_params, total_params
 from ..inputs import parse_yaml, short
 from ..scenario import MAX_GPUS, Scenario
@@ -304,8 +304,8 @@ def model_state_floor_gib(sc: Scenario, lay: Layout, split: tuple[float, float])
     3.1). `split` = `param_split(sc)`."""
     t = sc.training
     dense, experts = split
-    d = state_bytes_per_param(t.precision, t.grad_bytes, t.optimizer, lay.zero, lay.dp * lay.cp)
-    whole = state_bytes_per_param(t.precision, t.grad_bytes, t.optimizer, lay.zero, lay.dp * lay.cp * lay.tp // lay.ep)
-    split_tp = state_bytes_per_param(t.precision, t.grad_bytes, t.optimizer, lay.zero, max(1, lay.dp * lay.cp // lay.ep))
+    d = training_state_bytes(t, lay.zero, lay.dp * lay.cp)
+    whole = training_state_bytes(t, lay.zero, lay.dp * lay.cp * lay.tp // lay.ep)
+    split_tp = training_state_bytes(t, lay.zero, max(1, lay.dp * lay.cp // lay.ep))
     expert = min(experts / lay.ep * whole.total, experts / (lay.ep * lay.tp) * split_tp.total)
     return (dense / lay.tp * d.total + expert) / lay.pp / GIB

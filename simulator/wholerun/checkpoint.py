@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..plan.memory import state_bytes_per_param
+from ..plan.memory import training_state_bytes
 from ..params import total_params
 from ..scenario import Scenario
 from ..plan.sharded_params import rank_params
@@ -49,9 +49,8 @@ class Checkpoint:
 
 
 def checkpoint_bytes_per_param(sc: Scenario) -> float:
-    """W + K of `memory.state_bytes_per_param` unsharded (zero 0, group 1): what one parameter saves."""
-    tr = sc.training
-    s = state_bytes_per_param(tr.precision, tr.grad_bytes, tr.optimizer, 0, 1, tr.autocast)
+    """W + K of `memory.training_state_bytes` unsharded (zero 0, group 1): what one parameter saves."""
+    s = training_state_bytes(sc.training, 0, 1)
     return s.weights + s.optimizer
 
 
