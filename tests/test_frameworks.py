@@ -191,3 +191,10 @@ def test_a_file_s_option_gives_way_to_the_key_it_sets_on_the_command_line(tmp_pa
                  "parallel: {dp: 8, zero: 3}\ntraining: {seq_len: 8192, global_batch: 8, precision: fp8}\n")
     sc = load_scenario(f, ["training.precision=bf16"])
     assert sc.training.precision == "bf16" and dict(sc.framework.options)["float8"] is False
+
+
+def test_megatrons_precision_aware_optimizer_sets_the_adam_moment_dtype():
+    """framework.exp_avg_dtype (--use-precision-aware-optimizer --exp-avg-dtype): the scenario's moments follow it."""
+    sc = load_scenario(ROOT / "scenarios" / "70b_512gpu.yaml", ["framework.exp_avg_dtype=bf16"])
+    assert sc.training.adam_moment_dtype == "bf16"
+    assert load_scenario(ROOT / "scenarios" / "70b_512gpu.yaml").training.adam_moment_dtype == "fp32"
