@@ -351,6 +351,9 @@ LAYOUTS = [
     ("mixtral_ep", ()),
     ("mixtral_ep", ("parallel.zero=3", "parallel.pp_schedule=dualpipev", "parallel.vpp=2")),
     ("mixtral_ep", ("parallel.pp_schedule=dualpipev", "parallel.vpp=2")),  # overlapped F & B pairs
+    ("mixtral_ep", ("parallel.pp_schedule=dualpipe",)),  # two copies: sends both ways on every link
+    ("mixtral_ep", ("parallel.pp_schedule=dualpipe", "parallel.pp=4", "parallel.dp=8")),
+    ("70b_512gpu", ("parallel.pp_schedule=dualpipe", "parallel.vpp=2", "parallel.zero=3")),
     # DualPipeV PP16 EP64 on 2,048 H800. With its deepep dispatcher the engine's step is 1.0 ms (6e-5)
     # longer, all of it exposed PP on stage 12, with or without the F & B pairs: not yet explained
     ("../validation/scenarios/deepseek_v3", ("parallel.ep_dispatcher=alltoall",)),
@@ -374,23 +377,6 @@ def _both_without_sharing(name: str, overrides) -> tuple:
     sc = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / f"{name}.yaml", list(overrides))
     cost = build_cost_model(sc)
     return estimate(sc, cost, in_pass_sharing=False), simulate_engine(sc, cost, contention=False)
-
-
-@pytest.mark.parametrize("name, overrides", [
-    ("mixtral_ep", ("parallel.pp_schedule=dualpipe",)),
-    ("mixtral_ep", ("parallel.pp_schedule=dualpipe", "parallel.pp=4", "parallel.dp=8")),
-    ("70b_512gpu", ("parallel.pp_schedule=dualpipe", "parallel.vpp=2", "parallel.zero=3")),
-])
-def test_analytic_lists_bidirectional_dualpipe_as_the_engine_runs_it(name, overrides):
-    """DualPipe's two copies send both ways on every link: a rank receives copy 0's activations from rank r-1 and
-    copy 1's from rank r+1. The engine queues each send on the sender's out stream and the receiver's in stream
-    (`engine/fabric.py`, FIFO in issue order); the analytic listing keeps the sender's stream only (its ranks are
-    listed one after another, not in the order sends are issued), so where two sends reach one rank at once
-    it can start the later one early: 86 us of a 3.57 s step at pp 4 here. Within 1e-4, breakdown included."""
-    a, e = _both_without_sharing(name, overrides)
-    assert a.iteration_time_s == pytest.approx(e.iteration_time_s, rel=1e-4)
-    for k, v in e.breakdown.items():
-        assert a.breakdown[k] == pytest.approx(v, rel=1e-2, abs=1e-4 * e.iteration_time_s), k
 
 
 @pytest.mark.parametrize("name, overrides", LAYOUTS)

@@ -275,8 +275,10 @@ class Engine:
             rk.rec.memory.append((t, rk.act))
 
     def _send(self, rk: RankState, st: Step, ready: float, step_no: int) -> Collective:
-        """PP p2p on the sender's link out and the receiver's link in (each FIFO); the message is
-        delivered when it ends (at once, reserved ahead, without link sharing). Returns the transfer."""
+        """PP p2p on the sender's out stream (FIFO, as the analytic listing's `send_free`); the message is
+        delivered when it ends (at once, reserved ahead, without link sharing). Two sends reaching one rank at once
+        (DualPipe's two directions) do not queue behind each other there: they come over different links, and where
+        they share the receiver's NIC the link model shares it (`demand`'s "in" entries). Returns the transfer."""
         dst = self.ranks[rk.pp_peer[st.send_to]]
         pair = self._pairs.get((rk.idx, dst.idx))
         if pair is None:
@@ -304,7 +306,7 @@ class Engine:
             if (rk.idx, "intra", "out") in demand:
                 rk.intra_q += 1
                 dst.intra_q += 1
-        return self.fabric.join(("send", rk.idx, dst.idx, key), 1, dur, "pp", label, (rk.streams["pp send"], dst.streams["pp recv"]),
+        return self.fabric.join(("send", rk.idx, dst.idx, key), 1, dur, "pp", label, rk.streams["pp send"],
                                 ready, demand=demand, payload=(rk, dst, key, ready, fid, label))
 
     def _param_gathers(self, rk: RankState, prog: StageProgram, t: float) -> dict:

@@ -51,7 +51,7 @@ class RankState:
         self.pace = speed if isinstance(speed, Pace) else Pace(speed=float(speed))
         """How it runs (`plan/paces.py`): its compute multiplier, its pool, its groups' links."""
         self.idx, self.grank, self.stage, self.speed = idx, grank, stage, self.pace.speed
-        self.streams = {n: Stream(n) for n in ("dp", "pp send", "pp recv")}
+        self.streams = {n: Stream(n) for n in ("dp", "pp send")}
         self.groups: dict = {}
         """group name -> tuple of member idx (dp_cp, edp, embd, sync)."""
         self.seq: dict = defaultdict(int)
