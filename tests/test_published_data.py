@@ -579,3 +579,21 @@ def test_blackwell_memory_is_torchs_total_as_torchtitan_logs_print_it(topology, 
     cap = load_topology(topology).gpu.memory_gib
     for gib, share in logged:
         assert gib / share == pytest.approx(cap, abs=0.02), (gib, share)
+
+
+def test_mlperf_v3_1_gpt3_rows_run_the_submissions_layout_and_their_logged_batches():
+    """NVIDIA's MLPerf Training v3.1 GPT-3 175B: TP4 PP8 VP12, MBS 1, FP8, SP, userbuffers TP overlap, distributed
+    optimizer with bf16 gradient sync; each row's micro-batches per pipeline are its logs' gradient_accumulation_steps
+    (128 on 64 and 96 nodes, 16 on 512-1,024, 8 on 1,280 and 1,344) and its tokens per step the logged batch x 2,048."""
+    from simulator.scenario import scenario_from_mapping
+    runs = yaml.safe_load((REFERENCES / "mlperf_training_v3_1_gpt3.yaml").read_text())["runs"]
+    ga = {512: 128, 768: 128, 4096: 16, 6144: 16, 8192: 16, 10240: 8, 10752: 8}
+    assert sorted(ga) == sorted(int(r["id"].split("-")[2]) for r in runs)
+    for r in runs:
+        sc = scenario_from_mapping(r["scenario"], base_dir=ROOT)
+        p, t = sc.parallel, sc.training
+        assert (p.tp, p.pp, p.vpp, p.zero, p.sp, p.pp_schedule) == (4, 8, 12, 1, True, "interleaved-1f1b")
+        assert (t.micro_batch, t.seq_len, t.precision, t.recompute, t.grad_dtype) == (1, 2048, "fp8", "none", "bf16")
+        assert sc.micro_batches == ga[sc.gpus] and sc.overlap_tp and sc.model.name == "gpt3-175b"
+        m = r["measured"]
+        assert m["tokens_per_s_per_gpu"] == pytest.approx(t.global_batch * 2048 / m["step_time_s"] / sc.gpus, rel=1e-3)
