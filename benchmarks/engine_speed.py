@@ -3,7 +3,8 @@
     python benchmarks/engine_speed.py [--repeat N] [--no-contention]
 
 Bars (issue 3): Llama-3-70B on 512 GPUs (m = 128, 8 stages) <= 1 s in representative mode; Llama-3-405B
-on 16,384 GPUs (TP8 PP16 DP128, m = 16) <= 5 s; the 70B scenario with --full (every rank) <= 30 s.
+on 16,384 GPUs (TP8 PP16 DP128, m = 16) <= 5 s; the 70B scenario with --full (every rank) <= 30 s; DeepSeek-V3's
+layout (PP16 EP64, bidirectional DualPipe, 120 micro-batches) <= 5 s, as the others "in seconds".
 Each case is lowered and simulated from scratch (templates included), best of N runs; events/s is
 the engine's SimPy events over its wall time, next to bare SimPy's rate for `yield env.timeout(1)`;
 ops/s counts the op instances those events stand for (every op of every pass, on every simulated rank).
@@ -33,6 +34,7 @@ CASES = [
     ("70B / 512 GPUs, representative", "scenarios/70b_512gpu.yaml", False, 1.0),
     ("405B / 16,384 GPUs, representative", "scenarios/405b_16k.yaml", False, 5.0),
     ("70B / 512 GPUs, --full", "scenarios/70b_512gpu.yaml", True, 30.0),
+    ("DeepSeek-V3 / 2,048 GPUs, DualPipe", "validation/scenarios/deepseek_v3.yaml", False, 5.0),
 ]
 
 
