@@ -597,3 +597,17 @@ def test_mlperf_v3_1_gpt3_rows_run_the_submissions_layout_and_their_logged_batch
         assert sc.micro_batches == ga[sc.gpus] and sc.overlap_tp and sc.model.name == "gpt3-175b"
         m = r["measured"]
         assert m["tokens_per_s_per_gpu"] == pytest.approx(t.global_batch * 2048 / m["step_time_s"] / sc.gpus, rel=1e-3)
+
+
+def test_mlperf_v4_0_gpt3_rows_run_the_submissions_layouts():
+    """NVIDIA's MLPerf Training v4.0 GPT-3 175B: 64 nodes TP4 PP8 VP4 MBS 2 (72 micro-batches, as logged); 1,344 and
+    1,452 nodes TP4 PP6 VP8 MBS 1 (6 micro-batches); FP8 parameters, userbuffers, distributed optimizer, bf16 grad sync."""
+    from simulator.scenario import scenario_from_mapping
+    runs = yaml.safe_load((REFERENCES / "mlperf_training_v4_0_gpt3.yaml").read_text())["runs"]
+    want = {512: (8, 4, 2, 72), 10752: (6, 8, 1, 6), 11616: (6, 8, 1, 6)}
+    for r in runs:
+        sc = scenario_from_mapping(r["scenario"], base_dir=ROOT)
+        p, t = sc.parallel, sc.training
+        assert (p.pp, p.vpp, t.micro_batch, sc.micro_batches) == want[sc.gpus] and p.tp == 4 and sc.overlap_tp
+        assert t.precision == "fp8" and dict(sc.framework.options)["fp8_param_gather"] is True and t.grad_dtype == "bf16"
+    assert sorted(want) == sorted(scenario_from_mapping(r["scenario"], base_dir=ROOT).gpus for r in runs)
