@@ -611,3 +611,18 @@ def test_mlperf_v4_0_gpt3_rows_run_the_submissions_layouts():
         assert (p.pp, p.vpp, t.micro_batch, sc.micro_batches) == want[sc.gpus] and p.tp == 4 and sc.overlap_tp
         assert t.precision == "fp8" and dict(sc.framework.options)["fp8_param_gather"] is True and t.grad_dtype == "bf16"
     assert sorted(want) == sorted(scenario_from_mapping(r["scenario"], base_dir=ROOT).gpus for r in runs)
+
+
+def test_mlperf_v5_0_llama31_405b_rows_run_the_submissions_layouts():
+    """NVIDIA's MLPerf Training v5.0 Llama 3.1 405B: H100 TP8, GB200 TP4, both PP8 VP8 CP2 MBS 1, the embedding and the
+    loss counted in the pipeline split ([1, 2 x 62, 1] layers over 64 chunks); micro-batches per pipeline as logged."""
+    from simulator.scenario import scenario_from_mapping
+    runs = yaml.safe_load((REFERENCES / "mlperf_training_v5_0_llama31_405b.yaml").read_text())["runs"]
+    ga = {("H100", 512): 288, ("H100", 2048): 72, ("H100", 2432): 64, ("H100", 2560): 56, ("H100", 8192): 24,
+          ("GB200", 256): 112, ("GB200", 512): 112}
+    for r in runs:
+        sc = scenario_from_mapping(r["scenario"], base_dir=ROOT)
+        p, gpu = sc.parallel, ("GB200" if "gb200" in r["id"] else "H100")
+        assert (p.tp, p.pp, p.vpp, p.cp) == ((4 if gpu == "GB200" else 8), 8, 8, 2) and sc.micro_batches == ga[(gpu, sc.gpus)]
+        assert list(p.pp_layers) == [1] + [2] * 62 + [1] and sc.training.precision == "fp8" and sc.overlap_tp
+    assert len(runs) == len(ga)
