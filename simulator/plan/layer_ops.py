@@ -323,7 +323,7 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             # re-gather the SP input under the dgrad GEMM; the wgrad comes with the reduce-scatter (above). A
             # parallel block's two column linears read one gathered input: the second shares the first's re-gather
             if regather is None:
-                width = mla_ops.sp_gather_width(sc.model) if sc.model.mla and op.name == "qkv" else z.h
+                width = (_gathered_width(sc, ATTN_GATHER) if op.name == "qkv" else None) or z.h  # qkv's input: MLA's latents
                 regather_op = replace(tp_collective(sc, z, op.name + "_regather_wgrad", "all_gather"), blocking=False,
                                       bytes=float(z.T * width * z.ab))
                 regather = (b.comm(regather_op), [wgrad])
