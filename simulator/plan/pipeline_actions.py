@@ -15,7 +15,8 @@ class Action:
     kind: str
     """"F" forward, "B" input-grad backward, "W" weight-grad backward."""
     chunk: int
-    """Pipeline chunk 0..pp*vpp-1 in pipeline order (chunk 0 holds the embedding, the last the loss)."""
+    """Pipeline chunk 0..pp*vpp-1 in pipeline order (chunk 0 holds the embedding, the last the loss; under DualPipe
+    each model copy's first and last chunk, `layout.is_first_chunk` / `is_last_chunk`)."""
     mb: int
     """Micro-batch 0..m-1."""
     overlap: bool = field(default=False, compare=False)
