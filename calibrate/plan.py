@@ -101,7 +101,7 @@ class Plan:
 
 
 ELEMENTWISE_WIDTH = {"rmsnorm": 1024, "layernorm": 1024, "swiglu": 2048, "gelu": 4096, "rope": 64,
-                     "residual_add": 1024, "cross_entropy": 16384, "embedding": 1024, "copy": 1024,
+                     "residual_add": 1024, "cross_entropy": 16384, "embedding": 1024, "copy": 1024, "upcast": 1024,
                      "moe_permute": 1024, "moe_unpermute": 1024, "row_gather": 1024}
 """Innermost dimension of the default memory-bound sweep (a mid-size model's hidden / ffn / head dim / vocab)."""
 
@@ -136,8 +136,9 @@ def _grid(dtype: str, ms, ns, ks) -> list[GemmSpec]:
 
 
 def _elementwise(dtypes, sizes) -> list[ElementwiseSpec]:
+    """Every kind at every size in every dtype (an upcast from 16-bit dtypes only: its dtype is the source's)."""
     return [ElementwiseSpec(op=op, dtype=dt, elements=e, width=min(e, ELEMENTWISE_WIDTH[op]))
-            for dt in dtypes for op in ELEMENTWISE_KINDS for e in sizes]
+            for dt in dtypes for op in ELEMENTWISE_KINDS for e in sizes if op != "upcast" or dt in ("bf16", "fp16")]
 
 
 def _attention(dtype, pairs, d_heads, causal=(True,)) -> list[AttentionSpec]:

@@ -115,7 +115,9 @@ class Training:
     fp32 parameters (the optimizer's master is the parameter itself), fp32 `.grad`, Adam's m and v, and
     autocast's bf16 copy of each weight, cast on the first forward and cached until the step's backward
     ends (freed before the optimizer step); with gradient accumulation autograd casts each micro-batch's
-    bf16 weight gradient to fp32 and adds it into `.grad`. The replay's layout on a GPU without ZeRO."""
+    bf16 weight gradient to fp32 and adds it into `.grad`. The residual stream stays fp32 (norms and residual adds
+    run in fp32) and each projection casts its input to bf16 (simulator/plan/autocast_ops.py). The replay's layout
+    on a GPU without ZeRO."""
 
     @property
     def grad_bytes(self) -> int:

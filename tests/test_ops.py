@@ -189,8 +189,9 @@ def test_deepspeed_bf16_optimizer_casts_each_gradient_to_fp32_then_adds_it_every
     against Megatron's accumulation fused into the weight-gradient GEMM (none)."""
     sc = load_scenario("scenarios/70b_512gpu.yaml", ["framework=deepspeed", "training.grad_dtype=fp32"])
     assert not sc.training.grad_accum_fused and sc.framework.spec.grad_accum_cast.value is True
-    acc = [n.op for n in layer_passes(sc, 0).W if n.op.name == "grad_accum_fp32"]
-    assert len(acc) == 1 and acc[0].bytes == pytest.approx(18 * 855_654_400 / 8, rel=1e-3)
+    w = {n.op.name: n.op for n in layer_passes(sc, 0).W}
+    assert w["upcast_wgrad"].bytes == pytest.approx(6 * 855_654_400 / 8, rel=1e-3)
+    assert w["grad_accum_fp32"].bytes == pytest.approx(12 * 855_654_400 / 8, rel=1e-3)
 
 
 def test_sharded_gradients_add_no_full_size_accumulation_pass():
@@ -249,8 +250,9 @@ def test_gpt_layers_add_learned_positions_not_rope_and_drop_out_before_each_resi
 
 def test_autocast_casts_each_weight_once_a_step_and_each_gradient_every_micro_batch():
     """Over a step of m micro-batches: one fp32 -> bf16 cast of the layer's weights (6 B/param, served from
-    autocast's cache afterwards), m casts of the bf16 gradient to fp32 (6 each) and m - 1 adds into .grad
-    (12 each; the first gradient is kept as it is)."""
+    autocast's cache afterwards), m upcasts of the bf16 gradient to fp32 (6 each) and m - 1 adds into .grad
+    (12 each; the first gradient is kept as it is). The weight cast has no backward of its own: its
+    ToCopyBackward0 is the gradient's upcast."""
     from simulator.plan.sharded_params import autocast_layer_params
     sc = load_scenario("scenarios/replay/gpu/1b-accum.yaml")
     m = sc.micro_batches
@@ -258,10 +260,14 @@ def test_autocast_casts_each_weight_once_a_step_and_each_gradient_every_micro_ba
     lp = layer_passes(sc, 0)
     params = autocast_layer_params(sc, 0)
     cast = [n.op for n in lp.F if n.op.name == "autocast_cast"]
+    upcast = [n.op for n in lp.W if n.op.name == "upcast_wgrad"]
     acc = [n.op for n in lp.W if n.op.name == "grad_accum_fp32"]
     assert len(cast) == 1 and m * cast[0].bytes == pytest.approx(6 * params)
     grads = sum(layer_rank_params(sc, 0))
-    assert len(acc) == 1 and m * acc[0].bytes == pytest.approx(grads * (6 * m + 12 * (m - 1)))
+    assert len(upcast) == 1 and m * upcast[0].bytes == pytest.approx(grads * 6 * m)
+    assert upcast[0].dtype == "bf16"  # priced on the upcast curve of its 16-bit source
+    assert len(acc) == 1 and m * acc[0].bytes == pytest.approx(grads * 12 * (m - 1))
+    assert not [n for n in lp.B if n.op.name.startswith("autocast_cast")]
     rc = layer_passes(load_scenario("scenarios/replay/gpu/1b-accum.yaml", ["training.recompute=full"]), 0)
     assert [n.op.name for n in rc.B].count("autocast_cast") == 0  # recompute reads the cached copy
 

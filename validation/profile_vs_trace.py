@@ -125,8 +125,9 @@ def compare(sc: Scenario, device) -> list[dict]:
     reps = [int(min(50, max(5, TARGET_S / max(p, 1e-6)))) for p in predicted]
     runs = list(zip(op_runners(sc, ops, device), reps))
     traced = traced_seconds(runs, device)
+    # an op whose runner launched no kernel (traced 0 s: its autograd call has nothing to run) has no error
     return [{"op": op.name, "kind": op.kind, "shape": list(op.shape), "predicted_s": p, "traced_s": t,
-             "error": p / t - 1.0, "from_profile": m is not None}
+             "error": p / t - 1.0 if t > 0 else None, "from_profile": m is not None and t > 0}
             for op, m, p, t in zip(ops, measured, predicted, traced)]
 
 
@@ -185,6 +186,10 @@ def main(argv=None) -> int:
         print(f"{sc.name} on {device_name(device)}, profile {profile}")
         print(f"{'op':<22} {'kind':<11} {'shape':<34} {'predicted us':>12} {'traced us':>10} {'error':>7}")
         for r in rows:
+            if r["error"] is None:
+                print(f"{r['op']:<22} {r['kind']:<11} {str(tuple(r['shape'])):<34} {r['predicted_s'] * 1e6:>12.1f} "
+                      f"{'-':>10} {'-':>7}  (no kernel traced)")
+                continue
             mark = "" if r["from_profile"] else "  (spec roofline: not in the profile)"
             ok = "" if abs(r["error"]) <= args.tolerance or not r["from_profile"] else " *"
             print(f"{r['op']:<22} {r['kind']:<11} {str(tuple(r['shape'])):<34} {r['predicted_s'] * 1e6:>12.1f} "

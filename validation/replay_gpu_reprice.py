@@ -1,14 +1,16 @@
 """The GPU replays measured once (validation/results/replay_gpu_h200.json), priced again by the current code from
-the profile measured on the same GPU (calibrate/profiles/h200-sxm-measured.json): issue 6's GPU bar (step time
-within 10 %, peak memory within 5 %) judged at every commit without a GPU.
+the profile measured for them on the same kind of GPU (validation/results/replay_gpu_h200_profile.json): issue 6's
+GPU bar (step time within 10 %, peak memory within 5 %) judged at every commit without a GPU.
 
     python validation/replay_gpu_reprice.py [--results FILE] [--profile FILE]
 
 The measured side is what `validation/replay_gpu.py` wrote on the GPU (median step time after warm-up,
 torch.cuda.max_memory_allocated); the predicted side is the replay's own prediction (`calibrate replay`:
 `simulate` of the scenario as the executor runs it, `calibrate.replay.plan.as_replayed`) in each recompute mode,
-on the topology of the profile's GPU. The profile is the generic grid of `python -m calibrate --gpu 0` (shapes
-interpolated), not the scenario-exact one the replay was priced from when it ran. The rows are judged and printed
+on the topology of the profile's GPU. The default profile is the one the replay calibrated for its own shapes
+(`calibrate --gpu 0 --scenario`), its memory-bound table re-measured for the kinds the plan has since gained
+(its provenance's `merged_from`); `--profile calibrate/profiles/h200-sxm-measured.json` prices from the generic
+grid instead (shapes interpolated). The rows are judged and printed
 by replay_gpu.py's own `verdict`, `passed` and `table`.
 Exit 0 when every mode meets both bars, 1 otherwise, 2 on bad input.
 """
@@ -29,7 +31,7 @@ from simulator.run import simulate  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
 RESULTS = ROOT / "validation" / "results" / "replay_gpu_h200.json"
-PROFILE = ROOT / "calibrate" / "profiles" / "h200-sxm-measured.json"
+PROFILE = ROOT / "validation" / "results" / "replay_gpu_h200_profile.json"
 SCENARIOS = ROOT / "scenarios" / "replay" / "gpu"
 
 

@@ -3,7 +3,7 @@ step (`python -m calibrate replay SCENARIO --torch-trace FILE`, or `validation/r
 summed by kernel class, beside the same step priced from a calibration profile (the simulator's own trace, summed
 by the plan's op kinds).
 
-    python validation/step_trace.py TRACE --scenario FILE --profile FILE [--set KEY=VALUE ...] [--json]
+    python validation/step_trace.py TRACE[.gz] --scenario FILE --profile FILE [--set KEY=VALUE ...] [--json]
 
 The scenario is priced on the topology of the profile's GPU unless `--set cluster.topology=...` says otherwise.
 
@@ -49,6 +49,15 @@ class StepKernels:
     """Union of the kernels' intervals."""
     span_s: float
     """First kernel's start to last kernel's end."""
+
+
+def read_trace(path: Path) -> dict:
+    """A Chrome trace as torch.profiler writes it, or gzipped (`validation/gpu_session.sh` gzips it)."""
+    if path.suffix == ".gz":
+        import gzip  # noqa: PLC0415
+        with gzip.open(path, "rt") as f:
+            return json.load(f)
+    return json.loads(path.read_text())
 
 
 def kernel_class(name: str) -> str:
@@ -120,7 +129,7 @@ def main(argv=None) -> int:
     from simulator.errors import ScenarioError  # noqa: PLC0415
     from simulator.scenario import load_scenario  # noqa: PLC0415
     try:
-        trace = json.loads(Path(args.trace).read_text())
+        trace = read_trace(Path(args.trace))
         sets = (*args.set, *profile_topology(json.loads(Path(args.profile).read_text()), args.set))
         sc = load_scenario(args.scenario, [*sets, f"cluster.profile={args.profile}"])
     except (OSError, ValueError, ScenarioError) as e:

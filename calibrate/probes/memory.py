@@ -31,10 +31,11 @@ bandwidth the chain reached."""
 PASSES = {"rmsnorm": NORM_PASSES, "layernorm": NORM_PASSES, "gelu": GELU_PASSES,
           **{k: (c.eager_bytes[0] / 2, c.eager_bytes[1] / 2) for k, c in EAGER_PASSES.items()},
           "residual_add": RESIDUAL_PASSES, "cross_entropy": CROSS_ENTROPY_BYTES,
-          "embedding": (2, 3), "copy": (2, None), "moe_permute": (2, 2), "moe_unpermute": (2, 2), "row_gather": (2, 2)}
+          "embedding": (2, 3), "copy": (2, None), "upcast": (3, None), "moe_permute": (2, 2), "moe_unpermute": (2, 2), "row_gather": (2, 2)}
 """(forward, backward) passes over the tensor (cross_entropy: bytes per logit, its element size 1); cross_entropy
 and embedding as simulator.plan.step_ops.head_forward / embedding_forward count them; a copy reads and writes once
-and has no backward; the MoE gathers as simulator.ops counts `permute`, `unpermute`, `ep_sort` and `ep_unsort` (one
+and has no backward; an upcast reads its 16-bit tensor and writes an fp32 copy (2 + 4 B: three passes of the 16-bit
+element) and has no backward; the MoE gathers as simulator.ops counts `permute`, `unpermute`, `ep_sort` and `ep_unsort` (one
 read and one write of the tokens x top_k rows)."""
 EPS = 1e-5
 EMBEDDING_MIN_ROWS = 64
@@ -77,7 +78,7 @@ def layout(spec: ElementwiseSpec) -> list[tuple[int, ...]]:
     k = _routing(spec)[1]
     return {"rmsnorm": [(r, w), (w,)], "layernorm": [(r, w), (w,), (w,)], "swiglu": [(r, 2 * w)], "gelu": [(r, w)],
             "rope": [(r, w)], "residual_add": [(r, w), (r, w)], "cross_entropy": [(r, w)], "embedding": [],
-            "copy": [(r, w), (r, w)], "moe_permute": [(r // k, w)], "moe_unpermute": [(r, w), (r // k, k)],
+            "copy": [(r, w), (r, w)], "upcast": [(r, w)], "moe_permute": [(r // k, w)], "moe_unpermute": [(r, w), (r // k, k)],
             "row_gather": [(r, w)]}[spec.op]
 
 
@@ -104,6 +105,8 @@ def forward(spec: ElementwiseSpec, ops: list[torch.Tensor], extra: dict) -> torc
         return F.embedding(extra["index"], extra["table"])
     if spec.op == "copy":
         return ops[1].copy_(ops[0])
+    if spec.op == "upcast":
+        return ops[0].float()
     if spec.op == "moe_permute":
         experts, k = _routing(spec)
         return permute(ops[0], extra["logits"], k, experts)[0]
@@ -172,7 +175,7 @@ def _reference(spec: ElementwiseSpec, ops: list[torch.Tensor], extra: dict) -> t
         return -logp.gather(1, extra["target"][:, None]).mean()
     if spec.op == "embedding":
         return extra["table"].double()[extra["index"]]
-    if spec.op == "copy":
+    if spec.op in ("copy", "upcast"):
         return d[0]
     if spec.op == "moe_permute":  # token t's slot j goes to expert top[t][j]; rows by expert, then by (t, j)
         experts, k = _routing(spec)

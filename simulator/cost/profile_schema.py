@@ -40,7 +40,7 @@ TIERS = ("intra_node", "inter_node")
 MOE_KINDS = ("moe_permute", "moe_unpermute", "row_gather")
 """The MoE routing's gathers (`_KIND_OF_NAME` says what each is)."""
 ELEMENTWISE_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "rope", "residual_add", "cross_entropy",
-                     "embedding", "copy") + MOE_KINDS
+                     "embedding", "copy", "upcast") + MOE_KINDS
 
 _KIND_OF_NAME = (
     ("final_norm", ("rmsnorm", "layernorm")),
@@ -56,13 +56,19 @@ _KIND_OF_NAME = (
     ("unpermute", ("moe_unpermute",)),
     ("ep_sort", ("row_gather",)),
     ("ep_unsort", ("row_gather",)),
+    ("upcast", ("upcast",)),
+    ("sum_", ("residual_add",)),
 )
 """simulator.ops elementwise op names -> measured kernels, best match first; every name falls back to a
 device copy of the same bytes (profiles measured before a kind existed). Norms try RMSNorm first: the op
 does not say which norm the architecture uses (calibrate --scenario measures the right one). The MoE
 kinds are the routing's gathers as the replay runs them (calibrate/replay/experts.py): `moe_permute` top-k
 routing and the gather into expert order, `moe_unpermute` the inverse gather and the weighted sum over
-the k slots, `row_gather` a stable sort of rows by expert and its gather (EP's local sort, and unsort)."""
+the k slots, `row_gather` a stable sort of rows by expert and its gather (EP's local sort, and unsort).
+`upcast` is a 16-bit tensor copied to a new fp32 one (`x.float()`, autograd's backward of a cast to bf16): PyTorch
+runs it through its generic casting copy kernel, not the vectorized one a same-dtype copy or a downcast gets (about
+half the device copy's GB/s on an H200, validation/results/step_trace_h200.md). `sum_` ops add fp32 gradients
+(read two, write one: a residual add's bytes)."""
 
 
 def elementwise_kinds(name: str) -> tuple[str, ...]:
@@ -110,6 +116,9 @@ class Provenance:
     scenario: Optional[str] = None
     """The --scenario file whose shapes were measured, if any."""
     wall_s: float = field(default=0.0, metadata={"min": 0.0})
+    merged_from: Optional[list[str]] = None
+    """Later runs whose points replaced whole tables of this file, each as 'TABLES: COMMAND (DATE, where)'; the
+    fields above describe the run that measured the rest."""
 
 
 @dataclass(frozen=True, kw_only=True)

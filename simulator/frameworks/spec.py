@@ -209,7 +209,7 @@ class Framework:
     grad_accum_cast: Optional[Sourced] = None
     """true: unfused accumulation of bf16 gradients into fp32 (`training.grad_accum_fused: false`, `grad_dtype:
     fp32`) first casts each micro-batch's gradient to an fp32 temporary, then adds it, after every micro-batch
-    (DeepSpeed's BF16_Optimizer); null or false: one mixed-dtype add (`plan/layer_ops.grad_accum_op`)."""
+    (DeepSpeed's BF16_Optimizer); null or false: one mixed-dtype add (`plan/layer_ops.grad_accum_ops`)."""
     optimizer_impl: Optional[Sourced] = None
     """How the framework steps Adam (`OPTIMIZER_IMPLS`): fused (one multi-tensor kernel), foreach or for_loop;
     null: PyTorch's default. Priced from a calibration profile's curve of that implementation where it has one."""

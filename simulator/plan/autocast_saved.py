@@ -32,10 +32,21 @@ from .opgraph import Shard
 
 RESIDUAL_BYTES = 4
 """fp32 residual stream (above): the norms' saved inputs and a fully recomputed layer's stored input."""
-PROJECTION_CASTS = {"qkv_input": 3, "fc1_input": 2}
-"""bf16 copies of one norm output, one per projection that reads it (wq, wk, wv; w1, w3 of a gated MLP)."""
+PROJECTION_CASTS = {"qkv": 3, "fc1": 2, "lm_head": 1}
+"""bf16 copies of one norm output, one per projection that reads it (wq, wk, wv; w1, w3 of a gated MLP; the LM
+head)."""
 CE_BWD_TEMPORARIES = 2
 """fp32 logits-sized temporaries alive together in F.cross_entropy's backward (above)."""
+
+
+def projection_casts(m, reader: str) -> int:
+    """bf16 copies made of the activation that `reader` (qkv, fc1, lm_head) reads: one per projection (w1 alone
+    without a gated MLP; a parallel block's QKV input also feeds w1 and w3)."""
+    if reader == "fc1":
+        return PROJECTION_CASTS["fc1"] if m.gated_mlp else 1
+    if reader == "qkv" and m.parallel_block:
+        return PROJECTION_CASTS["qkv"] + projection_casts(m, "fc1")
+    return PROJECTION_CASTS[reader]
 
 
 def autocast_layer_terms(sc: Scenario, z: Shard, terms: dict[str, float]) -> dict[str, float]:
@@ -51,9 +62,9 @@ def autocast_layer_terms(sc: Scenario, z: Shard, terms: dict[str, float]) -> dic
             out[key] *= RESIDUAL_BYTES / z.ab
     if m.parallel_block and "qkv_input" in out:  # w1 (and w3) cast the shared norm output afresh too
         out["fc1_input"] = out["qkv_input"]
-    for key, casts in PROJECTION_CASTS.items():
-        if key in out:
-            out[key] *= casts if (key == "qkv_input" or m.gated_mlp) else 1
+    for reader in ("qkv", "fc1"):
+        if f"{reader}_input" in out:
+            out[f"{reader}_input"] *= PROJECTION_CASTS[reader] if reader == "qkv" else projection_casts(m, "fc1")
     if "gate" in out:
         out["silu_output"] = out["gate"]
     for key in ("k", "v"):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import fusion, mla_ops, op_sac
+from . import autocast_ops, fusion, mla_ops, op_sac
+from .autocast_ops import (cast_weights, input_cast, input_cast_backward, is_input_cast, is_weight_cast,
+                           weight_grad_accumulation)
 from .float8_comm import cast_shares, fp8_tp_gathers, tp_collective_bytes
 from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
 from .attention_ops import attention_backward, attention_forward
@@ -96,14 +98,20 @@ def _compute(sc: Scenario, seq: OpList, op: Compute) -> None:
         seq.compute(op)
 
 
+def _maybe(seq: OpList, op: Compute | None) -> None:
+    if op is not None:
+        seq.compute(op)
+
+
 def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     m, p = sc.model, sc.parallel
     seq = OpList(tag)
     sp = p.sp and z.t > 1
-    cast = autocast_cast_op(sc, "autocast_cast", autocast_layer_params(sc, layer)) if not tag else None
+    cast = cast_weights(sc, "autocast_cast", autocast_layer_params(sc, layer)) if not tag else None
     if cast is not None:
         seq.compute(cast)
     seq.compute(elementwise("norm1", z.T_sp * z.h, NORM_PASSES[0], z))
+    _maybe(seq, input_cast(sc, z, "qkv"))
     qkv = mla_ops.projections(sc, z) if m.mla else gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z)
     _gathered_gemm(sc, z, seq, ATTN_GATHER if sp else None, qkv)
     if m.rotary:
@@ -156,6 +164,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
                                   "reduce_scatter" if sp else "all_reduce"))
     else:
         mlp = _mlp_ops(sc, z, moe=False)
+        _maybe(seq, input_cast(sc, z, "fc1") if mlp else None)
         if mlp:  # (none where tp exceeds ffn_hidden)
             _gathered_gemm(sc, z, seq, "sp_allgather_mlp" if sp else None, mlp[0])
         for op in mlp[1:]:
@@ -310,6 +319,12 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
                 b.extend(sub)
             attention_backward(sc, z, b, layer)
             continue
+        if is_weight_cast(op):
+            continue  # its backward is the weight gradients' upcast, in grad_accum_ops
+        if is_input_cast(op):
+            for upcast in input_cast_backward(op):
+                b.compute(upcast)
+            continue
         if op.kind == "gemm":
             last_gemm = op.name
         dgrad, wgrad = backward_of(op, z)
@@ -354,10 +369,10 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             w.comm(ag.pop(key), after_compute=not sc.overlap_tp or micro_pipeline)
             w.pending = [len(w.nodes) - 1]
         w.compute(op)
-    acc = grad_accum_op(sc, sum(layer_rank_params(sc, layer)))
-    if acc is not None:
+    for acc in grad_accum_ops(sc, sum(layer_rank_params(sc, layer))):
         w.compute(acc)
-    passes = fusion.apply(sc, LayerPasses(layer, tuple(fwd.nodes), tuple(b.nodes), tuple(w.nodes)))
+    passes = fusion.apply(sc, LayerPasses(layer, autocast_ops.apply(sc, tuple(fwd.nodes), z),
+                                          autocast_ops.apply(sc, tuple(b.nodes), z), tuple(w.nodes)))
     if sc.overlap_tp and sp:  # each TP collective rides its GEMM in t chunks (tp_overlap.py)
         mode = overlap_mode(sc)
         # a weight gradient reads the gathered input as its right operand: the micro-pipeline pass does not fuse it
@@ -417,29 +432,26 @@ def _one_linear(sc: Scenario, gemm_name: str | None) -> bool:
     return not (sc.model.gated_mlp and op_sac.LINEARS.get(gemm_name, 1) > 1)
 
 
-def grad_accum_op(sc: Scenario, params: float) -> Compute | None:
+def grad_accum_ops(sc: Scenario, params: float) -> list[Compute]:
     """`grad += new_grad` after each micro-batch's backward when the accumulation is not fused into the
     weight-gradient GEMM (nanotron's FP32GradientAccumulator, PyTorch autograd's `.grad` accumulation);
-    None when it is fused (Megatron's gradient_accumulation_fusion). Memory-bound: read the new gradient
+    none when it is fused (Megatron's gradient_accumulation_fusion). Memory-bound: read the new gradient
     (weight dtype), read and write the accumulator (grad dtype): 2 + 4 + 4 = 10 B/param for bf16 into
-    fp32, 12 for fp32 training. Under `training.autocast` every micro-batch casts its bf16 gradient to
-    fp32 (6 B/param) and all but the first add it into `.grad` (12): 6 + 12 (m-1)/m B/param on average. A
-    framework that casts then adds (`_casts_then_adds`) moves 6 + 12 B/param every micro-batch. None under a
-    policy that shards gradients (ZeRO-2/3: each micro-batch's gradients are reduce-scattered as they come, and
-    a rank adds only its 1/N shard, not priced)."""
+    fp32, 12 for fp32 training. Under `training.autocast` every micro-batch upcasts its bf16 gradient to
+    fp32 and all but the first add it into `.grad`; a framework that casts then adds (`_casts_then_adds`) does
+    both every micro-batch (`autocast_ops.weight_grad_accumulation`). None under a policy that shards gradients
+    (ZeRO-2/3: each micro-batch's gradients are reduce-scattered as they come, and a rank adds only its 1/N
+    shard, not priced)."""
     tr = sc.training
     if tr.autocast and params > 0:
-        m = sc.micro_batches
-        moved = params * (AUTOCAST_CAST_BYTES + AUTOCAST_GRAD_ADD_BYTES * (m - 1) / m)
-        return Compute("grad_accum_fp32", "elementwise", 0.0, moved, "fp32", (int(params),))
+        return weight_grad_accumulation(sc, params, first_kept=True)
     if tr.grad_accum_fused or params <= 0 or scenario_policy(sc).shards_grads:
-        return None
+        return []
     if _casts_then_adds(sc):
-        return Compute("grad_accum_fp32", "elementwise", 0.0, params * (AUTOCAST_CAST_BYTES + AUTOCAST_GRAD_ADD_BYTES),
-                       "fp32", (int(params),))
+        return weight_grad_accumulation(sc, params, first_kept=False)
     moved = params * (param_bytes(sc) + 2 * tr.grad_bytes)
     dtype = "bf16" if tr.grad_bytes == 2 else "fp32"
-    return Compute(f"grad_accum_{dtype}", "elementwise", 0.0, moved, dtype, (int(params),))
+    return [Compute(f"grad_accum_{dtype}", "elementwise", 0.0, moved, dtype, (int(params),))]
 
 
 def _casts_then_adds(sc: Scenario) -> bool:
@@ -451,17 +463,3 @@ def _casts_then_adds(sc: Scenario) -> bool:
     return bool(flag and flag.value) and sc.training.grad_bytes == 4 and param_bytes(sc) == 2
 
 
-AUTOCAST_CAST_BYTES = 6
-"""A cast between a bf16 and an fp32 copy of one parameter: read 2 + write 4 (or read 4 + write 2)."""
-AUTOCAST_GRAD_ADD_BYTES = 12
-"""`.grad += g` in fp32: read both, write one (AccumulateGrad; the first micro-batch's gradient is kept as is)."""
-
-
-def autocast_cast_op(sc: Scenario, name: str, params: float) -> Compute | None:
-    """Under `training.autocast`, the fp32 -> bf16 cast of `params` weights that the step's first forward
-    makes and autocast's cache serves to the other micro-batches: 6 B/param once a step, emitted in every
-    micro-batch's forward as 6/m B/param (one op list serves all m micro-batches). None without autocast."""
-    if not sc.training.autocast or params <= 0:
-        return None
-    moved = params * AUTOCAST_CAST_BYTES / sc.micro_batches
-    return Compute(name, "elementwise", 0.0, moved, "fp32", (int(params),))

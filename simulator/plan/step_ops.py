@@ -11,7 +11,9 @@ from typing import Sequence
 
 from .float8_comm import PRECOMPUTE_AMAX_BYTES, fp8_param_gathers, head_in_fp8
 from .memory import MOMENT_BYTES
-from .layer_ops import autocast_cast_op, backward_of, grad_accum_op
+from . import autocast_ops
+from .autocast_ops import cast_weights, input_cast, input_cast_backward
+from .layer_ops import backward_of, grad_accum_ops
 from .opgraph import (CCE_LSE_BYTES, CROSS_ENTROPY_BYTES, FUSED_CROSS_ENTROPY_BYTES, GEMM_BYTES, NORM_PASSES, QUANTIZED,
                       Comm, Compute, Node, OpList, Shard, elementwise, gemm, shard, tp_collective)
 from ..params import final_norm_params, layer_params
@@ -59,9 +61,9 @@ def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
     if z.t > 1 and sc.parallel.sp:
         seq.comm(tp_collective(sc, z, "sp_allgather_head", "all_gather"))
     v = -(-m.vocab // z.t)
-    cast = autocast_cast_op(sc, "autocast_cast_head", autocast_head_params(sc, z))
-    if cast is not None:
-        seq.compute(cast)
+    for cast in (cast_weights(sc, "autocast_cast_head", autocast_head_params(sc, z)), input_cast(sc, z, "lm_head")):
+        if cast is not None:
+            seq.compute(cast)
     loss = sc.training.loss
     head = head_gemm(sc, z, v)
     if loss == "cut":  # the logits stay on chip: only the log-sum-exp per token is written
@@ -72,7 +74,7 @@ def head_forward(sc: Scenario, z: Shard | None = None) -> tuple[Node, ...]:
         seq.compute(elementwise(f"cross_entropy{'_fused' if loss == 'fused' else ''}", z.T * v, per_logit, z, elt_bytes=1))
     if z.t > 1:
         seq.comm(Comm("ce_allreduce", "tp", "all_reduce", float(3 * z.T * 4)))
-    return tuple(seq.nodes)
+    return autocast_ops.apply(sc, tuple(seq.nodes), z)
 
 
 def head_backward(sc: Scenario, z: Shard | None = None) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
@@ -93,16 +95,18 @@ def head_backward(sc: Scenario, z: Shard | None = None) -> tuple[tuple[Node, ...
         b.compute(elementwise(f"cross_entropy{'_fused' if loss == 'fused' else ''}_bwd", z.T * v, per_logit, z, elt_bytes=1))
     dgrad, wgrad = backward_of(head, z)
     b.compute(dgrad)
+    cast = input_cast(sc, z, "lm_head")
+    for upcast in input_cast_backward(cast) if cast is not None else ():
+        b.compute(upcast)
     if z.t > 1:
         sp = sc.parallel.sp
         b.comm(tp_collective(sc, z, "sp_reducescatter_head_bwd" if sp else "tp_allreduce_head_bwd", "reduce_scatter" if sp else "all_reduce"))
     b.compute(elementwise("final_norm_bwd", z.T_sp * z.h, NORM_PASSES[1], z))
     w = OpList()
     w.compute(wgrad)
-    acc = grad_accum_op(sc, m.vocab * m.hidden / z.t)
-    if acc is not None:
+    for acc in grad_accum_ops(sc, m.vocab * m.hidden / z.t):
         w.compute(acc)
-    return tuple(b.nodes), tuple(w.nodes)
+    return autocast_ops.apply(sc, tuple(b.nodes), z), tuple(w.nodes)
 
 
 def pp_partitioned(sc: Scenario) -> bool:
