@@ -613,6 +613,22 @@ def test_mlperf_v4_0_gpt3_rows_run_the_submissions_layouts():
     assert sorted(want) == sorted(scenario_from_mapping(r["scenario"], base_dir=ROOT).gpus for r in runs)
 
 
+def test_mlperf_v4_1_gpt3_rows_run_the_submissions_layouts():
+    """NVIDIA's MLPerf Training v4.1 GPT-3 175B: TP4 PP8 VP6 MBS 2 with the logged 128 / 64 micro-batches on 256 / 512
+    H100 (NeMo 24.09) and 512 on 64 preview B200; FP8 parameters, userbuffers, distributed optimizer, bf16 grad sync.
+    The 11,616-GPU logs of that submission are v4.0's and are not repeated."""
+    from simulator.scenario import scenario_from_mapping
+    runs = yaml.safe_load((REFERENCES / "mlperf_training_v4_1_gpt3.yaml").read_text())["runs"]
+    want = {("dgx-h100", 256): (128, 125), ("dgx-h100", 512): (64, 200), ("dgx-b200", 64): (512, 200)}
+    for r in runs:
+        sc = scenario_from_mapping(r["scenario"], base_dir=ROOT)
+        p, t = sc.parallel, sc.training
+        assert (p.tp, p.pp, p.vpp, t.micro_batch, t.global_batch) == (4, 8, 6, 2, 2048) and sc.overlap_tp
+        assert (sc.micro_batches, p.dp_bucket_mb) == want[(sc.topology.name, sc.gpus)]
+        assert t.precision == "fp8" and dict(sc.framework.options)["fp8_param_gather"] is True and t.grad_dtype == "bf16"
+    assert len(runs) == len(want)
+
+
 def test_mlperf_v5_0_llama31_405b_rows_run_the_submissions_layouts():
     """NVIDIA's MLPerf Training v5.0 Llama 3.1 405B: H100 TP8, GB200 TP4, both PP8 VP8 CP2 MBS 1, the embedding and the
     loss counted in the pipeline split ([1, 2 x 62, 1] layers over 64 chunks); micro-batches per pipeline as logged."""
