@@ -85,3 +85,14 @@ def test_the_replay_step_prices_the_autocast_kernels_in_both_evaluators(mode):
     engine = simulate(sc)["iteration_time_s"]
     analytic = simulate(sc, estimator="analytic")["iteration_time_s"]
     assert engine == pytest.approx(analytic, rel=1e-6)
+
+
+def test_gpt_residual_adds_keep_their_dropout_mask_on_the_fp32_stream():
+    """GPT's bias-dropout-add also writes the byte mask (and its backward reads it): 10 + 1 and 18 + 1 B."""
+    sc = load_scenario(REPLAY, ["model=gpt3-175b", "cluster.topology=hgx-h200"])
+    z = shard(sc)
+    lp = layer_passes(sc, 0)
+    f, b = _ops(lp.F), _ops(lp.B)
+    act = z.T_sp * z.h
+    assert f["residual1"].bytes == act * (RESIDUAL_ADD_BYTES[0] + 1) and b["residual1_bwd"].bytes == act * (RESIDUAL_ADD_BYTES[1] + 1)
+    assert f["cast_fc1_input"].repeat == 1  # GeLU MLP: one projection reads the norm output

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from ..scenario import Scenario
 from .autocast_saved import RESIDUAL_BYTES, projection_casts
-from .opgraph import Compute, Node, Shard
+from .opgraph import DROPOUT_MASK_BYTES, Compute, Node, Shard
 
 CAST_BYTES = 6
 """A cast between a bf16 and an fp32 copy of one element: read 2 + write 4 (or read 4 + write 2)."""
@@ -107,8 +107,8 @@ def in_fp32_stream(sc: Scenario, op: Compute, z: Shard) -> Compute:
     base = op.name[:-len("_bwd")] if op.name.endswith("_bwd") else op.name
     if base in NORM_NAMES:
         return replace(op, bytes=op.bytes * RESIDUAL_BYTES / z.ab, dtype="fp32")
-    if base in RESIDUAL_NAMES:
-        per_elt = RESIDUAL_ADD_BYTES[op.name.endswith("_bwd")]
+    if base in RESIDUAL_NAMES:  # (GPT's bias-dropout-add also writes, and its backward reads, the byte mask)
+        per_elt = RESIDUAL_ADD_BYTES[op.name.endswith("_bwd")] + (DROPOUT_MASK_BYTES if sc.model.hidden_dropout else 0)
         return replace(op, bytes=float(op.shape[0] * per_elt), dtype="fp32")
     return op
 
