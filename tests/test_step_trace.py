@@ -65,3 +65,36 @@ def test_the_simulators_side_sums_to_its_step(tmp_path, capsys):
     assert step_trace.main([str(path), "--scenario", str(SCENARIO), "--profile", str(H200_PROFILE)]) == 0
     out = capsys.readouterr().out
     assert all(c in out for c in step_trace.CLASSES) and "GPU busy 0.5 ms of a 1.5 ms span" in out
+
+
+def test_kernels_are_grouped_by_the_autograd_node_or_forward_op_that_launched_them():
+    """Forward: the outermost ATen op open at the launch; backward: the autograd node; the optimizer's range first.
+    A kernel whose launch is not in the trace counts as `other`."""
+    def op(name, ts, dur, tid=1):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": tid}
+
+    def launch(ts, corr, tid=1):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 1.0, "tid": tid,
+                "args": {"correlation": corr}}
+
+    def kernel(name, dur, corr):
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": 0.0, "dur": dur, "args": {"correlation": corr}}
+    events = [
+        op("aten::linear", 0.0, 50.0), op("aten::to", 5.0, 10.0), launch(6.0, 1), op("aten::mm", 20.0, 20.0),
+        launch(21.0, 2),
+        op("autograd::engine::evaluate_function: ToCopyBackward0", 100.0, 30.0), op("aten::to", 101.0, 20.0),
+        launch(102.0, 3),
+        op("Optimizer.step#AdamW.step", 200.0, 100.0), op("aten::add_", 210.0, 5.0), launch(211.0, 4),
+        op("aten::add", 400.0, 5.0, tid=2), launch(401.0, 5, tid=2),
+        kernel("bfloat16_copy_kernel", 10.0, 1), kernel("nvjet_tst_NNT", 100.0, 2), kernel("direct_copy_kernel", 20.0, 3),
+        kernel("multi_tensor_apply_kernel", 30.0, 4), kernel("CUDAFunctor_add", 5.0, 5), kernel("elementwise", 7.0, 99),
+    ]
+    assert step_trace.launchers(events) == {1: "aten::linear", 2: "aten::linear", 3: "ToCopyBackward0",
+                                           4: "Optimizer.step", 5: "aten::add"}
+    groups = {(g["launcher"], g["class"]): (g["kernels"], g["traced_s"]) for g in step_trace.by_launcher(events)}
+    assert groups == {("aten::linear", "gemm"): (1, pytest.approx(100e-6)),
+                      ("aten::linear", "memory-bound"): (1, pytest.approx(10e-6)),
+                      ("ToCopyBackward0", "memory-bound"): (1, pytest.approx(20e-6)),
+                      ("Optimizer.step", "memory-bound"): (1, pytest.approx(30e-6)),
+                      ("aten::add", "memory-bound"): (1, pytest.approx(5e-6)),
+                      ("other", "memory-bound"): (1, pytest.approx(7e-6))}

@@ -15,7 +15,8 @@
 # Writes into OUTDIR: nvidia-smi.csv and torch.txt (what ran), clocks.csv (SM clock, power, temperature every 200 ms),
 # timing_check.log (validation/gpu_timing_check.py: calibrate's timer against the kernels' traced time), profile.json
 # and calibrate.log (`python -m calibrate --gpu 0 [--quick]`), trace.log (profile_vs_trace), and replay_gpu.md, replay_gpu.json, replay_gpu_profile.json, replay.log, trace_none.rank0.json.gz (one traced step of
-# the replay without recompute) and step_trace.log (validation/step_trace.py: that step's kernels by class against
+# the replay without recompute) and step_trace.log (validation/step_trace.py: that step's kernels by class, and by the
+# autograd node or ATen op that launched them, against
 # the simulator's price of them). On a device machine that returns few files, tar OUTDIR (the trace apart: it can be
 # large). Each step has its own time limit (CHECK_TIMEOUT, CAL_TIMEOUT, TRACE_TIMEOUT, REPLAY_TIMEOUT seconds), so one
 # step failing or running long leaves the others' results. Needs python3 with torch (CUDA) and the project's dependencies (simpy
@@ -66,7 +67,7 @@ if [ "$mode" != profile ]; then
   tail -n 12 "$out/replay.log"
   if [ -f "$out/trace_none.rank0.json" ]; then
     timeout 120 python3 validation/step_trace.py "$out/trace_none.rank0.json" \
-      --scenario scenarios/replay/gpu/1b-accum.yaml --profile "$out/replay_gpu_profile.json" \
+      --scenario scenarios/replay/gpu/1b-accum.yaml --profile "$out/replay_gpu_profile.json" --by-launcher 30 \
       > "$out/step_trace.log" 2>&1
     echo "step_trace exit $?"
     cat "$out/step_trace.log"

@@ -3,7 +3,8 @@ step (`python -m calibrate replay SCENARIO --torch-trace FILE`, or `validation/r
 summed by kernel class, beside the same step priced from a calibration profile (the simulator's own trace, summed
 by the plan's op kinds).
 
-    python validation/step_trace.py TRACE[.gz] --scenario FILE --profile FILE [--set KEY=VALUE ...] [--json]
+    python validation/step_trace.py TRACE[.gz] --scenario FILE --profile FILE [--set KEY=VALUE ...] [--by-launcher N]
+                                    [--json]
 
 The scenario is priced on the topology of the profile's GPU unless `--set cluster.topology=...` says otherwise.
 
@@ -58,6 +59,60 @@ def read_trace(path: Path) -> dict:
         with gzip.open(path, "rt") as f:
             return json.load(f)
     return json.loads(path.read_text())
+
+
+AUTOGRAD_NODE = "autograd::engine::evaluate_function: "
+"""The prefix of the CPU range autograd records around each backward node it runs (`... ToCopyBackward0`)."""
+
+
+def _launcher(names: list[str]) -> str:
+    """What launched a kernel, from the CPU ranges open at its launch (outermost first): the optimizer step, else
+    the backward's autograd node, else the outermost ATen op of the forward."""
+    if any(n.startswith(OPTIMIZER_RANGE) for n in names):
+        return OPTIMIZER_RANGE
+    node = next((n for n in names if n.startswith(AUTOGRAD_NODE)), None)
+    if node is not None:
+        return node[len(AUTOGRAD_NODE):]
+    return next((n for n in names if n.startswith("aten::")), "other")
+
+
+def launchers(events: list[dict]) -> dict[int, str]:
+    """Each launch's correlation id -> what launched it (`_launcher`), by a sweep over each thread's CPU ranges."""
+    by_thread: dict = {}
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        if e.get("cat") in ("cpu_op", "user_annotation"):
+            by_thread.setdefault(e.get("tid"), []).append((e["ts"], 0, -e.get("dur", 0.0), e))
+        elif e.get("cat") in LAUNCH_CATEGORIES and "correlation" in e.get("args", {}):
+            by_thread.setdefault(e.get("tid"), []).append((e["ts"], 1, 0.0, e))
+    out: dict[int, str] = {}
+    for items in by_thread.values():
+        items.sort(key=lambda x: x[:3])  # ranges before launches at one time, outer ranges before inner
+        open_ranges: list[dict] = []
+        for ts, is_launch, _, e in items:
+            while open_ranges and open_ranges[-1]["ts"] + open_ranges[-1].get("dur", 0.0) < ts:
+                open_ranges.pop()
+            if is_launch:
+                out[e["args"]["correlation"]] = _launcher([r["name"] for r in open_ranges])
+            else:
+                open_ranges.append(e)
+    return out
+
+
+def by_launcher(trace: dict) -> list[dict]:
+    """Kernel time grouped by what launched each kernel and its class, largest first (microsecond trace times)."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    who = launchers(events)
+    groups: dict[tuple[str, str], list[float]] = {}
+    for k in events:
+        if k.get("ph") == "X" and k.get("cat") == "kernel":
+            key = (who.get(k.get("args", {}).get("correlation"), "other"), kernel_class(k["name"]))
+            g = groups.setdefault(key, [0, 0.0])
+            g[0] += 1
+            g[1] += k["dur"] * 1e-6
+    return [{"launcher": a, "class": c, "kernels": n, "traced_s": t}
+            for (a, c), (n, t) in sorted(groups.items(), key=lambda kv: -kv[1][1])]
 
 
 def kernel_class(name: str) -> str:
@@ -123,6 +178,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scenario", required=True)
     ap.add_argument("--profile", required=True, help="the calibration profile the step is priced from")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--by-launcher", type=int, default=0, metavar="N",
+                    help="also list the N largest groups of kernels by what launched them (autograd node or ATen op)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     from replay_gpu import profile_topology  # noqa: PLC0415
@@ -145,8 +202,9 @@ def main(argv=None) -> int:
              "error": predicted[c] / traced.by_class_s[c] - 1.0 if traced.by_class_s[c] else None} for c in CLASSES]
     total = {"predicted_s": sum(predicted.values()), "kernels_s": sum(traced.by_class_s.values()),
              "busy_s": traced.busy_s, "span_s": traced.span_s, "kernels": traced.kernels}
+    groups = by_launcher(trace)[:args.by_launcher] if args.by_launcher > 0 else []
     if args.json:
-        print(json.dumps({"rows": rows, "total": total}, indent=1))
+        print(json.dumps({"rows": rows, "total": total, **({"by_launcher": groups} if groups else {})}, indent=1))
         return 0
     print(f"{'class':14} {'predicted ms':>13} {'traced ms':>10} {'error':>8}")
     for r in rows:
@@ -156,6 +214,10 @@ def main(argv=None) -> int:
           f"{total['predicted_s'] / max(total['kernels_s'], 1e-12) - 1:+7.1%}")
     print(f"traced step: {traced.kernels} kernels, GPU busy {traced.busy_s * 1e3:.1f} ms of a {traced.span_s * 1e3:.1f} ms"
           f" span ({1 - traced.busy_s / max(traced.span_s, 1e-12):.1%} idle)")
+    if groups:
+        print(f"\n{'launched by':48} {'class':13} {'kernels':>8} {'traced ms':>10}")
+        for g in groups:
+            print(f"{g['launcher'][:48]:48} {g['class']:13} {g['kernels']:8d} {g['traced_s'] * 1e3:10.2f}")
     return 0
 
 
