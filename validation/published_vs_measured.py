@@ -1,8 +1,8 @@
 """Published kernel data against the kernels measured on a real H200 (issue 38, item 2).
 
 For every published point clustersim prices from where no GPU was lent (calibrate/profiles/h100-sxm-published.json,
-the points of simulator/cost/kernel_data.json's H100 entry, plus kernel_data.json's H200 points): the time the H200
-lent on 2026-11-26 measured at the same shape (calibrate/profiles/h200-sxm-measured.json), exact where that shape was
+the points of simulator/cost/kernel_data.json's H100 entry, plus kernel_data.json's H200 points): the time an H200
+lent to the project measured at the same shape (calibrate/profiles/h200-sxm-measured.json), exact where that shape was
 measured, else the measured profile's own interpolation (`Profile.gemm_time`; `Profile.attention_time` on one SDPA
 back end's points), and the ratio published / measured TFLOP/s (> 1: the publication is faster than this H200).
 
@@ -38,17 +38,18 @@ SOURCES = ROOT / "calibrate/profiles/h100-sxm-published.sources.json"
 MEASURED = ROOT / "calibrate/profiles/h200-sxm-measured.json"
 FLOOR_MARGIN = 1.4
 """A measured median below this many times the smallest median of its table (GEMM dtype; attention back end and
-phase) is the probe's floor, not the kernel's: calibrate/timing.py records a CUDA event pair around each call as the
-host issues it, so a kernel shorter than the host's time per call reads that time (26-35 us for any BF16 GEMM on the
-lent VM, 1.3x the smallest; 34-37 us for FP8). Rows resting on such points (the shape's own, or the grid points its
-interpolation brackets it with) are reported as `floor` and say nothing about the kernel. 1.4 keeps that band and no
-more: the next BF16 grid points, 46 us (1.8x), and FP8's 1024x4096x8192, 50 us (1.46x), run at their neighbours'
-TFLOP/s."""
+phase) is the probe's floor, not the kernel's, in a profile whose short calls were timed one at a time as the host
+issued them (calibrate before it queued calls shorter than 1 ms, calibrate/timing.py): such a kernel read the host's
+time per call (26-35 us for any BF16 GEMM on the H200 lent on 2026-11-26, 1.3x the smallest; 34-37 us for FP8). Rows
+resting on such points (the shape's own, or the grid points its interpolation brackets it with) are reported as
+`floor` and say nothing about the kernel. 1.4 kept that band and no more: the next BF16 grid points, 46 us (1.8x), and
+FP8's 1024x4096x8192, 50 us (1.46x), ran at their neighbours' TFLOP/s. The shipped profile's GEMM and attention tables
+were timed queued (2026-11-27), and none of its rows sits at the floor; the check stays for profiles from older runs."""
 SHORT_SEQ = 1024
 """Attention rows up to this sequence length are summarised apart. The H200 was measured at batch x heads 16 and 64
 only, and the profile interpolates attention by work (bh * s_q * s_kv): a published row at s 512-1024 (bh 256-1024 in
 the FA3 paper's benchmark) is priced from measured s 2048-4096 kernels of equal work, which run more efficiently than
-short ones; the measured kernels at its own s are 4-16x smaller, and at s 512 they sit at the probe's floor."""
+short ones; the measured kernels at its own s are 4-16x smaller."""
 MEASURED_BACKEND = {"fa2": "flash", "cudnn": "cudnn", "fa3": "cudnn"}
 """The measured SDPA back end each published attention family is compared with: PyTorch's `flash` back end is
 FlashAttention-2; `cudnn` is cuDNN's fused attention; FlashAttention-3 is not in SDPA, so it is set beside cuDNN

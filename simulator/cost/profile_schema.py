@@ -117,8 +117,8 @@ class Provenance:
     """The --scenario file whose shapes were measured, if any."""
     wall_s: float = field(default=0.0, metadata={"min": 0.0})
     merged_from: Optional[list[str]] = None
-    """Later runs whose points replaced whole tables of this file, each as 'TABLES: COMMAND (DATE, where)'; the
-    fields above describe the run that measured the rest."""
+    """Other runs whose points this file holds (whole tables, or kinds the run above did not measure), each as
+    'TABLES: COMMAND (DATE, where)'; the fields above describe the run that measured the rest."""
 
 
 @dataclass(frozen=True, kw_only=True)
