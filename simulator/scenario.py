@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from .cudnn_spec import release as cudnn_release
 from .errors import ScenarioError
 from .overrides import apply_overrides, override_keys  # noqa: F401 (apply_overrides: the sweep's import)
 from .frameworks.resolve import FrameworkChoice, apply_framework, drop_options_setting, hardware_rules, layout_rules
@@ -139,6 +140,10 @@ class Cluster:
     allow_profile_mismatch: bool = False
     """Price the scenario with a profile measured on another device kind (a CPU profile for an H100
     topology): the report then carries a warning. `run --allow-profile-mismatch` sets it."""
+    cudnn_version: Optional[str] = None
+    """The cuDNN release the stack runs, as a quoted string ('9.10.2'; torch.backends.cudnn.version() 91002): cuDNN
+    attention is priced from the GPU's published points of the newest release not newer than it, the oldest where
+    all are newer (`cost/cudnn_release.py`; published releases: docs/modeling.md). Null: the newest published."""
     memory_headroom_gib: Optional[float] = field(default=None, metadata={"min": 0.0, "max": 1e5})
     """Memory each GPU must keep free for a layout to fit (peak <= capacity - headroom; docs/metrics.md).
     Null: 5 % of the GPU's memory (`memory_fit.DEFAULT_HEADROOM_FRACTION`), 4.0 GiB on an 80 GB H100."""
@@ -367,6 +372,8 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
     cluster = from_mapping(Cluster, top.cluster, "cluster")
     parallel = from_mapping(Parallel, top.parallel, "parallel")
     check_efficiency(cluster.efficiency)
+    if cluster.cudnn_version is not None:
+        cudnn_release(cluster.cudnn_version, "cluster.cudnn_version")
     if training.documents is not None:
         training = replace(training, documents=resolve_documents(training.documents, base_dir))
     if training.loss_chunk_tokens is not None and training.loss != "fused":

@@ -95,6 +95,9 @@ class CostModel:
     block_scaled_fp8: bool = False
     """The FP8 GEMMs scale 32-value blocks (Transformer Engine's MXFP8: `frameworks/spec.py` BLOCK_SCALED_RECIPES):
     they run at `cluster.efficiency.gemm_mxfp8_vs_fp8` times the per-tensor FP8 GEMMs' speed."""
+    cudnn_version: str | None = None
+    """`cluster.cudnn_version`: the cuDNN release whose published attention points price cuDNN attention
+    (`cudnn_release.py`); None: the newest published."""
     published_kernels: bool = True
     """Price GEMMs and attention from the GPU's published kernel points (`kernel_data.py`); False: the spec-based
     constants only (validation/kernel_ceiling.py's comparison column)."""
@@ -123,7 +126,8 @@ class CostModel:
             # which a power limit then scales like the peak itself (gpu.power_limit_w).
             peaks = tuple(sorted((d, self.topology.nominal_peak_flops(d)) for d in gpu.peak_tflops))
             self._kernels["kernels"] = gpu_kernels(gpu.kernel_chip, peaks, hbm, GEMM_PEAK_EFFICIENCY,
-                                                   GEMM_HALF_EFFICIENCY_S, KERNEL_OVERHEAD_S)
+                                                   GEMM_HALF_EFFICIENCY_S, KERNEL_OVERHEAD_S,
+                                                   cudnn_version=self.cudnn_version)
         return self._kernels["kernels"]
 
     def gemm_curve(self, dtype: str) -> tuple[float, float]:
@@ -376,6 +380,7 @@ def build_cost_model(sc) -> CostModel:
                      block_scaled_fp8=sc.framework.fp8_recipe in BLOCK_SCALED_RECIPES,
                      ep_dispatcher=sc.parallel.ep_dispatcher, eager_chains=eager_chains(sc),
                      optimizer_impl=optimizer_impl(sc),
+                     cudnn_version=sc.cluster.cudnn_version,
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
 
 

@@ -24,6 +24,8 @@ source. From them:
   MPT's Triton FlashAttention (`triton_fa`) is published only beside FlashAttention-2 on an A100 (FA2 paper, Fig. 4,
   forward+backward); the paper's text gives the forward's share of the gap (`forward_gap`), which splits that sum
   between the phases (`Transfer.phase_ratio`).
+- cuDNN releases: a cuDNN point may name its release (`cudnn_version`); where a table holds several, the run's
+  `cluster.cudnn_version` picks one (`cudnn_release.select`: the newest not newer than it; by default the newest).
 - a head-dim transfer (`head_dim_ratio` in a GPU's entry): a head dim the GPU's tables lack at both masks is priced
   at the nearest published head dim's value times the same family's ratio between the two on the GPU it names
   (B200 and GB200's cuDNN and FlashAttention-2 are published at head dim 128 only; the H100's ratios price 64).
@@ -49,6 +51,7 @@ from pathlib import Path
 
 from ..errors import ScenarioError
 from ..inputs import read_json_file
+from . import cudnn_release
 from .gemm_curve import OPERAND_BYTES, GemmCurve, fit_gemm_curve, fp4_from
 
 DATA_FILE = Path(__file__).with_name("kernel_data.json")
@@ -162,6 +165,9 @@ class GpuKernels:
     gemm_from: str = ""
     """The GPU whose published GEMM points this GPU's curves are fitted to (the data file's `gemm_from`: the same
     dense tensor-core peaks, no GEMM point of its own); "": its own points."""
+    cudnn_releases: str = ""
+    """The cuDNN release(s) its cuDNN tables were priced from, for the report (`cudnn_release.describe`); "": the
+    points name none."""
 
     def attention_source(self, family: str) -> str | None:
         """What prices `family`'s attention on this GPU, for the report; None: no table (the spec constants)."""
@@ -171,10 +177,11 @@ class GpuKernels:
                     f"(a transfer, simulator/cost/kernel_data.json fwd_bwd_split)")
         if any(k[0] == family for k in self.attention):
             ref = self.head_dims_from
+            tables = f"{family} tables" + (f" ({self.cudnn_releases})" if family == "cudnn" and self.cudnn_releases else "")
             if ref is not None and any(k[0] == family for k in ref.attention):
-                return (f"{family} tables, head dims they lack by {family}'s ratio between head dims on the {ref.gpu} "
+                return (f"{tables}, head dims they lack by {family}'s ratio between head dims on the {ref.gpu} "
                         f"(a transfer, simulator/cost/kernel_data.json head_dim_ratio)")
-            return f"{family} tables"
+            return tables
         t = self.transfers.get(family)
         if t is not None and any(k[0] == t.base for k in self.attention):
             split = " (forward+backward, split by its published forward gap)" if t.forward_gap else ""
@@ -239,6 +246,11 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                 if table == "attention" and p["phase"] not in PHASES:
                     raise ScenarioError(f"{where}: gpus.{gpu}.attention[{i}].phase", f"{p['phase']!r} is unknown",
                                         " | ".join(PHASES))
+                if table == "attention" and "cudnn_version" in p:
+                    at = f"{where}: gpus.{gpu}.attention[{i}].cudnn_version"
+                    if p["family"] != "cudnn":
+                        raise ScenarioError(at, f"given on a {p['family']} point", "cudnn points only")
+                    cudnn_release.release(p["cudnn_version"], at)
         _check_split(data["gpus"], gpu, f"{where}: gpus.{gpu}.fwd_bwd_split")
         for key in ("head_dim_ratio", "fp8_gemm_from", "fp4_gemm_from", "gemm_from"):
             by = entry.get(key)
@@ -320,10 +332,13 @@ def transfer_of(family: str, path: str = str(DATA_FILE)) -> Transfer | None:
     return Transfer(t["base"], t["gpu"], ratios, float(gap["value"]) if gap else None) if ratios else None
 
 
-def gpu_points(gpu_name: str, path: str = str(DATA_FILE)) -> dict:
-    """The raw published points of one GPU ({'gemm': [...], 'attention': [...]}); empty lists when none."""
+def gpu_points(gpu_name: str, path: str = str(DATA_FILE), cudnn_version: str | None = None) -> dict:
+    """The published points of one GPU ({'gemm': [...], 'attention': [...]}); empty lists when none. Of cuDNN
+    points published for several releases, those of the release `cudnn_release.select` picks for `cudnn_version`
+    (None: the newest)."""
     entry = load_data(path)["gpus"].get(gpu_name, {})
-    return {"gemm": list(entry.get("gemm", [])), "attention": list(entry.get("attention", []))}
+    attention, _ = cudnn_release.select(list(entry.get("attention", [])), cudnn_version)
+    return {"gemm": list(entry.get("gemm", [])), "attention": attention}
 
 
 def attention_tables(points: list[dict], peaks: dict | None) -> dict:
@@ -346,14 +361,14 @@ def reference_kernels(gpu_name: str, path: str = str(DATA_FILE)) -> GpuKernels:
     return GpuKernels(gpu_name, {}, attention_tables(gpu_points(gpu_name, path)["attention"], None))
 
 
-def phase_points(gpu_name: str, path: str = str(DATA_FILE)) -> list[dict]:
+def phase_points(gpu_name: str, path: str = str(DATA_FILE), cudnn_version: str | None = None) -> list[dict]:
     """One GPU's attention points by phase: its forward and backward points as published, and each forward+backward
     point as a forward and a backward point, `split_fwd_bwd` by the same family's tables on the GPU its
     `fwd_bwd_split` names (in TFLOP/s, at the point's mask, head dim and sequence length, with the tables' fallbacks).
     A split point keeps the published value (`fwd_bwd_tflops`) and names the GPU it was split by (`split_by`). A
     published per-phase point comes after the split ones, so it wins at a shape both give."""
     entry = load_data(path)["gpus"].get(gpu_name, {})
-    points = entry.get("attention", [])
+    points = gpu_points(gpu_name, path, cudnn_version)["attention"]
     split = []
     if any(p["phase"] == "fwd_bwd" for p in points):
         by = entry["fwd_bwd_split"]["gpu"]
@@ -386,8 +401,9 @@ def fp8_from_bf16(bf16: GemmCurve, ref_gpu: str, peak_ratio: float, knee_s: floa
 
 @lru_cache(maxsize=16)
 def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float, default_knee_s: float,
-                overhead_s: float, path: str = str(DATA_FILE)) -> GpuKernels | None:
-    """The curves and tables of one GPU (`peaks`: sorted (dtype, FLOP/s) pairs of the topology); None without points."""
+                overhead_s: float, path: str = str(DATA_FILE), cudnn_version: str | None = None) -> GpuKernels | None:
+    """The curves and tables of one GPU (`peaks`: sorted (dtype, FLOP/s) pairs of the topology; `cudnn_version`: the
+    cuDNN release of the run, `cudnn_release.select`); None without points."""
     pts = gpu_points(gpu_name, path)
     if not pts["gemm"] and not pts["attention"]:
         return None
@@ -414,12 +430,14 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
         ref = gpu_kernels(fp4_by["gpu"], ref_peaks, hbm_Bps, default_eta, default_knee_s, overhead_s, path)
         if ref is not None and {"fp4", "bf16"} <= set(ref.gemm):
             gemm["fp4"] = fp4_from(gemm["bf16"], ref.gemm, fp4_by["gpu"])
-    points = phase_points(gpu_name, path)
+    points = phase_points(gpu_name, path, cudnn_version)
     attention = attention_tables(points, peak)
+    _, releases = cudnn_release.select(load_data(path)["gpus"][gpu_name].get("attention", []), cudnn_version)
     split_by = {p["family"]: p["split_by"] for p in points if "split_by" in p and p["dtype"] in peak}
     own = {k[0] for k in attention}
     transfers = {f: t for f in load_data(path).get("transfers", {}) if f not in own
                  for t in [transfer_of(f, path)] if t is not None}
     by = entry.get("head_dim_ratio")
     return GpuKernels(gpu_name, gemm, attention, transfers, split_by, reference_kernels(by["gpu"], path) if by else None,
-                      borrowed["gpu"] if borrowed and pts["gemm"] else "")
+                      borrowed["gpu"] if borrowed and pts["gemm"] else "",
+                      cudnn_release.describe(releases))
