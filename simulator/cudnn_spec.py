@@ -16,6 +16,6 @@ def release(text: str, where: str = "cudnn_version") -> tuple[int, ...]:
     """'9.10.2' -> (9, 10, 2); '9.10' -> (9, 10). A bad string is a ScenarioError at `where`."""
     if not isinstance(text, str) or not RELEASE_PATTERN.match(text):
         raise ScenarioError(where, f"{text!r} is not a cuDNN release",
-                            "major.minor or major.minor.patch as a quoted string, e.g. '9.10.2' "
-                            "(torch.backends.cudnn.version() 91002)")
+                            "a quoted string major.minor or major.minor.patch, e.g. '9.10.2', which "
+                            "torch.backends.cudnn.version() prints as 91002")
     return tuple(int(x) for x in text.split("."))

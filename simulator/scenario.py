@@ -369,11 +369,11 @@ def scenario_from_mapping(raw: dict, overrides: list[str] = (), base_dir: Path |
         run_raw = {**(run_raw if isinstance(run_raw, dict) else {}), "tokens": training_raw.pop("tokens")}
     run = parse_run(run_raw)
     training = from_mapping(Training, training_raw, "training")
+    if isinstance(top.cluster, dict) and top.cluster.get("cudnn_version") is not None:  # before the schema's type
+        cudnn_release(top.cluster["cudnn_version"], "cluster.cudnn_version")  # check: say how to write 9.10 or 91002
     cluster = from_mapping(Cluster, top.cluster, "cluster")
     parallel = from_mapping(Parallel, top.parallel, "parallel")
     check_efficiency(cluster.efficiency)
-    if cluster.cudnn_version is not None:
-        cudnn_release(cluster.cudnn_version, "cluster.cudnn_version")
     if training.documents is not None:
         training = replace(training, documents=resolve_documents(training.documents, base_dir))
     if training.loss_chunk_tokens is not None and training.loss != "fused":

@@ -38,6 +38,8 @@ its 1,400 W ran ~617 TFLOP/s against ~1,600-2,174 at 1,400 W (0.28-0.39 of it, a
 cubic; facebookexperimental/triton PR #2023, 2026-07-14), and an H100 capped at 600 W of 700 loses 10-15 %
 of pre-training step throughput (factryze.ai "Power capping", read 2026-11-25; 14 % linear, 5 % cubic).
 Memory-bound kernels are not slowed (HBM runs its own clock)."""
+MAX_CLOCK_MHZ = 1e4
+"""An SM clock, MHz: 5x H100's 1,980 MHz maximum."""
 MAX_SMS = 1024
 """Streaming multiprocessors per GPU: 7x B200's 148; a larger figure is not one GPU."""
 MAX_LATENCY_US = 1e7
@@ -68,6 +70,15 @@ class GPUSpec:
     power_limit_w: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_POWER_W})
     """The power cap the cluster runs its GPUs at (`nvidia-smi -pl`), at most `tdp_w`; null = the rated
     power. Tensor-core work slows in proportion (`compute_clock_fraction`); HBM bandwidth does not."""
+    peak_clock_mhz: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_CLOCK_MHZ})
+    """The SM clock at which `peak_tflops` are stated (NVIDIA's boost clock for tensor-core work: H100 SXM 1,830 MHz,
+    989.4 BF16 TFLOP/s = 132 SMs x 4,096 dense FLOP per clock; A100 SXM 1,410, 312 = 108 x 2,048); null = not
+    stated (a clock lock is then refused)."""
+    locked_clock_mhz: Optional[float] = field(default=None, metadata={"min": 1.0, "max": MAX_CLOCK_MHZ})
+    """The SM clock the cluster locks its GPUs at (`nvidia-smi -lgc F,F`, common in benchmarks); null = free clocks.
+    Tensor-core work runs at locked / peak_clock_mhz of its rated speed (at most 1: above the rated clock the
+    power limit holds it), or at the power limit's share where that is lower (`compute_clock_fraction`); HBM
+    bandwidth and host time do not change."""
     host_link_gbs: Optional[float] = field(default=None, metadata={"min": 0.001, "max": MAX_BANDWIDTH_GBS})
     """Copy bandwidth between this GPU and its host memory, each direction, GB/s, as the copy engines sustain it with
     every GPU of the node copying at once (PCIe Gen5 x16 on an x86 node; NVLink-C2C to the Grace CPU on a GB200 / GB300
@@ -89,12 +100,27 @@ class GPUSpec:
         return self.chip or self.name
 
     @property
-    def compute_clock_fraction(self) -> float:
+    def power_clock_fraction(self) -> float:
         """Share of the rated tensor-core throughput sustained under `power_limit_w`:
-        (power_limit_w / tdp_w) ** POWER_CAP_EXPONENT."""
+        (power_limit_w / tdp_w) ** POWER_CAP_EXPONENT; 1 without a power limit."""
         if self.power_limit_w is None or self.tdp_w is None:
             return 1.0
         return min(1.0, self.power_limit_w / self.tdp_w) ** POWER_CAP_EXPONENT
+
+    @property
+    def locked_clock_fraction(self) -> float:
+        """Share of the rated tensor-core throughput at `locked_clock_mhz`: locked / peak_clock_mhz, at most 1;
+        1 at free clocks."""
+        if self.locked_clock_mhz is None or self.peak_clock_mhz is None:
+            return 1.0
+        return min(1.0, self.locked_clock_mhz / self.peak_clock_mhz)
+
+    @property
+    def compute_clock_fraction(self) -> float:
+        """Share of the rated tensor-core throughput sustained: the lower of the power limit's
+        (`power_clock_fraction`) and the clock lock's (`locked_clock_fraction`); the clock a GPU runs at is the
+        lowest any of them allows."""
+        return min(self.power_clock_fraction, self.locked_clock_fraction)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,6 +310,9 @@ def check_topology(t: Topology, where: str) -> Topology:
     if g.power_limit_w is not None and g.power_limit_w > g.tdp_w:
         raise ScenarioError(f"{where}.gpu.power_limit_w", f"{g.power_limit_w:g} W is above the rated {g.tdp_w:g} W "
                             "(a higher cap does not raise the datasheet peaks)", f"at most gpu.tdp_w = {g.tdp_w:g}")
+    if g.locked_clock_mhz is not None and g.peak_clock_mhz is None:
+        raise ScenarioError(f"{where}.gpu.locked_clock_mhz", "given without gpu.peak_clock_mhz (the clock the peaks hold at)",
+                            "gpu.peak_clock_mhz too, e.g. 1830 for an H100 SXM")
     if not any(k in t.gpu.peak_tflops for k in ("bf16", "fp32")):
         raise ScenarioError(f"{where}.gpu.peak_tflops", "needs at least a bf16 or an fp32 figure")
     n = t.node

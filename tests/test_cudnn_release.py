@@ -97,8 +97,10 @@ def test_a_bad_cudnn_version_is_a_clear_error_at_its_key(tmp_path):
     with pytest.raises(ScenarioError, match="cluster.cudnn_version") as e:
         scenario_from_mapping(b200(cudnn_version="nine"))
     assert "9.10.2" in str(e.value)
-    with pytest.raises(ScenarioError, match="cluster.cudnn_version"):  # YAML reads 9.10 as the number 9.1
-        scenario_from_mapping(b200(cudnn_version=9.10))
+    for number in (9.10, 91002):  # YAML reads 9.10 as the number 9.1; torch prints 9.10.2 as 91002
+        with pytest.raises(ScenarioError, match="cluster.cudnn_version") as e:
+            scenario_from_mapping(b200(cudnn_version=number))
+        assert "a quoted string" in str(e.value)
     f = tmp_path / "s.yaml"
     f.write_text("model: llama3.2-1b\ntraining: {seq_len: 2048, global_batch: 8, micro_batch: 8}\n"
                  "cluster: {topology: dgx-b200, nodes: 1, gpus_per_node: 1, cudnn_version: 9.10}\nparallel: {dp: 1}\n")
@@ -115,3 +117,4 @@ def test_the_data_file_rejects_a_release_on_a_point_that_is_not_cudnn(tmp_path):
     f.write_text(json.dumps(data))
     with pytest.raises(ScenarioError, match="cudnn points only"):
         load_data(str(f))
+

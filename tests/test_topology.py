@@ -144,6 +144,45 @@ def test_a_power_limit_needs_the_rated_power_and_cannot_exceed_it():
         topology_from_mapping(raw)
 
 
+def test_a_clock_lock_slows_tensor_core_work_by_the_clocks_ratio_and_leaves_hbm_alone():
+    """nvidia-smi -lgc 1500 on an H100 SXM, whose peaks hold at 1,830 MHz: GEMMs at 1500 / 1830 of their speed; a
+    lock at or above the rated clock changes nothing; with a power limit as well the lower of the two holds."""
+    from simulator.cost.costs import CostModel
+    from simulator.plan.opgraph import Compute
+    full, locked = load_topology("dgx-h100"), _variant(locked_clock_mhz=1500)
+    assert full.gpu.peak_clock_mhz == 1830 and load_topology("dgx-a100").gpu.peak_clock_mhz == 1410
+    assert locked.peak_flops("bf16") == pytest.approx(full.peak_flops("bf16") * 1500 / 1830)
+    assert locked.nominal_peak_flops("bf16") == full.peak_flops("bf16"), "MFU still divides by the datasheet's peak"
+    big = Compute("g", "gemm", 2 * 8192 ** 3, 3 * 2 * 8192 ** 2, "bf16", (8192, 8192, 8192))
+    copy = Compute("c", "elementwise", 0.0, 4e9, "bf16", (1,))
+    t_full, t_locked = (CostModel(topology=topo).compute_time(big) for topo in (full, locked))
+    assert t_locked / t_full == pytest.approx(1830 / 1500, rel=0.01)
+    assert CostModel(topology=locked).compute_time(copy) == CostModel(topology=full).compute_time(copy)
+    assert "SM clock locked at 1500 MHz (rated 1830 MHz)" in CostModel(topology=locked).kernel_source()
+    assert _variant(locked_clock_mhz=1980).gpu.compute_clock_fraction == 1.0
+    both = _variant(locked_clock_mhz=1500, power_limit_w=400)
+    assert both.gpu.compute_clock_fraction == pytest.approx(400 / 700)
+    assert "400 W power limit" in CostModel(topology=both).kernel_source()
+
+
+def test_a_clock_lock_needs_the_rated_clock():
+    with pytest.raises(ScenarioError, match="peak_clock_mhz"):
+        _variant(locked_clock_mhz=1500, peak_clock_mhz=None)
+
+
+def test_the_h200_table_under_its_stated_clock_lock_prices_tensor_work_slower_and_memory_work_alike():
+    """validation/clock_lock_h200.py: every row priced under the 1,500 MHz lock is slower than at free clocks, by
+    less than the clock ratio 1500 / 1830 alone (memory-bound kernels and the host do not slow)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("clock_lock_h200", ROOT / "validation" / "clock_lock_h200.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = mod.rows()
+    assert len(rows) == 12 and {r["mhz"] for r in rows} == {1500.0}
+    for r in rows:
+        assert 1500 / 1830 < r["locked"] / r["free"] < 1.0, r
+
+
 # ----------------------------------------------------------------------------------- chip variants
 
 def _variant(**gpu):

@@ -221,8 +221,10 @@ class CostModel:
             how = "fitted" if SUSTAINED_GEMM[gpu.kernel_chip].source.startswith("fitted") else "transferred, not fitted"
             base += f"; GEMMs at {frac:.2f} of that speed, as training steps sustain it on this GPU ({how}, cost/sustained.py)"
         if gpu.compute_clock_fraction < 1.0:
-            base += (f"; tensor-core work at {gpu.compute_clock_fraction:.2f} of its rated speed under the "
-                     f"{gpu.power_limit_w:g} W power limit (of {gpu.tdp_w:g} W)")
+            by_lock = gpu.locked_clock_fraction < gpu.power_clock_fraction
+            why = (f"the SM clock locked at {gpu.locked_clock_mhz:g} MHz (rated {gpu.peak_clock_mhz:g} MHz)" if by_lock
+                   else f"the {gpu.power_limit_w:g} W power limit (of {gpu.tdp_w:g} W)")
+            base += f"; tensor-core work at {gpu.compute_clock_fraction:.2f} of its rated speed under {why}"
         return base + (f", overridden by cluster.efficiency {', '.join(over)}" if over else "")
 
     def spec_compute_time(self, op: Compute) -> float:
