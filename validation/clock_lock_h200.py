@@ -78,7 +78,7 @@ def main(argv=None) -> int:
         widths = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
         for line in [head, *lines]:
             print("  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(line, widths))))
-    for key, what in (("free_err", "free clocks"), (("locked_err"), f"locked at {mhz:g} MHz")):
+    for key, what in (("free_err", "free clocks"), ("locked_err", f"locked at {mhz:g} MHz")):
         errs = [abs(r[key]) for r in rs]
         print(f"{what}: MAPE {statistics.mean(errs):.1%}, median signed {statistics.median(r[key] for r in rs):+.1%}")
     return 0

@@ -107,9 +107,7 @@ def layer_forward(sc: Scenario, layer: int, z: Shard, tag: str = "") -> OpList:
     m, p = sc.model, sc.parallel
     seq = OpList(tag)
     sp = p.sp and z.t > 1
-    cast = cast_weights(sc, "autocast_cast", autocast_layer_params(sc, layer)) if not tag else None
-    if cast is not None:
-        seq.compute(cast)
+    _maybe(seq, cast_weights(sc, "autocast_cast", autocast_layer_params(sc, layer)) if not tag else None)
     seq.compute(elementwise("norm1", z.T_sp * z.h, NORM_PASSES[0], z))
     _maybe(seq, input_cast(sc, z, "qkv"))
     qkv = mla_ops.projections(sc, z) if m.mla else gemm("qkv", z.T, z.q + 2 * z.kv, z.h, z)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cluster_mix import rank_grid_of
+from ..pipeline_spec import chunks_per_copy
 from ..scenario import Scenario
 from .schedules import schedule_spec
 
@@ -174,16 +175,15 @@ def chunk_layers(sc: Scenario) -> list[int]:
     (`ScheduleSpec.routes`) each copy splits the layers the same way: pp_layers (or the even split) per copy,
     repeated."""
     p = sc.parallel
-    routes = schedule_spec(p.pp_schedule).routes
-    n = p.pp * p.vpp // routes
-    return list(p.pp_layers if p.pp_layers is not None else [sc.model.layers // n] * n) * routes
+    n = chunks_per_copy(p)
+    return list(p.pp_layers if p.pp_layers is not None else [sc.model.layers // n] * n) * schedule_spec(p.pp_schedule).routes
 
 
 def chunk_layer_ids(sc: Scenario, chunk: int) -> list[int]:
     """The decoder layers of pipeline chunk `chunk` (global indices, MTP modules aside): its copy's split, from
     the first layer at the copy's first chunk."""
     sizes = chunk_layers(sc)
-    first = chunk - chunk % (len(sizes) // schedule_spec(sc.parallel.pp_schedule).routes)
+    first = chunk - chunk % chunks_per_copy(sc.parallel)
     start = sum(sizes[first:chunk])
     return list(range(start, start + sizes[chunk]))
 
@@ -191,8 +191,7 @@ def chunk_layer_ids(sc: Scenario, chunk: int) -> list[int]:
 def is_first_chunk(sc: Scenario, chunk: int) -> bool:
     """Whether `chunk` opens a micro-batch's route: it holds the embedding (chunk 0; under DualPipe also the
     second copy's first chunk)."""
-    p = sc.parallel
-    return chunk % (p.pp * p.vpp // schedule_spec(p.pp_schedule).routes) == 0
+    return chunk % chunks_per_copy(sc.parallel) == 0
 
 
 def is_last_chunk(sc: Scenario, chunk: int) -> bool:

@@ -139,10 +139,17 @@ def state_bytes_per_param(precision: str, grad_bytes: int, optimizer: str, zero:
     W = G = 2, K = 12; MEG-DO: 18 and 6 + 12/d for bf16 weights and fp32 grads), the moments at `moment_dtype`.
     `autocast`: the fp32 parameter is its own master (W = 4, K = Adam's 8); its bf16 copy is a buffer (`autocast_cache`)."""
     w = 4 if autocast else WEIGHT_BYTES[precision]
-    moments = 2 * MOMENT_BYTES[moment_dtype] if optimizer in MOMENT_OPTIMIZERS else 0
-    k = (0 if precision == "fp32" or autocast else MASTER_BYTES) + moments
+    k = sum(optimizer_state_parts(precision, optimizer, autocast, moment_dtype))
     dw, dg, dk = sharding_policy(zero).state_divisors(group)
     return StateBytes(weights=w / dw, grads=grad_bytes / dg, optimizer=k / dk)
+
+
+def optimizer_state_parts(precision: str, optimizer: str, autocast: bool, moment_dtype: str) -> tuple[float, float]:
+    """(master, moments) bytes per parameter of the optimizer state K: the fp32 master (none under fp32 training or
+    autocast, whose fp32 parameter is its own master) and Adam's m and v at `moment_dtype` (none for SGD)."""
+    master = 0 if precision == "fp32" or autocast else MASTER_BYTES
+    moments = 2 * MOMENT_BYTES[moment_dtype] if optimizer in MOMENT_OPTIMIZERS else 0
+    return master, moments
 
 
 def training_state_bytes(tr, zero: int, group: int) -> StateBytes:

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 from ..scenario import Scenario
 from .layout import is_first_chunk, is_last_chunk, rank_chunks
-from .memory import (MOMENT_BYTES, MOMENT_OPTIMIZERS, HELD_BUFFERS, LAYER_TRANSIENTS, MASTER_BYTES, OPTIMIZER_TRANSIENTS,
-                     OUTSIDE_ALLOCATOR, _transient_total, buffer_bytes, embedding_activation_terms,
+from .memory import (HELD_BUFFERS, LAYER_TRANSIENTS, OPTIMIZER_TRANSIENTS,
+                     OUTSIDE_ALLOCATOR, _transient_total, buffer_bytes, embedding_activation_terms, optimizer_state_parts,
                      head_activation_terms, layer_activation_terms, static_bytes, zero_groups)
 from .sharded_params import embedding_rank_params, head_rank_tensors, layer_rank_params, rank_params
 from .offload import offload_plan
@@ -126,11 +126,8 @@ def _offload_moves(sc: Scenario) -> tuple[dict, dict]:
 def _adam_share(sc: Scenario) -> float:
     """Part of the optimizer bytes that Adam creates at its first step: m and v, not the fp32 master."""
     tr = sc.training
-    if tr.optimizer not in MOMENT_OPTIMIZERS:
-        return 0.0
-    master = 0 if tr.precision == "fp32" or tr.autocast else MASTER_BYTES
-    moments = 2 * MOMENT_BYTES[tr.adam_moment_dtype]
-    return moments / (moments + master)
+    master, moments = optimizer_state_parts(tr.precision, tr.optimizer, tr.autocast, tr.adam_moment_dtype)
+    return moments / (moments + master) if moments else 0.0
 
 
 def _slot_ends(p: PassTime, units: list[_Unit]) -> list[float]:
