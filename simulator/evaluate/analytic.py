@@ -14,9 +14,12 @@ TP / CP / DP peers do the same work at the same speed), as the engine's represen
   - the tail (`TailOp`s) after the last micro-batch: buckets not overlapped, the tied-embedding
     all-reduce (a rendezvous of its two stages), the wait for the dp stream, SP's norm-gradient
     all-reduce, the optimizer, ZeRO-1/2's exposed gathers.
-What it leaves to the engine: links shared between concurrent transfers beyond one pass (DP buckets,
-PP sends and in-pass collectives on the same NIC), rendezvous with slower peers (`--full`), the memory
-timeline. Without those the two agree to rounding (tests/test_analytic.py).
+PP sends share their links with the transfers they overlap (DP buckets, ZeRO gathers, in-pass collectives on the
+same NIC): a second listing lengthens each send by what sharing cost it in the first (`send_sharing.py`). What it
+leaves to the engine: the sharing of the other transfers beyond one pass (a DP bucket slowed by a send or an EP
+all-to-all keeps its alone price here), rendezvous with slower peers (`--full`), the memory timeline. Without any
+sharing the two agree to rounding (tests/test_analytic.py); with it, to a few tenths of a per cent on the MLPerf
+GPT-3 175B layouts, 512 to 10,240 H100 (tests/test_send_sharing.py).
 The closed forms this generalises, exact for uniform stages and enough micro-batches:
   1F1B / AFAB      T = (m-1)*max_r(t_r) + sum_r t_r                  (NAR21 Eq. 1)
   interleaved      T = m*max_r(t_r) + (p-1)*max_r(t_r)/v               (NAR21 §2.2.2)
@@ -36,6 +39,8 @@ from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
 from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
+from .links import link_use
+from .send_sharing import NEGLIGIBLE, ROUNDS, Transfer, both_ways, send_demand, send_extras
 from .pair_order import pass_blocks
 from .results import EngineResult, add_pass_stats, receive, slowed_beside_grads, summarize, wait_until
 
@@ -73,7 +78,9 @@ class _Rank:
 class Lister:
     """Lists a plan's steps on one representative rank per stage (module docstring)."""
 
-    def __init__(self, sc: Scenario, cost: CostModel, plan: Plan, in_pass_sharing: bool = True, pool: int | None = None):
+    def __init__(self, sc: Scenario, cost: CostModel, plan: Plan, in_pass_sharing: bool = True, pool: int | None = None,
+                 record: bool = False):
+        """`record`: keep every transfer listed in `transfers` (`send_sharing.py`)."""
         self.sc, self.cost, self.plan = sc, cost, plan
         self.costs = PacedCosts(sc, cost)
         self.times = OpTimes(sc, cost, costs=self.costs)
@@ -89,6 +96,30 @@ class Lister:
         self._times = {Pace(): self.times}
         self.mailbox: dict = {}
         self._memo: dict = {}
+        self.record = record
+        self.transfers: list[Transfer] = []
+        self.net_passes: list = []
+        """(stage, start, template) of the passes listed with in-pass collectives beyond the GPU's port."""
+        self.send_extra: dict = {}
+        """PP send key -> seconds it lasts beyond its alone price (`send_sharing.send_extras`)."""
+        self._uses: dict = {}
+
+    def relist(self, send_extra: dict) -> list[_Rank]:
+        """List the step again with each PP send lengthened by `send_extra` (`send_sharing.py`), keeping the
+        priced passes; returns the ranks."""
+        self.send_extra = send_extra
+        self.transfers, self.net_passes = [], []
+        self.mailbox = {}
+        paces = [rk.pace for rk in self.ranks]
+        self.ranks = [_Rank(s, pp_rank_of_stage_rank(self.sc, s), paces[s]) for s in range(self.sc.parallel.pp)]
+        return self.run()
+
+    def _use(self, comm: Comm, shape, dur: float, key) -> tuple:
+        """`links.link_use` on the topology's nominal links, as the engine loads them (cached under `key`)."""
+        u = self._uses.get(key)
+        if u is None:
+            u = self._uses[key] = link_use(self.cost.topology, comm, shape, dur)
+        return u
 
     # ------------------------------------------------------------------ pricing
     def times_at(self, pace: Pace) -> OpTimes:
@@ -121,12 +152,14 @@ class Lister:
         prog = next(p for p in self.plan.stages if p.tied_partner >= 0)
         return prog.stage, prog.tied_partner
 
-    def p2p(self, src: int, dst: int) -> float:
+    def p2p(self, src: int, dst: int) -> tuple[float, tuple]:
+        """(seconds alone, demand on the links: `send_sharing.send_demand`) of a PP send from stage `src` to `dst`."""
         d = self._pairs.get((src, dst))
         if d is None:
             comm = Comm("pp_send_recv", "pp", "send_recv", self.plan.pp_bytes)
             shape = pair_shape(self.sc, self.ranks[src].grank, self.ranks[dst].grank)
-            d = self._pairs[(src, dst)] = self.times.comm_on(comm, shape, pair_variants(self.sc, src, dst, pool=self.pool))
+            dur = self.times.comm_on(comm, shape, pair_variants(self.sc, src, dst, pool=self.pool))
+            d = self._pairs[(src, dst)] = (dur, send_demand(src, dst, self._use(comm, shape, dur, (comm, shape.ranks, dur))))
         return d
 
     # ------------------------------------------------------------------ streams
@@ -136,6 +169,10 @@ class Lister:
         dur = self.comm_dur(group, comm, rk.pace)
         start = max(ready, rk.dp_free)
         q = _Queued(ready, start, start + dur, comm.dim)
+        if self.record and dur > 0:
+            shape = self._group_shapes[group] if group in self._group_shapes else \
+                pair_shape(self.sc, *(self.ranks[s].grank for s in self._tied_pair()))
+            self.transfers.append(Transfer(None, start, dur, both_ways(rk.stage, self._use(comm, shape, dur, (comm, group, dur)))))
         rk.dp_free = q.end
         rk.comm[comm.dim] += dur
         rk.ops += 1
@@ -187,6 +224,8 @@ class Lister:
                     self.join(rk, comm.group, comm, at)
                     grads.append((at, comm))
             end = ready + tpl.duration
+            if self.record and tpl.net:
+                self.net_passes.append((rk.stage, ready, tpl))
             add_pass_stats(rk, tpl.compute_s, tpl.recompute_s, tpl.flops, tpl.comm_s, tpl.exposed_s, tpl.comm_count)
             rk.ops += len(tpl.slices)
             if grads:
@@ -200,15 +239,21 @@ class Lister:
         for part in st.parts:
             if part.send_to < 0:
                 continue
-            dur = self.p2p(rk.stage, part.send_to)
+            alone, demand = self.p2p(rk.stage, part.send_to)
+            kind = "F" if part.kind == "F" else "B"
+            key = (rk.stage, part.send_to, kind, part.chunk, part.mb)
             start = max(end, rk.send_free)
+            if self.record and alone > 0:
+                self.transfers.append(Transfer(key, start, alone, demand))
+            extra = self.send_extra.get(key, 0.0)
+            dur = alone + extra
             rk.send_free = start + dur
-            rk.comm["pp"] += dur
-            self.ranks[part.send_to].comm["pp"] += dur
+            for r in (rk, self.ranks[part.send_to]):  # the engine's `_done`: both ends count the send and its sharing
+                r.comm["pp"] += dur
+                r.contention["pp"] += extra
             rk.ops += 1
             if dur > 0:
                 rk.count["pp"] += 1
-            kind = "F" if part.kind == "F" else "B"
             self.mailbox[(part.send_to, (kind, part.chunk, part.mb))] = (start + dur, end, dur)
             if self.blocking_p2p:  # the sender is held until its message is delivered
                 rk.t = self.wait(rk, _Queued(end, start, start + dur, "pp"), end)
@@ -230,13 +275,17 @@ class Lister:
         key = (rk.stage, st.chunk, st.kind, st.grad_sync, round(max(0.0, rk.dp_free - ready), 12))  # stage: its speed too
         hit = self._memo.get(key)
         if hit is None:
-            before = _snapshot(rk)
+            before, listed = _snapshot(rk), len(self.transfers)
             end = self._gated(rk, prog, st, ready)
             last = rk.last_dp
+            moved = tuple((t.start - ready, t.dur, t.demand) for t in self.transfers[listed:])
             self._memo[key] = (end - ready, rk.dp_free - ready, _delta(before, _snapshot(rk)),
-                               None if last is None else (last.ready - ready, last.start - ready, last.end - ready, last.dim))
+                               None if last is None else (last.ready - ready, last.start - ready, last.end - ready, last.dim),
+                               moved)
             return end
-        dur, dp_free, delta, last = hit
+        dur, dp_free, delta, last, moved = hit
+        if self.record:
+            self.transfers.extend(Transfer(None, ready + at, d, demand) for at, d, demand in moved)
         _apply(rk, delta)
         rk.dp_free = max(rk.dp_free, ready + dp_free)
         if last is not None:
@@ -373,11 +422,20 @@ def _apply(rk: _Rank, delta: tuple) -> None:
 
 
 def estimate(sc: Scenario, cost: CostModel, plan: Plan | None = None, *, in_pass_sharing: bool = True,
-             pool: int | None = None) -> EngineResult:
+             send_sharing: bool | None = None, pool: int | None = None) -> EngineResult:
     """One optimizer step of `sc`, listed from its plan (module docstring). `in_pass_sharing`: collectives of
-    different streams that overlap inside a pass share the GPU's intra-node port (the engine's default). `pool`:
-    list the representatives of that pool's DP replicas (`plan/paces.stage_paces`; one class per pool)."""
+    different streams that overlap inside a pass share the GPU's intra-node port (the engine's default);
+    `send_sharing`: PP sends share their links with the transfers they overlap (`send_sharing.py`; None: as
+    `in_pass_sharing`). `pool`: list the representatives of that pool's DP replicas (`plan/paces.stage_paces`; one
+    class per pool)."""
     t0 = time.perf_counter()
     plan = plan if plan is not None else build_plan(sc)
-    ranks = Lister(sc, cost, plan, in_pass_sharing, pool).run()
+    sharing = (in_pass_sharing if send_sharing is None else send_sharing) and sc.parallel.pp > 1
+    lister = Lister(sc, cost, plan, in_pass_sharing, pool, record=sharing)
+    ranks = lister.run()
+    for _ in range(ROUNDS if sharing else 0):
+        extra = send_extras(lister.transfers, lister.net_passes)
+        if not lister.send_extra and sum(extra.values()) < NEGLIGIBLE * max(rk.t for rk in ranks):
+            break
+        ranks = lister.relist(extra)
     return summarize(sc, ranks, [0.0] * sc.parallel.pp, events=0, wall_s=time.perf_counter() - t0, full=False)

@@ -44,10 +44,20 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Hashable, Mapping
 
+from ..cost.collectives import link_busy
+
 TIME_EPS = 1e-12
 """Seconds: starts and ends closer than this are processed together (the model's times are >= 1e-7 s)."""
 LINK_EPS = 1e-12
 """Link share below which a link counts as full in progressive filling."""
+
+
+def link_use(topology, comm, shape, dur: float) -> tuple:
+    """(link class, share of a rank's link it uses at full speed) of a transfer priced `dur` seconds alone:
+    `collectives.link_busy` over `dur`, at most 1 (module docstring); empty for a free transfer. The one rule
+    both evaluators load links with."""
+    busy = link_busy(topology, comm.collective, comm.bytes, shape) if dur > 0 else {}
+    return tuple((cls, min(1.0, b / dur)) for cls, b in busy.items() if b > 0)
 
 
 class Flow:
@@ -301,23 +311,27 @@ def _alone(f: Flow, on_link: dict) -> bool:
     return all(len(on_link[l]) == 1 for l in f.demand)
 
 
-def fluid_ends(items: list) -> list[float]:
+def fluid_ends(items: list, first_only: bool = False) -> list[float]:
     """End of each (start, dur, demand) when they share links as `LinkSharing` does (offline: all
-    starts known; used for the collectives inside one pass template)."""
+    starts known; used for the collectives inside one pass template). `first_only`: stop once the first item
+    has ended (its end is right; the others' are what they would be had they all ended then)."""
     flows = [Flow(i, demand, start, dur, None) for i, (start, dur, demand) in enumerate(items)]
     pending = sorted(flows, key=lambda f: (f.start, f.fid))
+    first = flows[0] if flows else None
     active: list[Flow] = []
+    k = 0
     t = pending[0].start if pending else 0.0
-    while pending or active:
-        while pending and pending[0].start <= t + TIME_EPS:
-            active.append(pending.pop(0))
+    while k < len(pending) or active:
+        while k < len(pending) and pending[k].start <= t + TIME_EPS:
+            active.append(pending[k])
+            k += 1
         if not active:
-            t = pending[0].start
+            t = pending[k].start
             continue
         speeds = max_min_speeds(active) if len(active) > 1 else [1.0]
         nxt = min(f.rem / x for f, x in zip(active, speeds))
-        if pending:
-            nxt = min(nxt, pending[0].start - t)
+        if k < len(pending):
+            nxt = min(nxt, pending[k].start - t)
         for f, x in zip(active, speeds):
             f.rem -= nxt * x
         t += nxt
@@ -328,4 +342,7 @@ def fluid_ends(items: list) -> list[float]:
             else:
                 keep.append(f)
         active = keep
-    return [f.finish if f.finish is not None else f.start + f.dur for f in flows]
+        if first_only and first.finish is not None:
+            break
+    return [f.finish if f.finish is not None else t for f in flows] if first_only else \
+        [f.finish if f.finish is not None else f.start + f.dur for f in flows]

@@ -33,7 +33,6 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from ..cost.collectives import link_busy
 from ..cost.costs import CostModel
 from ..cost.paced import PacedCosts
 from ..plan.layout import GroupShape, group_shape
@@ -42,7 +41,7 @@ from ..plan.opgraph import Comm, Compute
 from ..plan.paces import NOMINAL, LinkVariant, Pace
 from ..scenario import Scenario
 from .sm_share import beside_end
-from .links import fluid_ends
+from .links import fluid_ends, link_use
 from ..plan.blocks import Block
 
 SHARE_ITERATIONS = 8
@@ -189,8 +188,7 @@ class OpTimes:
             dur = self(op)
             g = op.group or op.dim
             model = self.costs.slowest(op, self.shape(g), self.pace.variants(g))[1]
-            busy = link_busy(model.topology, op.collective, op.bytes, self.shape(g)) if dur > 0 else {}
-            u = self._cache[key] = tuple((cls, min(1.0, b / dur)) for cls, b in busy.items() if b > 0)
+            u = self._cache[key] = link_use(model.topology, op, self.shape(g), dur)
         return u
 
     def comm_on(self, op: Comm, shape: GroupShape, variants: tuple = NOMINAL) -> float:

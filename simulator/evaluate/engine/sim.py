@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import gc
 
-from ...cost.collectives import link_busy
-from ..links import LinkSharing
+from ..links import LinkSharing, link_use
 from ..results import add_pass_stats, receive, slowed_beside_grads, wait_until
 from ...cost.paced import PacedCosts
 from ...plan.paces import NOMINAL
@@ -98,8 +97,7 @@ class Engine:
         `collectives.link_busy` / dur, at most 1 (`links.py`). Cached under `key`."""
         use = self._use.get(key)
         if use is None:
-            busy = link_busy(self.cost.topology, comm.collective, comm.bytes, shape) if dur > 0 else {}
-            use = self._use[key] = tuple((cls, min(1.0, b / dur)) for cls, b in busy.items() if b > 0)
+            use = self._use[key] = link_use(self.cost.topology, comm, shape, dur)
         return use
 
     def _done(self, c: Collective) -> None:
