@@ -160,7 +160,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
     comm = {d: {"time_s": t, "exposed_s": e} for d, (t, e) in res.comm.items()}
     overlap, breakdown = res.overlap_fraction, dict(res.breakdown)
     events, ranks = res.events, res.ranks_simulated
-    contention = dict(res.contention_s) if estimator == "engine" else {}
+    contention = dict(res.contention_s)
     for d in ("tp", "dp", "pp", "cp", "ep"):
         comm.setdefault(d, {"time_s": 0.0, "exposed_s": 0.0})
     gpus = sc.gpus
