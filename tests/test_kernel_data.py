@@ -268,9 +268,9 @@ def test_the_h200_is_priced_from_the_h100s_published_kernels():
         op = Compute("a", "attention", 4.0 * 32 * 4096 * 4096 * 128 * 0.5, 0.0, "bf16", (32, 4096, 4096, 128, 0.5, phase))
         assert h200.spec_compute_time(op) == pytest.approx(h100.spec_compute_time(op))
         assert h200.attention_efficiency(op) != ATTENTION_EFFICIENCY[phase]  # a table, not the spec constant
-    for dtype in ("bf16", "fp8"):
-        op = _gemm(8192, 8192, 8192, dtype)
-        assert h200.spec_compute_time(op) == pytest.approx(h100.spec_compute_time(op), rel=1e-3)
+    for dtype in ("bf16", "fp8"):  # within 1 %: the result's serial write (gemm_curve.EPILOGUE_SERIAL) runs at each
+        op = _gemm(8192, 8192, 8192, dtype)  # GPU's own HBM bandwidth, and the curve is fitted at it
+        assert h200.spec_compute_time(op) == pytest.approx(h100.spec_compute_time(op), rel=0.01)
     assert "H100 SXM5 80GB, the chip of H200 SXM 141GB" in h200.kernel_source()
 
 

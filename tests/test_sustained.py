@@ -9,7 +9,7 @@ from simulator.topology import load_topology
 def test_h100_bf16_gemms_sustain_the_fitted_efficiency():
     cm = CostModel(load_topology("dgx-h100"))
     published = CostModel(load_topology("dgx-h100"), published_kernels=False)
-    assert cm.gemm_curve("bf16")[0] == pytest.approx(H100_SUSTAINED.bf16_peak_efficiency) == pytest.approx(0.55)
+    assert cm.gemm_curve("bf16")[0] == pytest.approx(H100_SUSTAINED.bf16_peak_efficiency) == pytest.approx(0.57)
     assert cm.kernels().gemm["bf16"].peak_efficiency > 0.75, "the published curve itself is left as published"
     assert published.sustained_gemm_fraction() == 1.0
 
@@ -39,13 +39,13 @@ def test_gpus_without_a_fitted_value_keep_their_published_speed(topology):
 def test_the_other_gh100_parts_take_the_h100_value(topology):
     cm = CostModel(load_topology(topology))
     assert cm.topology.gpu.kernel_chip in SUSTAINED_GEMM
-    assert cm.gemm_curve("bf16")[0] == pytest.approx(0.55)
+    assert cm.gemm_curve("bf16")[0] == pytest.approx(0.57)
 
 
 def test_the_fraction_never_speeds_a_gpu_up():
     assert sustained_fraction("H100 SXM5 80GB", 0.5) == 1.0
     assert sustained_fraction("unknown GPU", 0.8) == 1.0
-    assert sustained_fraction("H100 SXM5 80GB", GEMM_PEAK_EFFICIENCY) == pytest.approx(0.55 / GEMM_PEAK_EFFICIENCY)
+    assert sustained_fraction("H100 SXM5 80GB", GEMM_PEAK_EFFICIENCY) == pytest.approx(0.57 / GEMM_PEAK_EFFICIENCY)
 
 
 def test_the_report_says_the_gemms_are_derated_and_why():
@@ -79,8 +79,8 @@ def test_blackwell_gemms_sustain_the_b200_value_in_every_dtype(topology):
 
 def test_te_fp8_takes_the_gpus_bf16_share_and_an_absolute_override_wins():
     h100 = CostModel(load_topology("dgx-h100"), efficiency={"gemm_fp8_vs_bf16": 1.0})
-    assert h100.gemm_curve("fp8")[0] == pytest.approx(h100.gemm_curve("bf16")[0]) == pytest.approx(0.55)
+    assert h100.gemm_curve("fp8")[0] == pytest.approx(h100.gemm_curve("bf16")[0]) == pytest.approx(0.57)
     half = CostModel(load_topology("dgx-h100"), efficiency={"gemm_fp8_vs_bf16": 0.5})
-    assert half.gemm_curve("fp8")[0] == pytest.approx(0.275)
+    assert half.gemm_curve("fp8")[0] == pytest.approx(0.285)
     both = CostModel(load_topology("dgx-h100"), efficiency={"gemm_fp8_vs_bf16": 1.0, "gemm_fp8": 0.4})
     assert both.gemm_curve("fp8")[0] == 0.4, "a scenario's own fraction of the FP8 peak takes precedence"

@@ -15,6 +15,7 @@ from . import collectives
 from ..plan.eager_attention import EAGER_DROPOUT, eager_kernels
 from ..plan.fusion import as_probed, eager_chains
 from .ep_sm_share import ep_sm_share
+from .gemm_curve import EPILOGUE_SERIAL, result_bytes
 from .kernel_data import GpuKernels, gpu_kernels, published_gpus
 from .sustained import SUSTAINED_GEMM, sustained_fraction
 from ..errors import ScenarioError
@@ -233,6 +234,8 @@ class CostModel:
         if op.kind == "gemm":
             per = op.flops / op.repeat
             t_c = op.flops / (self.peak_flops(op.dtype) * self.gemm_efficiency(per, op.dtype))
+            if "gemm" not in self.efficiency and self.kernels() is not None:  # the curves were fitted with it
+                t_c += EPILOGUE_SERIAL * result_bytes(op.shape, op.dtype) * op.repeat / hbm
         elif op.kind == "attention" and len(op.shape) > 6:
             return self._eager_attention_time(op)
         elif op.kind == "attention":
