@@ -10,11 +10,21 @@ import yaml
 from simulator.cost.costs import build_cost_model
 from simulator.evaluate.analytic import estimate
 from simulator.evaluate.engine import simulate_engine
-from simulator.evaluate.send_sharing import Transfer, both_ways, send_demand, send_extras
+from simulator.evaluate import links
+from simulator.evaluate.send_sharing import Transfer, send_extras
 from simulator.scenario import scenario_from_mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 NIC = (("nic", 1.0),)
+
+
+def both_ways(stage: int, use: tuple) -> tuple:
+    """A collective's demand as the listing records it (`links.both_ways`, as pairs)."""
+    return tuple(links.both_ways(stage, use).items())
+
+
+def send_demand(src: int, dst: int, use: tuple) -> tuple:
+    return tuple(links.send_demand(src, dst, use).items())
 
 
 def test_a_send_beside_a_collective_on_a_saturated_nic_takes_twice_as_long():

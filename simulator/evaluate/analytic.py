@@ -39,8 +39,8 @@ from ..plan.lower import Plan, StageProgram, Step, build_plan
 from ..plan.policy import DP_GROUPS
 from ..scenario import Scenario
 from .passes import CommSlice, OpTimes, PassScheduler, PassTemplate, build_template, schedule_pass, shared_extra
-from .links import link_use
-from .send_sharing import NEGLIGIBLE, ROUNDS, Transfer, both_ways, send_demand, send_extras
+from .links import both_ways, link_use, send_demand
+from .send_sharing import NEGLIGIBLE, ROUNDS, Transfer, send_extras
 from .pair_order import pass_blocks
 from .results import EngineResult, add_pass_stats, receive, slowed_beside_grads, summarize, wait_until
 
@@ -91,8 +91,8 @@ class Lister:
         self._pairs: dict = {}
         self._group_shapes = {g: self.times.shape(g) for g in (*DP_GROUPS, "dp_rep")}
         self.pool = pool
-        paces = stage_paces(sc, pool=pool)  # a stage at its slowest member's pace, as the engine runs it (plan/paces.py)
-        self.ranks = [_Rank(s, pp_rank_of_stage_rank(sc, s), paces[s]) for s in range(sc.parallel.pp)]
+        # each stage at its slowest member's pace, as the engine runs it (plan/paces.py)
+        self.ranks = self._fresh_ranks(stage_paces(sc, pool=pool))
         self._times = {Pace(): self.times}
         self.mailbox: dict = {}
         self._memo: dict = {}
@@ -110,9 +110,12 @@ class Lister:
         self.send_extra = send_extra
         self.transfers, self.net_passes = [], []
         self.mailbox = {}
-        paces = [rk.pace for rk in self.ranks]
-        self.ranks = [_Rank(s, pp_rank_of_stage_rank(self.sc, s), paces[s]) for s in range(self.sc.parallel.pp)]
+        self.ranks = self._fresh_ranks([rk.pace for rk in self.ranks])
         return self.run()
+
+    def _fresh_ranks(self, paces) -> list[_Rank]:
+        """One representative rank per stage at `paces`, nothing listed yet."""
+        return [_Rank(s, pp_rank_of_stage_rank(self.sc, s), paces[s]) for s in range(self.sc.parallel.pp)]
 
     def _use(self, comm: Comm, shape, dur: float, key) -> tuple:
         """`links.link_use` on the topology's nominal links, as the engine loads them (cached under `key`)."""
@@ -153,13 +156,13 @@ class Lister:
         return prog.stage, prog.tied_partner
 
     def p2p(self, src: int, dst: int) -> tuple[float, tuple]:
-        """(seconds alone, demand on the links: `send_sharing.send_demand`) of a PP send from stage `src` to `dst`."""
+        """(seconds alone, demand on the links: `links.send_demand`) of a PP send from stage `src` to `dst`."""
         d = self._pairs.get((src, dst))
         if d is None:
             comm = Comm("pp_send_recv", "pp", "send_recv", self.plan.pp_bytes)
             shape = pair_shape(self.sc, self.ranks[src].grank, self.ranks[dst].grank)
             dur = self.times.comm_on(comm, shape, pair_variants(self.sc, src, dst, pool=self.pool))
-            d = self._pairs[(src, dst)] = (dur, send_demand(src, dst, self._use(comm, shape, dur, (comm, shape.ranks, dur))))
+            d = self._pairs[(src, dst)] = (dur, tuple(send_demand(src, dst, self._use(comm, shape, dur, (comm, shape.ranks, dur))).items()))
         return d
 
     # ------------------------------------------------------------------ streams
@@ -170,9 +173,8 @@ class Lister:
         start = max(ready, rk.dp_free)
         q = _Queued(ready, start, start + dur, comm.dim)
         if self.record and dur > 0:
-            shape = self._group_shapes[group] if group in self._group_shapes else \
-                pair_shape(self.sc, *(self.ranks[s].grank for s in self._tied_pair()))
-            self.transfers.append(Transfer(None, start, dur, both_ways(rk.stage, self._use(comm, shape, dur, (comm, group, dur)))))
+            use = self._use(comm, self._group_shapes[group], dur, (comm, group, dur))  # (the tied pair's: `_tails`)
+            self.transfers.append(Transfer(None, start, dur, tuple(both_ways(rk.stage, use).items())))
         rk.dp_free = q.end
         rk.comm[comm.dim] += dur
         rk.ops += 1

@@ -60,6 +60,17 @@ def link_use(topology, comm, shape, dur: float) -> tuple:
     return tuple((cls, min(1.0, b / dur)) for cls, b in busy.items() if b > 0)
 
 
+def both_ways(rank, use: tuple) -> dict:
+    """The demand of a collective on `rank`'s links: each link class it uses (`link_use`) out and in (rings, trees
+    and all-to-alls send and receive the same bytes)."""
+    return {(rank, cls, d): u for cls, u in use for d in ("out", "in")}
+
+
+def send_demand(src, dst, use: tuple) -> dict:
+    """The demand of a point-to-point send: out on the sender's links, in on the receiver's."""
+    return {**{(src, cls, "out"): u for cls, u in use}, **{(dst, cls, "in"): u for cls, u in use}}
+
+
 class Flow:
     """One transfer as the link model sees it."""
     __slots__ = ("fid", "demand", "m", "dur", "rem", "x", "t", "start", "finish", "ver", "done", "slowed")

@@ -41,7 +41,7 @@ from ..plan.opgraph import Comm, Compute
 from ..plan.paces import NOMINAL, LinkVariant, Pace
 from ..scenario import Scenario
 from .sm_share import beside_end
-from .links import fluid_ends, link_use
+from .links import both_ways, fluid_ends, link_use
 from ..plan.blocks import Block
 
 SHARE_ITERATIONS = 8
@@ -408,7 +408,7 @@ def shared_extra(comms: list, only_intra: bool = True) -> dict:
         reach[c.stream] = max(reach.get(c.stream, 0.0), c.start + c.dur)
     else:
         return {}
-    ends = fluid_ends([(c.start, c.dur, {(cls, d): u for cls, u in c.use for d in ("out", "in")}) for c in items])
+    ends = fluid_ends([(c.start, c.dur, both_ways(None, c.use)) for c in items])  # one rank's links
     return {(c.block, c.node): e - c.start - c.dur for c, e in zip(items, ends) if e - c.start - c.dur > 1e-15}
 
 

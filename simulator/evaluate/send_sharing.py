@@ -32,7 +32,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .links import TIME_EPS, fluid_ends
+from .links import TIME_EPS, both_ways, fluid_ends
 
 ROUNDS = 1
 """Listings after the first, each with the sends' extra seconds from the one before. On the MLPerf GPT-3 175B layouts
@@ -57,17 +57,6 @@ class Transfer:
     @property
     def end(self) -> float:
         return self.start + self.dur
-
-
-def both_ways(stage: int, use: tuple) -> tuple:
-    """The demand of a collective of `stage`'s representative rank: each link class it uses (`links.link_use`)
-    out and in (rings, trees and all-to-alls send and receive the same bytes)."""
-    return tuple(((stage, cls, d), u) for cls, u in use for d in ("out", "in"))
-
-
-def send_demand(src: int, dst: int, use: tuple) -> tuple:
-    """The demand of a PP send: out on the sender's links, in on the receiver's."""
-    return tuple(((src, cls, "out"), u) for cls, u in use) + tuple(((dst, cls, "in"), u) for cls, u in use)
 
 
 class _ByLink:
@@ -143,7 +132,7 @@ class _NetPasses:
         key = (stage, id(tpl))
         rel = self._rel.get(key)
         if rel is None:
-            items = sorted((c.start, c.dur, both_ways(stage, c.use)) for c in tpl.net)
+            items = sorted((c.start, c.dur, tuple(both_ways(stage, c.use).items())) for c in tpl.net)
             reach, r = [], float("-inf")
             for at, dur, _ in items:
                 r = max(r, at + dur)

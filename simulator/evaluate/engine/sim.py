@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import gc
 
-from ..links import LinkSharing, link_use
+from ..links import LinkSharing, both_ways, link_use, send_demand
 from ..results import add_pass_stats, receive, slowed_beside_grads, wait_until
 from ...cost.paced import PacedCosts
 from ...plan.paces import NOMINAL
@@ -158,7 +158,7 @@ class Engine:
         demand = None
         if self.links is not None and dur > 0:
             use = self.link_use(comm, self.group_shapes[group], dur, (comm, group, dur))
-            demand = {(rk.idx, cls, d): u for cls, u in use for d in ("out", "in")}
+            demand = both_ways(rk.idx, use)
             if (rk.idx, "intra", "out") in demand:
                 rk.intra_q += 1
         c = self.fabric.join((group, members[0], seq), len(members), dur, comm.dim, label, rk.streams["dp"], ready,
@@ -299,8 +299,7 @@ class Engine:
             fid, label = self._flow, f"C{st.chunk} mb{st.mb} {'act' if kind == 'F' else 'grad'}"
         demand = None
         if use:
-            demand = {(rk.idx, cls, "out"): u for cls, u in use}
-            demand.update({(dst.idx, cls, "in"): u for cls, u in use})
+            demand = send_demand(rk.idx, dst.idx, use)
             if (rk.idx, "intra", "out") in demand:
                 rk.intra_q += 1
                 dst.intra_q += 1

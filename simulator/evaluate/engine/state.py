@@ -9,6 +9,7 @@ from collections import defaultdict, deque
 import simpy
 
 from ...plan.paces import Pace
+from ..links import both_ways
 from ..passes import CommSlice
 from .fabric import Collective, Stream
 
@@ -118,8 +119,7 @@ class PassFlows:
         c: CommSlice = q.popleft()
         start = max(self.t0 + c.start + self.lag, self._free.pop(stream))
         idx = self.rk.idx
-        demand = {(idx, cls, d): u for cls, u in c.use for d in ("out", "in")}
-        self.links.add(demand, start, c.dur, lambda flow, c=c: self._ended(c, flow))
+        self.links.add(both_ways(idx, c.use), start, c.dur, lambda flow, c=c: self._ended(c, flow))
 
     def _ended(self, c: CommSlice, flow) -> None:
         if flow.slowed:
