@@ -39,15 +39,17 @@ def test_the_reports_layout_with_one_copy_of_the_parameters_fits_its_80_gb_gpus(
 
 def test_the_reports_dualpipe_holds_two_copies_and_reads_within_5_percent_of_its_80_gb():
     """Bidirectional DualPipe, as the report ran it, holds two stages' parameters on every rank: weights and
-    FP32 gradients double against the V (the optimizer states do not: the two holders shard them). The end ranks,
-    with the embedding, the head and the MTP module, read 81.2 GiB of the H800's 79.65 (with the report's BF16 Adam
-    moments): 2 % over where the run fit, inside the memory model's 5 % bar but the wrong verdict. Not priced here,
-    and each would take some of it back: the report's E5M6 attention outputs (§3.3), and whether its FP8 weight
-    copies (2 bytes a parameter here, Transformer Engine's cache) are kept across micro-batches."""
+    FP32 gradients double against the V (the optimizer states do not: the two holders shard them). The end ranks
+    hold the embedding, the head and the MTP module with one embedding table (§3.2.3), so the middle ranks are the
+    peak: 76.8 GiB of the H800's 79.65 (with the report's BF16 Adam moments), under capacity where the run fit, but
+    inside the 4 GiB the verdict keeps free. Not priced here: the report's E5M6 attention outputs (§3.3). Not known:
+    whether its FP8 weight copies (2 bytes a parameter here, Transformer Engine's cache) are kept across
+    micro-batches."""
     dual, one = mem.memory_report(dsv3()), mem.memory_report(dsv3(*V_SHAPED))
     assert dual.per_stage[5].weights == pytest.approx(2 * one.per_stage[5].weights, rel=0.02)
     assert dual.per_stage[5].optimizer == pytest.approx(one.per_stage[5].optimizer, rel=0.02)
-    assert 1.0 < dual.peak_gib / dual.capacity_gib < 1.05
+    assert 0.95 < dual.peak_gib / dual.capacity_gib < 1.0
+    assert dual.per_stage[0].peak < dual.per_stage[5].peak  # the end ranks keep no second embedding table
 
 
 def test_without_the_reports_memory_savings_it_does_not_fit():

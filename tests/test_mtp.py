@@ -122,6 +122,24 @@ def test_the_last_stage_grows_by_the_mtp_parameters_and_an_embedding_copy():
     assert static_bytes(on, 0) == static_bytes(off, 0)
 
 
+DSV3 = "validation/scenarios/deepseek_v3.yaml"  # DeepSeek-V3, PP16 EP64 DualPipe, MTP depth 1
+
+
+def test_dualpipe_keeps_one_embedding_table_on_the_rank_holding_both_ends():
+    """DeepSeek-V3 §3.2.3: DualPipe puts the embedding and the output head (with the MTP module) on one rank so
+    that the MTP module and the main model share them physically: rank 0 holds no second table. The same layout
+    under a schedule that places the ends apart keeps Megatron's copy on the head's rank."""
+    from simulator.plan.sharded_params import head_rank_tensors, rank_params
+    dual = load_scenario(DSV3)
+    m = dual.model
+    assert len(head_rank_tensors(dual, True)) == 2  # the final norm and the head only
+    assert len(head_rank_tensors(dual, False)) == 3  # a head rank without the embedding still keeps a copy
+    edges = rank_params(dual, 0)
+    assert edges.embedding and edges.head
+    one_f = load_scenario(DSV3, ["parallel.pp_schedule=1f1b", "parallel.vpp=1"])
+    assert head_rank_tensors(one_f, False)[-1] == m.vocab * m.hidden / one_f.parallel.tp
+
+
 def test_the_embedding_copy_is_summed_with_the_first_stages():
     assert tied_embedding_allreduce(load_scenario(S70)) is None
     c = tied_embedding_allreduce(load_scenario(S70, ["model.mtp_layers=1"]))

@@ -67,6 +67,13 @@ class ScheduleSpec:
     of the micro-batches through each; even micro-batch counts only."""
     pp_even: bool = False
     """pp must be even (DualPipe pairs rank r with rank p-1-r)."""
+    shares_edge_tables: bool = False
+    """The rank holding the first chunk and the last one keeps one input-embedding table for both: the LM head's
+    tied copy and the MTP modules' lookups use it, where a framework that builds each chunk as its own module keeps
+    a second table on the last chunk (`sharded_params.head_rank_tensors`). DualPipe: DeepSeek-V3 technical report
+    (arXiv 2412.19437) §3.2.3, "Shared Embedding and Output Head for Multi-Token Prediction": DualPipe puts the
+    shallowest layers (with the embedding) and the deepest (with the output head) on one PP rank so that the MTP
+    module and the main model share those parameters and their gradients physically."""
     p2p_in_steady_state: bool = False
     """One chunk per rank and at most its distance to the last stage in flight, so every PP send shows in
     the steady state: `parallel.pp_p2p: blocking` (nanotron's blocking sends) is modelled only for such a
@@ -335,7 +342,7 @@ SCHEDULES: dict[str, ScheduleSpec] = {s.name: s for s in (
                  frameworks=(("torchtitan", "DualPipeV"),), sweep_preference=4),
     ScheduleSpec(name="dualpipe", actions=dualpipe_actions, inflight=dualpipe_inflight, vpp=2,
                  vpp_note="two copies of the model: each pp rank holds one stage of each", v_shaped=True, routes=2,
-                 splits_backward=True, min_m_per_pp=2, pp_even=True, sweep_preference=6, sweep_default=False,
+                 splits_backward=True, min_m_per_pp=2, pp_even=True, shares_edge_tables=True, sweep_preference=6, sweep_default=False,
                  sweep_note="DeepSeek's own schedule, no framework here runs it: two copies of the parameters"),
 )}
 """Every pipeline schedule by its contract name, in the contract's order (`parallel.pp_schedule`).

@@ -69,10 +69,13 @@ def head_rank_tensors(sc: Scenario, has_embedding: bool) -> tuple[float, ...]:
     first stage's by the embedding-group all-reduce as a tied copy is (Megatron-Core language_module.py
     setup_embeddings_and_output_layer: "If use Multi-Token Prediction (MTP), we also need to maintain
     duplicated embedding weights in mtp process stage"; finalize_model_grads.py
-    `_allreduce_word_embedding_grads` when `mtp_num_layers`)."""
+    `_allreduce_word_embedding_grads` when `mtp_num_layers`). No copy where the schedule keeps one table on a rank
+    that holds both ends (`ScheduleSpec.shares_edge_tables`: DualPipe)."""
+    from .schedules import schedule_spec
     m = sc.model
     norm = float(final_norm_params(m))
-    apart = sc.parallel.pp > 1 or not has_embedding
+    one_table = has_embedding and schedule_spec(sc.parallel.pp_schedule).shares_edge_tables
+    apart = (sc.parallel.pp > 1 and not one_table) or not has_embedding
     if not m.tie_embeddings or apart:
         head = (norm, m.vocab * m.hidden / sc.parallel.tp)
         return head + ((embedding_rank_params(sc),) if m.mtp_layers and not m.tie_embeddings and apart else ())
