@@ -47,7 +47,7 @@ time each one; the 70B at 0.01 MB (440 K buckets) took 2.7 GB and 100 s, at 1 MB
 MAX_EP_IMBALANCE = 1024.0
 """parallel.ep_imbalance: the busiest of ep ranks holds at most ep x the mean (validate_layout checks that
 too); EP groups of more than 1,024 ranks are not in use."""
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp")
 """The Megatron-Core `recompute_modules` the simulator prices (`training.recompute_modules`)."""
 MAX_LAYERS_RECOMPUTED = 1 << 16
 """training.recompute_layers: more than any model's layers per chunk (the count is capped by the chunk's own)."""
@@ -69,7 +69,8 @@ class Training:
     recompute_modules: Optional[list[str]] = None
     """With recompute selective: the parts each layer re-runs in its backward instead of storing their outputs, Megatron-Core's
     `recompute_modules`: core_attn (the core attention), layernorm (the two pre-norms' outputs), mla_up_proj (MLA's q/k/v
-    up-projections and RoPE, from the stored latents), moe_act (the experts' SwiGLU output, from its stored input). Null:
+    up-projections and RoPE, from the stored latents), moe_act (the experts' SwiGLU output, from its stored input), mlp
+    (a dense layer's whole MLP, its TP collectives included, from its stored input; not an MoE layer's). Null:
     [core_attn], Megatron's default. DeepSeek-V3 (report §3.2.3): [layernorm, mla_up_proj]."""
     activation_func_fp8_input_store: bool = False
     """The SwiGLU inputs (gate and up) are stored in FP8 for the backward (Megatron-Core's

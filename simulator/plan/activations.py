@@ -80,6 +80,12 @@ def _mlp_terms(sc: Scenario, z: Shard, ffn_per_rank: float, rows: float, prefix:
     return out
 
 
+def dense_mlp_terms(sc: Scenario, z: Shard) -> dict[str, float]:
+    """A dense layer's MLP tensors after its input (`_mlp_terms`): stored for the backward, or, under the `mlp`
+    recompute module, alive only while the backward re-runs the module (`memory._layer_transients`)."""
+    return _mlp_terms(sc, z, sc.model.ffn_hidden / z.t, z.T, "")
+
+
 def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = None) -> dict[str, float]:
     """Bytes stored for backward by one layer, one micro-batch, on one rank, by tensor.
 
@@ -93,7 +99,8 @@ def layer_activation_terms(sc: Scenario, layer: int, recompute: str | None = Non
     Flash attention stores no scores, only an fp32 log-sum-exp. Selective recompute re-runs the modules
     of `recompute_modules`: core_attn drops the score terms (KOR22 Table 2) and the LSE (the core
     attention is re-run from Q, K, V); layernorm the pre-norms' outputs (QKV / FC1 / router input);
-    mla_up_proj MLA's Q, K, V (re-projected from the stored latents); moe_act the experts' FC2 input.
+    mla_up_proj MLA's Q, K, V (re-projected from the stored latents); moe_act the experts' FC2 input; mlp a dense
+    layer's MLP tensors but its input.
     Full recompute keeps only the layer input: 2sbh, or 2sbh/t with SP since the tensor between layers
     is sequence-sharded in Megatron (docs/modeling.md §3.2, derived; KOR22 Table 2 gives 2sbh for its
     non-SP layout). CP: local s/c queries against all s keys. MoE layer: router input and fp32
@@ -181,7 +188,8 @@ def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str,
             terms.update(_mlp_terms(sc, z, e.shared_experts * e.shared_ffn / z.t, T, "shared_"))
     else:
         terms["fc1_input"] = ab * Tsp * h
-        terms.update(_mlp_terms(sc, z, m.ffn_hidden / z.t, T, ""))
+        if "mlp" not in mods:  # the mlp module keeps only its input (the checkpoint's) and re-runs the rest
+            terms.update(dense_mlp_terms(sc, z))
     if m.hidden_dropout:
         terms["mlp_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
     if m.parallel_block:  # one norm, whose output both branches read; one bias-dropout-add of their sum
@@ -197,6 +205,8 @@ def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str,
             terms.pop(k, None)
     if sc.training.precision in QUANTIZED_STORE_BYTES:
         for k in FP8_GEMM_INPUTS:
+            if k == "fc1_input" and "mlp" in mods:
+                continue  # the checkpoint keeps the 16-bit norm output it is called with, not the GEMM's FP8 copy
             if k in terms:
                 terms[k] *= QUANTIZED_STORE_BYTES[sc.training.precision] / ab
     return terms

@@ -406,7 +406,27 @@ def _module_reruns(sc: Scenario, z: Shard, fwd: OpList) -> OpList:
             out.compute(node.op)
     if "mla_up_proj" in mods and sc.model.mla:
         _gemm(sc, out, mla_ops.up_rerun(sc, z))
+    if "mlp" in mods:
+        for op in dense_mlp_span(fwd):
+            if isinstance(op, Comm):
+                out.comm(op)
+            else:
+                out.compute(op)
     return out
+
+
+def dense_mlp_span(fwd: OpList) -> list:
+    """The ops of a dense layer's MLP module in forward order, between its pre-norm and its residual add: FP8 casts,
+    the SP all-gather, FC1, the activation, FC2 and its reduce-scatter (or all-reduce). Megatron-Core's `mlp` recompute
+    module checkpoints exactly this module (transformer_layer.py:537-539 at d98e8a64, MoE layers excluded; :992-1011
+    te_checkpoint / tensor_parallel.checkpoint of `self.mlp` on the pre-MLP norm's output), so the backward re-runs all
+    of it, collectives included. Empty for an MoE layer (its router comes after the norm)."""
+    ops = [n.op for n in fwd.nodes]
+    names = [op.name for op in ops]
+    if "norm2" not in names or "residual2" not in names:
+        return []
+    span = ops[names.index("norm2") + 1:names.index("residual2")]
+    return [] if any(op.name == "router" for op in span) else span
 
 
 def _rescale(g: Compute, z: Shard) -> Compute:

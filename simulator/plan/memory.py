@@ -26,12 +26,13 @@ from .float8_comm import FP8_BYTES, fp8_params, fp8_weight_params, gathered_para
 from . import op_sac
 from .autocast_saved import ce_backward_temporaries
 from .memory_fit import MemoryReport, fits, headroom_gib, stage_capacities
-from .layout import chunk_owner, group_shape, is_first_chunk, is_last_chunk, layer_recompute, rank_chunks
+from .layout import (chunk_owner, group_shape, is_first_chunk, is_last_chunk, layer_recompute, rank_chunks,
+                     recompute_modules)
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
                              param_bytes, rank_params)
 from .opgraph import Shard, shard
-from .activations import (LOGIT_BYTES, MTP_HEAD_PREFIX, _moe_rows, _s_kv, activation_bytes_per_layer, embedding_activation_terms,
-                          head_activation_terms, layer_activation_terms)
+from .activations import (LOGIT_BYTES, MTP_HEAD_PREFIX, _moe_rows, _s_kv, activation_bytes_per_layer, dense_mlp_terms,
+                          embedding_activation_terms, head_activation_terms, layer_activation_terms)
 from .sharded_params import layer_rank_params as ops_layer_rank_params
 from .policy import scenario_policy, sharding_policy
 from ..scenario import Scenario
@@ -258,7 +259,8 @@ def _layer_transients(sc: Scenario, layer: int, z: Shard) -> dict[str, float]:
     ring CP: the next K/V chunk plus the dK/dV travelling back in backward (RFA); all-gather CP: the
     gathered K/V and the full dK/dV before the reduce-scatter; EP all-to-all send buffer; eager
     attention: the raw QK^T scores, plus the recomputed score tensors under selective recompute;
-    full recompute: the layer's whole working set while it is re-run (less its stored input)."""
+    full recompute: the layer's whole working set while it is re-run (less its stored input); the `mlp` recompute
+    module: the dense MLP's tensors while it is re-run."""
     m, p, rc = sc.model, sc.parallel, layer_recompute(sc, layer)
     out = dict.fromkeys(LAYER_TRANSIENTS, 0.0)
     if p.sp and z.t > 1:
@@ -280,6 +282,8 @@ def _layer_transients(sc: Scenario, layer: int, z: Shard) -> dict[str, float]:
     elif rc == "selective" and op_sac.applies(sc):  # the replay's tensors beside the saved ones, one layer at a time
         out["recompute_layer"] = max(0.0, sum(layer_activation_terms(sc, layer, "none").values())
                                      - sum(layer_activation_terms(sc, layer).values()))
+    elif rc == "selective" and "mlp" in recompute_modules(sc) and not m.is_moe_layer(layer):  # the MLP re-run's tensors
+        out["recompute_layer"] = sum(dense_mlp_terms(sc, z).values())
     return out
 
 
