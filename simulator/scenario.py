@@ -230,9 +230,10 @@ class Parallel:
     tp_linear_async: bool = False
     """With sp: each column-parallel linear (QKV, FC1) runs its backward collectives under its own GEMMs: the
     SP input's re-gather under the dgrad GEMM, the dgrad's reduce-scatter under the wgrad GEMM (Megatron's
-    `LinearWithGradAccumulationAndAsyncCommunication`, nanotron's `tp_linear_async_communication`). Every other
-    TP collective stays exposed; the forward all-gather's overlap with the local 1/tp of the GEMM is not
-    modelled. `overlap_tp: true` supersedes it."""
+    `LinearWithGradAccumulationAndAsyncCommunication` and Transformer Engine's linears without userbuffers: on by
+    default under framework megatron; nanotron's `tp_linear_async_communication`). Every other TP collective stays
+    exposed; the forward all-gather's overlap with the local 1/tp of the GEMM is not modelled. `overlap_tp: true`
+    supersedes it."""
     diloco: Optional[DiLoCo] = None
     """Train across datacenters DiLoCo's way (`simulator/diloco_spec.py`): {outer_every: H, compression, overlap};
     needs a topology with `datacenters.sites` > 1; the layout above is each site's."""

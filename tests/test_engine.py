@@ -54,9 +54,11 @@ def scenario(pp=4, m=8, schedule="1f1b", vpp=1, layers=None, dp=1, tp=1, cp=1, *
     return scenario_from_mapping(raw)
 
 
-MECHANISM_DEFAULTS = {"overlap_dp": True, "zero_gather": "bucketed", "dp_bucket_mb": 25.0}
+MECHANISM_DEFAULTS = {"overlap_dp": True, "zero_gather": "bucketed", "dp_bucket_mb": 25.0, "tp_linear_async": False}
 """The DP settings these mechanism tests were written with (Megatron's default framework leaves both overlaps
-off and gathers after the step): gradient buckets under the backward, parameter gathers under the forward."""
+off and gathers after the step): gradient buckets under the backward, parameter gathers under the forward; and
+every TP collective on the critical path (Megatron's default runs the column linears' backward collectives under
+their GEMMs, `parallel.tp_linear_async`: the tests of that mechanism turn it on)."""
 
 
 def run(sc, cost=None, **kw):

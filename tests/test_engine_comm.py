@@ -370,14 +370,31 @@ def _tp_across_nodes(m: int, layers: int, pp: int = 1, **parallel):
                                               "heads": 4, "vocab": 1000},
            "training": {"seq_len": 128, "global_batch": m},
            "cluster": {"topology": "dgx-h100", "nodes": 2 * pp, "gpus_per_node": 2},
-           "parallel": {"pp": pp, "dp": 1, "tp": 4, "sp": True, **parallel}}
+           "parallel": {"pp": pp, "dp": 1, "tp": 4, "sp": True, "tp_linear_async": False, **parallel}}
     return scenario_from_mapping(raw)
 
 
-@pytest.mark.parametrize("changes", [{"sp": False}, {"pp_schedule": "zb-h1"}, {"overlap_tp": True}])
-def test_tp_linear_async_applies_only_to_sp_with_fused_weight_gradients(changes):
-    """No SP (no re-gather), a split-backward schedule (the wgrad GEMMs leave the backward) or overlap_tp
-    (which hides every TP collective already): the key changes nothing."""
+@pytest.mark.parametrize("estimator", ["engine", "analytic"])
+@pytest.mark.parametrize("bw", [1e11, 1e8])
+def test_without_sp_the_async_linear_hides_its_dgrad_all_reduce_under_its_wgrad(estimator, bw):
+    """No SP: nothing to re-gather, and the column linear's dgrad all-reduce runs under its wgrad GEMM
+    (Megatron-Core layers.py:696, Transformer Engine linear.py:752): one collective per column linear, so the step
+    shrinks by min(c, g) per column linear (QKV, FC1), layer and micro-batch."""
+    m, layers = 4, 4
+    off = _tp_across_nodes(m=m, layers=layers, sp=False)
+    on = replace(off, parallel=replace(off.parallel, tp_linear_async=True))
+    cost = SpreadCost(off.topology, dims=("tp",), bw=bw)
+    price = (lambda sc: run(sc, cost)) if estimator == "engine" else (lambda sc: estimate(sc, cost))
+    r_on, r_off = price(on), price(off)
+    c = cost.alpha + 128 * 256 * 2 / bw
+    assert _tp_comm(r_on)[0] == pytest.approx(_tp_comm(r_off)[0], rel=1e-9)
+    assert r_off.iteration_time_s - r_on.iteration_time_s == pytest.approx(m * layers * 2 * min(c, LAYER / 4), rel=1e-6)
+
+
+@pytest.mark.parametrize("changes", [{"pp_schedule": "zb-h1"}, {"overlap_tp": True}])
+def test_tp_linear_async_applies_only_with_fused_weight_gradients_and_without_overlap_tp(changes):
+    """A split-backward schedule (the wgrad GEMMs leave the backward) or overlap_tp (which hides every TP
+    collective already): the key changes nothing."""
     pp = 2 if changes.get("pp_schedule") else 1
     base = _tp_across_nodes(m=4, layers=4, pp=pp)
     base = replace(base, parallel=replace(base.parallel, **changes))

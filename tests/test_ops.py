@@ -68,8 +68,11 @@ def test_sp_puts_two_allgathers_and_two_reducescatters_per_layer_forward():
     sc = load_scenario("scenarios/70b_512gpu.yaml")
     lp = layer_passes(sc, 0)
     assert sorted(comms(lp.F)) == sorted([("all_gather", "tp")] * 2 + [("reduce_scatter", "tp")] * 2)
-    # backward: the transposes, plus Megatron's two wgrad re-gathers (KOR22 §4.2.2)
-    assert len(comms(lp.B)) == 4 and len(comms(lp.W)) == 2
+    # backward: the transposes, plus Megatron's two wgrad re-gathers (KOR22 §4.2.2), issued under the dgrad GEMMs
+    # (parallel.tp_linear_async, Megatron's default) or, without it, in the weight-gradient pass
+    assert len(comms(lp.B)) == 6 and len(comms(lp.W)) == 0
+    blocking = layer_passes(load_scenario("scenarios/70b_512gpu.yaml", ["parallel.tp_linear_async=false"]), 0)
+    assert len(comms(blocking.B)) == 4 and len(comms(blocking.W)) == 2
 
 
 def test_tp_without_sp_all_reduces_twice_each_way():

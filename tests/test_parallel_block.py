@@ -23,7 +23,7 @@ def _scenario(parallel_block: bool, sp: bool = True, tp: int = 4, arch: str = "g
         "model": {"arch": arch, "layers": 4, "hidden": 1024, "heads": 16, "vocab": 32000, "positions": 2048,
                   "parallel_block": parallel_block},
         "cluster": {"topology": "dgx-h100", "nodes": 1, "gpus_per_node": tp},
-        "parallel": {"tp": tp, "sp": sp, **par},
+        "parallel": {"tp": tp, "sp": sp, "tp_linear_async": False, **par},
         "training": {"seq_len": 2048, "micro_batch": 1, "global_batch": 4}})
 
 

@@ -236,12 +236,14 @@ def backward_of(op: Compute, z: Shard) -> tuple[Compute | None, Compute | None]:
 
 
 def tp_linear_async(sc: Scenario) -> bool:
-    """`parallel.tp_linear_async` where it applies: SP over tp > 1, comm that can overlap, `overlap_tp` off,
-    weight gradients computed with their dgrads (not a split-backward schedule). NCCL runs the collectives
-    on the SMs the overlapped GEMM needs (the reason Megatron's --tp-comm-overlap moves them to copy
-    engines): that cost is `cluster.efficiency.comm_sm_share` (`sm_share.py`)."""
+    """`parallel.tp_linear_async` where it applies: tp > 1, comm that can overlap, `overlap_tp` off, weight
+    gradients computed with their dgrads (not a split-backward schedule). With SP the column linear's input
+    re-gather runs under its dgrad GEMM and its dgrad's reduce-scatter under its wgrad GEMM; without SP its dgrad's
+    all-reduce runs under its wgrad GEMM (Megatron-Core tensor_parallel/layers.py:696, :708; Transformer Engine v2.8
+    linear.py:737-752). NCCL runs the collectives on the SMs the overlapped GEMM needs (the reason Megatron's
+    --tp-comm-overlap moves them to copy engines): that cost is `cluster.efficiency.comm_sm_share` (`sm_share.py`)."""
     p = sc.parallel
-    return (p.tp_linear_async and p.sp and p.tp > 1 and not sc.overlap_tp and sc.topology.node.comm_overlaps_compute
+    return (p.tp_linear_async and p.tp > 1 and not sc.overlap_tp and sc.topology.node.comm_overlaps_compute
             and not schedule_spec(p.pp_schedule).splits_backward)
 
 
@@ -332,7 +334,15 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         rescales = op.kind == "gemm" and casts is not None and casts.rescales_backward
         if parallel and op.name == "qkv":  # the MLP branch's input gradient is this dgrad's accumulator
             dgrad = replace(dgrad, bytes=dgrad.bytes + BRANCH_SUM_READ * z.T * z.h * z.ab)
-        if async_linear and op.name in COLUMN_LINEARS and wgrad is not None:
+        if async_linear and not sp and op.name in COLUMN_LINEARS and wgrad is not None and z.t > 1 \
+                and not (parallel and op.name == "fc1"):
+            # no SP: the dgrad's all-reduce runs under the wgrad GEMM, which follows the dgrad at once
+            b.compute(dgrad)
+            ar = b.comm(replace(tp_collective(sc, z, f"tp_allreduce_{op.name}_dgrad", "all_reduce"), blocking=False))
+            b.compute(wgrad)
+            b.pending.append(ar)
+            continue
+        if async_linear and sp and op.name in COLUMN_LINEARS and wgrad is not None:
             # re-gather the SP input under the dgrad GEMM; the wgrad comes with the reduce-scatter (above). A
             # parallel block's two column linears read one gathered input: the second shares the first's re-gather
             if regather is None:
