@@ -228,8 +228,9 @@ class Parallel:
     (TransformerEngine userbuffers, PyTorch async TP; `plan/tp_overlap.py`): one chunk in tp stays exposed,
     the rest hides as far as the GEMM is longer; false: every TP collective exposed."""
     tp_linear_async: bool = False
-    """With sp: each column-parallel linear (QKV, FC1) runs its backward collectives under its own GEMMs: the
-    SP input's re-gather under the dgrad GEMM, the dgrad's reduce-scatter under the wgrad GEMM (Megatron's
+    """Each column-parallel linear (QKV, FC1) runs its backward collectives under its own GEMMs: with sp the SP
+    input's re-gather under the dgrad GEMM and the dgrad's reduce-scatter under the wgrad GEMM, without sp the
+    dgrad's all-reduce under the wgrad GEMM (Megatron's
     `LinearWithGradAccumulationAndAsyncCommunication` and Transformer Engine's linears without userbuffers: on by
     default under framework megatron; nanotron's `tp_linear_async_communication`). Every other TP collective stays
     exposed; the forward all-gather's overlap with the local 1/tp of the GEMM is not modelled. `overlap_tp: true`

@@ -11,7 +11,7 @@ from ..scenario import Scenario
 from . import op_sac
 from .autocast_saved import autocast_layer_terms
 from .layer_ops import layer_forward
-from .layout import layer_recompute, recompute_modules
+from .layout import layer_recompute, recompute_modules, recomputes_mlp
 from .tp_overlap import wgrad_input_saved
 from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, FP8_STORE_BYTES, Shard, shard
 from .sharded_params import expert_tp
@@ -188,7 +188,7 @@ def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str,
             terms.update(_mlp_terms(sc, z, e.shared_experts * e.shared_ffn / z.t, T, "shared_"))
     else:
         terms["fc1_input"] = ab * Tsp * h
-        if "mlp" not in mods:  # the mlp module keeps only its input (the checkpoint's) and re-runs the rest
+        if not recomputes_mlp(sc, layer, rc):  # the mlp module keeps only its input (the checkpoint's), re-runs the rest
             terms.update(dense_mlp_terms(sc, z))
     if m.hidden_dropout:
         terms["mlp_dropout_mask"] = DROPOUT_MASK_BYTES * Tsp * h
@@ -205,7 +205,7 @@ def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str,
             terms.pop(k, None)
     if sc.training.precision in QUANTIZED_STORE_BYTES:
         for k in FP8_GEMM_INPUTS:
-            if k == "fc1_input" and "mlp" in mods:
+            if k == "fc1_input" and recomputes_mlp(sc, layer, rc):
                 continue  # the checkpoint keeps the 16-bit norm output it is called with, not the GEMM's FP8 copy
             if k in terms:
                 terms[k] *= QUANTIZED_STORE_BYTES[sc.training.precision] / ab

@@ -334,14 +334,6 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
         rescales = op.kind == "gemm" and casts is not None and casts.rescales_backward
         if parallel and op.name == "qkv":  # the MLP branch's input gradient is this dgrad's accumulator
             dgrad = replace(dgrad, bytes=dgrad.bytes + BRANCH_SUM_READ * z.T * z.h * z.ab)
-        if async_linear and not sp and op.name in COLUMN_LINEARS and wgrad is not None and z.t > 1 \
-                and not (parallel and op.name == "fc1"):
-            # no SP: the dgrad's all-reduce runs under the wgrad GEMM, which follows the dgrad at once
-            b.compute(dgrad)
-            ar = b.comm(replace(tp_collective(sc, z, f"tp_allreduce_{op.name}_dgrad", "all_reduce"), blocking=False))
-            b.compute(wgrad)
-            b.pending.append(ar)
-            continue
         if async_linear and sp and op.name in COLUMN_LINEARS and wgrad is not None:
             # re-gather the SP input under the dgrad GEMM; the wgrad comes with the reduce-scatter (above). A
             # parallel block's two column linears read one gathered input: the second shares the first's re-gather
@@ -358,13 +350,24 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             b.compute(dgrad)
             if rescales:
                 b.compute(_rescale(dgrad, z))
+        # without SP a column linear all-reduces its input gradient (a parallel block its two branches' once, after
+        # the QKV dgrad); async (`tp_linear_async`), under its wgrad GEMM, which then follows the dgrad at once
+        allreduce = (tp_collective(sc, z, f"tp_allreduce_{op.name}_dgrad", "all_reduce")
+                     if op.kind == "gemm" and op.name in COLUMN_LINEARS and z.t > 1 and not sp
+                     and not (parallel and op.name == "fc1") else None)
+        if allreduce is not None and async_linear and wgrad is not None:
+            issued = b.comm(replace(allreduce, blocking=False))
+            b.compute(wgrad)
+            if rescales and wgrad.dtype in QUANTIZED:
+                b.compute(_rescale(wgrad, z))
+            b.pending.append(issued)
+            continue
         if wgrad is not None:
             w_ops.append(wgrad)
             if rescales and wgrad.dtype in QUANTIZED:
                 w_ops.append(_rescale(wgrad, z))
-        if op.kind == "gemm" and op.name in COLUMN_LINEARS and z.t > 1 and not sp and not (parallel and op.name == "fc1"):
-            # (a parallel block all-reduces its two branches' input gradients once, after the QKV dgrad)
-            b.comm(tp_collective(sc, z, f"tp_allreduce_{op.name}_dgrad", "all_reduce"))
+        if allreduce is not None:
+            b.comm(allreduce)
     # weight-grad list: norm weight grads are folded into their backward kernels
     w = OpList()
     ag = {c.name.split("_", 2)[-1].replace("_wgrad", ""): c for c in wgrad_ag}

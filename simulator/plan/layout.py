@@ -257,3 +257,12 @@ def recompute_modules(sc: Scenario, recompute: str | None = None) -> frozenset[s
     if (recompute or sc.training.recompute) != "selective":
         return frozenset()
     return frozenset(sc.training.recompute_modules or ("core_attn",))
+
+
+def recomputes_mlp(sc: Scenario, layer: int, recompute: str | None = None) -> bool:
+    """Whether the `mlp` recompute module re-runs layer `layer`'s MLP: Megatron-Core checkpoints a dense layer's MLP
+    module (transformer_layer.py:537-539 at d98e8a64: not an MoE layer's); a parallel block has no MLP module of its
+    own. Its stored tensors (`activations`), the re-run's working set (`memory`) and the re-run itself
+    (`layer_ops.dense_mlp_span`) follow it."""
+    m = sc.model
+    return "mlp" in recompute_modules(sc, recompute) and not m.is_moe_layer(layer) and not m.parallel_block

@@ -27,7 +27,7 @@ from . import op_sac
 from .autocast_saved import ce_backward_temporaries
 from .memory_fit import MemoryReport, fits, headroom_gib, stage_capacities
 from .layout import (chunk_owner, group_shape, is_first_chunk, is_last_chunk, layer_recompute, rank_chunks,
-                     recompute_modules)
+                     recomputes_mlp)
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
                              param_bytes, rank_params)
 from .opgraph import Shard, shard
@@ -282,7 +282,7 @@ def _layer_transients(sc: Scenario, layer: int, z: Shard) -> dict[str, float]:
     elif rc == "selective" and op_sac.applies(sc):  # the replay's tensors beside the saved ones, one layer at a time
         out["recompute_layer"] = max(0.0, sum(layer_activation_terms(sc, layer, "none").values())
                                      - sum(layer_activation_terms(sc, layer).values()))
-    elif rc == "selective" and "mlp" in recompute_modules(sc) and not m.is_moe_layer(layer):  # the MLP re-run's tensors
+    elif rc == "selective" and recomputes_mlp(sc, layer):  # the MLP re-run's tensors
         out["recompute_layer"] = sum(dense_mlp_terms(sc, z).values())
     return out
 
