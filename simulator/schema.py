@@ -12,6 +12,7 @@ it is refused before any), strings at most `MAX_STR` characters, and a message q
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -116,13 +117,19 @@ def check_range(value, meta, path: str) -> None:
                             f"<= {high:,}")
 
 
+@functools.cache
+def _schema(cls) -> tuple[dict, dict]:
+    """(type hints, init fields by name) of dataclass `cls`, once per class: resolving the string annotations
+    (`typing.get_type_hints`) was most of the time of reading a calibration profile's thousands of points."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
 def from_mapping(cls, raw: Any, path: str = ""):
     """Build dataclass `cls` from `raw` (a dict), strictly. `path` is the dotted key path for messages."""
     where = path or "scenario"
     if not isinstance(raw, dict):
         raise ScenarioError(where, f"expected a mapping, got {type(raw).__name__} {short(raw)}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints, fields = _schema(cls)
     unknown = [k for k in raw if k not in fields]
     if unknown:
         key = unknown[0]

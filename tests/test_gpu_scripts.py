@@ -26,3 +26,27 @@ def test_the_committed_measurements_name_their_device_and_date():
     assert all(40 < r["d2h"] < 64 and 40 < r["h2d"] < 64 for r in copy["rows"] if r["mb"] >= 256)  # PCIe Gen5 x16
     over = json.loads((ROOT / "validation" / "results" / "host_overhead_gpu.json").read_text())
     assert over["device"] == "NVIDIA H200" and 1 < over["eager_op_us"] < over["linear_fwd_us"] < over["d2h_sync_us"]
+
+
+def test_profile_vs_trace_builds_traces_and_drops_one_op_at_a_time():
+    """Each op's runner (with its retained graphs) is built only after the previous one is dropped: all of a 1B
+    step's runners at once outgrew an 80 GB H100 (2026-11-27)."""
+    import weakref
+
+    torch = pytest.importorskip("torch")
+    import profile_vs_trace
+
+    alive: list = []
+
+    class Op:
+        def __call__(self, i: int):
+            return torch.ones(256).sum()
+
+    def make():
+        assert all(ref() is None for ref in alive), "the previous op's runner is still alive"
+        op = Op()
+        alive.append(weakref.ref(op))
+        return op
+
+    out = profile_vs_trace.traced_seconds([(make, 5), (make, 7), (make, 5)], torch.device("cpu"))
+    assert len(out) == 3 and all(t > 0 for t in out) and len(alive) == 3

@@ -364,3 +364,22 @@ def test_tp_overhead_grows_with_the_collective_and_an_old_single_size_profile_st
     assert new.tp_comm_overhead(128.0) == pytest.approx(fixed)
     assert new.tp_comm_overhead(2.6e5) == pytest.approx((9e-3 - 6e-4 - 8e-4 - 2e-3) / 4)
     assert new.tp_comm_overhead(2.6e5) > new.tp_comm_overhead(1.3e5) > fixed
+
+
+def test_a_profile_is_read_once_per_text_and_again_when_the_file_changes(tmp_path):
+    """A sweep or `validate --profile` prices hundreds of scenarios from one file: the converted profile is shared
+    while the file's text is unchanged, and read again when it changes (here with the same size, within the file
+    system's timestamp granularity)."""
+    from simulator.cost.profile import load_profile
+
+    src = (Path(__file__).resolve().parent.parent / "calibrate" / "profiles" / "a100-sxm-published.json").read_text()
+    path = tmp_path / "p.json"
+    path.write_text(src)
+    first = load_profile(path)
+    assert load_profile(path) is first and load_profile(str(path)) is first
+    changed = src.replace("0.00173145", "0.00273145")  # the point's median, p10 and p90 alike
+    assert changed != src and len(changed) == len(src)
+    path.write_text(changed)
+    again = load_profile(path)
+    assert again is not first and again.gemm[0].time_s == pytest.approx(0.00273145)
+    assert first.gemm[0].time_s == pytest.approx(0.00173145)

@@ -134,3 +134,30 @@ def test_attention_rows_up_to_short_seq_are_summarised_apart():
 def test_a_missing_profile_is_a_clear_error(tmp_path):
     with pytest.raises(pvm.ScenarioError, match="no such file"):
         pvm.compare(tmp_path / "absent.json", pvm.MEASURED, sources_path=None, extra=[])
+
+
+def test_against_the_lent_h100_memory_bound_rows_compare_and_no_point_is_counted_twice():
+    """The H100 measured the published chip itself: the caveat says memory-bound rows compare too, the columns name
+    the H100, and kernel_data.json's H100 points (already the published profile's) are not added again."""
+    head, rows = pvm.compare(measured_path=pvm.MEASURED_H100)
+    published = pvm.load_profile(pvm.PUBLISHED)
+    assert sum(r.table == "gemm" for r in rows) == len(published.gemm)
+    assert {r.chip for r in rows} == {"H100"}
+    assert any(c.startswith("Same chip: the H100") for c in head)
+    assert not any("Same die, other memory" in c for c in head)
+    text = pvm.render(head, rows, markdown=True, lent="H100")
+    assert text.startswith("# Published kernel data against the H100's measured kernels")
+    assert "| H100 TFLOP/s |" in text and "H200" not in text
+    # the H200's comparison keeps its own wording and adds kernel_data.json's H200 points
+    head200, rows200 = pvm.compare()
+    assert any("Same die, other memory: the H200" in c for c in head200)
+    assert {r.chip for r in rows200} == {"H100", "H200"}
+
+
+def test_measured_flag_selects_the_profile():
+    r = subprocess.run([sys.executable, "validation/published_vs_measured.py", "--measured",
+                        "calibrate/profiles/h100-sxm-measured.json", "--json"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    fam = {(s["group"], s["bound"]): s for s in json.loads(r.stdout)["by_family"]}
+    assert fam[("bf16", "compute")]["count"] == 36 and 0.85 < fam[("bf16", "compute")]["median_ratio"] < 1.1

@@ -11,7 +11,8 @@
 # default CAL_TIMEOUT of 420. `profile`: calibrate and trace only; `replay`: the replay only (it calibrates the
 # scenario's own shapes first, then about 60 s per recompute mode; 256 s in all with its traced step on an H200).
 # On a 15-minute device budget: `FULL=1 ... profile` in one call, `... replay` in the next while the machine is warm
-# (a warm machine is given back 30 s after a call: send the second at once).
+# (a warm machine is given back 30 s after a call: send the second at once). On an H100 (2026-11-27) that took
+# 373 s (timing check 17 s, full sweep 322 s) and 325 s (replay 315 s), 742 s of device time with the start.
 # Writes into OUTDIR: nvidia-smi.csv and torch.txt (what ran), clocks.csv (SM clock, power, temperature every 200 ms),
 # timing_check.log (validation/gpu_timing_check.py: calibrate's timer against the kernels' traced time), profile.json
 # and calibrate.log (`python -m calibrate --gpu 0 [--quick]`), trace.log (profile_vs_trace), and replay_gpu.md, replay_gpu.json, replay_gpu_profile.json, replay.log, trace_none.rank0.json.gz (one traced step of

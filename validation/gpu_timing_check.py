@@ -52,7 +52,7 @@ def rows(device) -> list[dict]:
         issued = [timing.measure(fn, device, plan.budget) for fn in runners]
     finally:
         timing.QUEUE_AHEAD_BELOW_S = saved
-    traced = traced_seconds([(fn, TRACE_REPS) for fn in runners], device)
+    traced = traced_seconds([((lambda fn=fn: fn), TRACE_REPS) for fn in runners], device)
     return [{"dtype": s.dtype, "shape": [s.m, s.n, s.k], "issued_s": a.mean_s, "queued_s": q.mean_s,
              "traced_s": t, "error": q.mean_s / t - 1.0, "tflops": 2 * s.m * s.n * s.k / q.mean_s / 1e12}
             for s, a, q, t in zip(specs, issued, queued, traced)]

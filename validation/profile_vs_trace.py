@@ -46,8 +46,11 @@ def cpu_scenario(profile: Path) -> Scenario:
 
 
 def op_runners(sc: Scenario, ops: list[Compute], device, seed: int = 0) -> list:
-    """A callable per op running it for real: the calibration probes' kernels at the op's shape, with inputs
-    rotating through the same kind of random pool (so the trace and the profile see the same caches)."""
+    """Per op, a factory of the callable that runs it for real: the calibration probes' kernels at the op's shape,
+    with inputs rotating through the same kind of random pool (so the trace and the profile see the same caches).
+    Factories, so that one op's retained graphs are freed before the next op's are built: a 1B model's
+    cross-entropy backward keeps BWD_GRAPHS fp32 logits graphs of several GiB each, and all ops' graphs at once
+    outgrew an 80 GB H100 (2026-11-27)."""
     from calibrate.plan import AttentionSpec, GemmSpec, default_plan, elementwise_spec  # noqa: PLC0415
     from calibrate.probes import DTYPES, attention, gemm, memory, optimizer  # noqa: PLC0415
     from calibrate.timing import Pools  # noqa: PLC0415
@@ -71,42 +74,42 @@ def op_runners(sc: Scenario, ops: list[Compute], device, seed: int = 0) -> list:
                   "elementwise": memory.layout}.get(op.kind)
         if shapes:
             pools.need(DTYPES[spec.dtype], shapes(spec))
-    runners = []
-    for op, spec in zip(ops, specs):
+
+    def make(op: Compute, spec):
         if op.kind == "gemm":
             one = gemm.runner(spec, pools.get(DTYPES[spec.dtype]))
-            fn = (lambda one, r: lambda i: [one(i * r + j) for j in range(r)])(one, op.repeat)
-        elif op.kind == "attention":
-            fn = attention.runner(spec, op.shape[5], pools.get(DTYPES[spec.dtype]))  # SDPA's default back end
-        elif op.kind == "elementwise":
+            return lambda i: [one(i * op.repeat + j) for j in range(op.repeat)]
+        if op.kind == "attention":
+            return attention.runner(spec, op.shape[5], pools.get(DTYPES[spec.dtype]))  # SDPA's default back end
+        if op.kind == "elementwise":
             phase = "bwd" if op.name.endswith("_bwd") and memory.PASSES[spec.op][1] is not None else "fwd"
-            fn = memory.runner(spec, phase, pools.get(DTYPES[spec.dtype]), seed)
-        else:
-            fn = optimizer.runner(int(op.shape[0]), "default", device, plan.optimizer_tensor_elements, seed)
-        runners.append(fn)
-    return runners
+            return memory.runner(spec, phase, pools.get(DTYPES[spec.dtype]), seed)
+        return optimizer.runner(int(op.shape[0]), "default", device, plan.optimizer_tensor_elements, seed)
+    return [(lambda op, spec: lambda: make(op, spec))(op, spec) for op, spec in zip(ops, specs)]
 
 
 def traced_seconds(runs: list[tuple], device) -> list[float]:
-    """For each (fn, reps): the median over repeats of its time in one torch.profiler trace: CUDA kernel time
-    inside its record_function range on a GPU, the range's CPU (wall) time on a CPU."""
+    """For each (make, reps), make() building the op's callable: the median over repeats of its time in one
+    torch.profiler trace: CUDA kernel time inside its record_function range on a GPU, the range's CPU (wall) time
+    on a CPU. One op at a time: built, warmed up (3 calls), traced, and dropped before the next is built."""
     import torch  # noqa: PLC0415
     from torch.profiler import ProfilerActivity, profile, record_function  # noqa: PLC0415
 
     cuda = device.type == "cuda"
-    for fn, _ in runs:
-        for i in range(3):
-            fn(i)
-    if cuda:
-        torch.cuda.synchronize(device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
-        for j, (fn, reps) in enumerate(runs):
+        for j, (make, reps) in enumerate(runs):
+            fn = make()
+            for i in range(3):
+                fn(i)
+            if cuda:
+                torch.cuda.synchronize(device)
             for i in range(reps):
                 with record_function(f"clustersim_op_{j}"):
                     fn(i)
             if cuda:
                 torch.cuda.synchronize(device)
+            del fn
     spans: dict[str, list[float]] = {}
     for e in prof.events():
         if e.name.startswith("clustersim_op_"):

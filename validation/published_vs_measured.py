@@ -1,17 +1,19 @@
-"""Published kernel data against the kernels measured on a real H200 (issue 38, item 2).
+"""Published kernel data against the kernels measured on a real GPU lent to the project (issue 38, item 2).
 
 For every published point clustersim prices from where no GPU was lent (calibrate/profiles/h100-sxm-published.json,
-the points of simulator/cost/kernel_data.json's H100 entry, plus kernel_data.json's H200 points): the time an H200
-lent to the project measured at the same shape (calibrate/profiles/h200-sxm-measured.json), exact where that shape was
-measured, else the measured profile's own interpolation (`Profile.gemm_time`; `Profile.attention_time` on one SDPA
-back end's points), and the ratio published / measured TFLOP/s (> 1: the publication is faster than this H200).
+the points of simulator/cost/kernel_data.json's H100 entry, plus kernel_data.json's points of the measured GPU where
+it is another chip): the time the lent GPU measured at the same shape (`--measured`: the H200 of
+calibrate/profiles/h200-sxm-measured.json by default, or the H100 of h100-sxm-measured.json), exact where that shape
+was measured, else the measured profile's own interpolation (`Profile.gemm_time`; `Profile.attention_time` on one SDPA
+back end's points), and the ratio published / measured TFLOP/s (> 1: the publication is faster than the lent GPU).
 
-    python validation/published_vs_measured.py [--markdown | --json]
+    python validation/published_vs_measured.py [--measured PROFILE] [--markdown | --json]
 
-The H200 is the H100 SXM's die with 4.8 TB/s of HBM3e instead of 3.35: compute-bound rows compare the chips, memory-bound
-ones (FLOPs per HBM byte, as validation/kernel_ceiling.py's ops count them, below the published GPU's peak / HBM
-bandwidth) do not, nor do rows at the probe's floor (FLOOR_MARGIN). Summaries per table, GPU, dtype or kernel family
-and bound: count, median ratio, MAPE = mean |published / measured - 1|.
+The H200 is the H100 SXM's die with 4.8 TB/s of HBM3e instead of 3.35: against it compute-bound rows compare the chips,
+memory-bound ones (FLOPs per HBM byte, as validation/kernel_ceiling.py's ops count them, below the published GPU's
+peak / HBM bandwidth) do not; against the H100 both do. Rows at the probe's floor (FLOOR_MARGIN) say nothing either
+way. Summaries per table, GPU, dtype or kernel family and bound: count, median ratio, MAPE = mean |published /
+measured - 1|.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from validation.kernel_ceiling import attention_op, gemm_op  # noqa: E402
 PUBLISHED = ROOT / "calibrate/profiles/h100-sxm-published.json"
 SOURCES = ROOT / "calibrate/profiles/h100-sxm-published.sources.json"
 MEASURED = ROOT / "calibrate/profiles/h200-sxm-measured.json"
+MEASURED_H100 = ROOT / "calibrate/profiles/h100-sxm-measured.json"
 FLOOR_MARGIN = 1.4
 """A measured median below this many times the smallest median of its table (GEMM dtype; attention back end and
 phase) is the probe's floor, not the kernel's, in a profile whose short calls were timed one at a time as the host
@@ -58,7 +61,7 @@ FlashAttention-2; `cudnn` is cuDNN's fused attention; FlashAttention-3 is not in
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
-    """One published point and the H200's measured time at its shape."""
+    """One published point and the lent GPU's measured time at its shape."""
     table: str
     """gemm | attention"""
     group: str
@@ -143,6 +146,11 @@ def grid_corners(grid: list, shape: tuple[int, int, int]) -> tuple[list[float | 
     return [times.get((a, b, c)) for a in brackets[0] for b in brackets[1] for c in brackets[2]], beyond
 
 
+def chip(prof: Profile) -> str:
+    """A profile's GPU in one word: its spec's name up to the first space ("H100", "H200")."""
+    return prof.spec.gpu_name.split()[0]
+
+
 def gemm_rows(published: Profile, measured: Profile, sources: dict, extra: list[dict]) -> list[Row]:
     """Every published H100 GEMM, then `extra` (kernel_data.json's points of the measured GPU, as dicts)."""
     out = [gemm_row(p, "H100", published, measured,
@@ -151,7 +159,7 @@ def gemm_rows(published: Profile, measured: Profile, sources: dict, extra: list[
     for q in extra:
         p = SimpleNamespace(dtype=q["dtype"], m=q["m"], n=q["n"], k=q["k"],
                             time_s=2.0 * q["m"] * q["n"] * q["k"] / (q["tflops"] * 1e12))
-        out.append(gemm_row(p, "H200", measured, measured, short_source(q["source"]),
+        out.append(gemm_row(p, chip(measured), measured, measured, short_source(q["source"]),
                             " (ceiling)" if q.get("max_achievable") else ""))
     return out
 
@@ -215,29 +223,41 @@ def summary(rows: list[Row], key=by_family) -> list[dict]:
 
 
 def caveats(published: Profile, measured: Profile) -> list[str]:
-    dev = measured.provenance
+    dev, lent = measured.provenance, chip(measured)
+    same_memory = measured.spec.hbm_bandwidth_gbs == published.spec.hbm_bandwidth_gbs
+    memory = (f"Same chip: the {lent} has the published GPU's SMs, peak and {measured.spec.hbm_bandwidth_gbs:.0f} GB/s "
+              f"of HBM, so compute-bound and memory-bound rows both compare it (memory-bound: FLOP/B below the "
+              f"ridge, {ridge(published, 'bf16'):.0f} BF16 / {ridge(published, 'fp8'):.0f} FP8)."
+              if same_memory and chip(published) == lent else
+              f"Same die, other memory: the {lent} has the {chip(published)} SXM's SMs and tensor-core peak but "
+              f"{measured.spec.hbm_bandwidth_gbs:.0f} GB/s of HBM against {published.spec.hbm_bandwidth_gbs:.0f}: only "
+              f"compute-bound rows compare the chips; memory-bound rows (FLOP/B below the published GPU's ridge, "
+              f"{ridge(published, 'bf16'):.0f} BF16 / {ridge(published, 'fp8'):.0f} FP8 on the {chip(published)}) "
+              f"are listed apart.")
     return [
         f"published: {published.provenance.device_name}; measured: {dev.device_name}, torch {dev.torch_version}, "
         f"CUDA {dev.cuda_version}, cuDNN {dev.cudnn_version}, driver {dev.driver_version}, {dev.date[:10]}.",
-        f"Same die, other memory: the H200 has the H100 SXM's SMs and tensor-core peak but "
-        f"{measured.spec.hbm_bandwidth_gbs:.0f} GB/s of HBM against {published.spec.hbm_bandwidth_gbs:.0f}: only "
-        f"compute-bound rows compare the chips; memory-bound rows (FLOP/B below the published GPU's ridge, "
-        f"{ridge(published, 'bf16'):.0f} BF16 / {ridge(published, 'fp8'):.0f} FP8 on the H100) are listed apart.",
-        "Other software: each figure ran its own library and version (the source column); the H200 ran cuBLASLt through "
-        "torch.matmul / torch._scaled_mm (FP8 with one scale per tensor; DeepGEMM's FP8 rows use 1x128 / 128x128 block "
-        "scales) and attention through torch SDPA.",
-        f"floor: the H200 time rests on points within {FLOOR_MARGIN}x of the probe's smallest time (the host's time "
+        memory,
+        f"Other software: each figure ran its own library and version (the source column); the {lent} ran cuBLASLt "
+        "through torch.matmul / torch._scaled_mm (FP8 with one scale per tensor; DeepGEMM's FP8 rows use 1x128 / "
+        "128x128 block scales) and attention through torch SDPA.",
+        f"floor: the {lent} time rests on points within {FLOOR_MARGIN}x of the probe's smallest time (the host's time "
         "per call, not the kernel's; see FLOOR_MARGIN): those ratios say nothing about the published figure.",
         "FlashAttention-3 is not one of PyTorch SDPA's back ends: fa3 rows are set beside the measured cudnn back end.",
         f"Attention was measured at batch x heads 16 and 64 and is interpolated by work: rows up to s {SHORT_SEQ} "
         "(published at bh 256-1024) are priced from longer measured sequences and summarised apart (see SHORT_SEQ).",
         "measured = the profile's price (mean of repeats) at an exact shape, else its interpolation; ratio = published "
-        "/ measured TFLOP/s (> 1: the figure is faster than this H200).",
+        f"/ measured TFLOP/s (> 1: the figure is faster than this {lent}).",
     ]
 
 
-ROW_COLUMNS = ("table", "chip", "group", "shape", "bound", "pub TFLOP/s", "H200 TFLOP/s", "pub/meas", "H200 point",
-               "compared with", "source")
+def row_columns(lent: str) -> tuple[str, ...]:
+    """The per-point table's header, `lent` the measured GPU in one word."""
+    return ("table", "chip", "group", "shape", "bound", "pub TFLOP/s", f"{lent} TFLOP/s", "pub/meas", f"{lent} point",
+            "compared with", "source")
+
+
+
 SUMMARY_COLUMNS = ("table", "chip", "group", "bound", "points", "median pub/meas", "MAPE", "out of range")
 
 
@@ -261,18 +281,19 @@ def summaries(rows: list[Row]) -> dict:
             "compute_by_source_or_phase": summary([r for r in rows if r.bound == "compute"], by_source_or_phase)}
 
 
-def render(head: list[str], rows: list[Row], markdown: bool) -> str:
-    """The rows and the two summaries (markdown: summaries first)."""
+def render(head: list[str], rows: list[Row], markdown: bool, lent: str = "H200") -> str:
+    """The rows and the two summaries (markdown: summaries first); `lent`: the measured GPU in one word."""
     sums = summaries(rows)
-    tables = [(ROW_COLUMNS, [row_cells(r) for r in rows])] + [
+    title = f"Published kernel data against the {lent}'s measured kernels"
+    tables = [(row_columns(lent), [row_cells(r) for r in rows])] + [
         (SUMMARY_COLUMNS, [summary_cells(s) for s in sums[k]]) for k in ("compute_by_source_or_phase", "by_family")]
     if markdown:
-        out = ["# Published kernel data against the H200's measured kernels", ""] + [f"- {c}" for c in head]
+        out = [f"# {title}", ""] + [f"- {c}" for c in head]
         for cols, body in reversed(tables):
             out += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
             out += ["| " + " | ".join(cells) + " |" for cells in body]
         return "\n".join(out)
-    out = ["Published kernel data against the H200's measured kernels"] + [f"  * {c}" for c in head]
+    out = [title] + [f"  * {c}" for c in head]
     for cols, body in tables:
         widths = [max(len(c), *(len(cells[i]) for cells in body)) for i, c in enumerate(cols)]
         out += ["", "  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip()]
@@ -289,7 +310,8 @@ def compare(published_path: Path = PUBLISHED, measured_path: Path = MEASURED,
             raise ScenarioError(f"cluster.profile {prof.source}", "has no spec (peak and HBM bandwidth)",
                                 "a GPU profile with a spec")
     sources = read_json_file(sources_path, "sources")["points"] if sources_path is not None else {}
-    extra = gpu_points(measured.spec.gpu_name)["gemm"] if extra is None else extra
+    if extra is None:  # the measured GPU's own published points, where they are not the published profile's already
+        extra = [] if chip(measured) == chip(published) else gpu_points(measured.spec.gpu_name)["gemm"]
     rows = gemm_rows(published, measured, sources, extra) + attention_rows(published, measured, sources)
     return caveats(published, measured), rows
 
@@ -298,13 +320,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true", help="print the tables as markdown (writes no file)")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ap.add_argument("--measured", type=Path, default=MEASURED, metavar="PROFILE",
+                    help=f"the measured profile (default {MEASURED.relative_to(ROOT)}; the H100's: "
+                         f"{MEASURED_H100.relative_to(ROOT)})")
     a = ap.parse_args(argv)
     try:
-        head, rows = compare()
+        head, rows = compare(measured_path=a.measured)
+        lent = chip(load_profile(a.measured))
     except ScenarioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(summaries(rows), indent=1) if a.json else render(head, rows, a.markdown))
+    print(json.dumps(summaries(rows), indent=1) if a.json else render(head, rows, a.markdown, lent))
     return 0
 
 

@@ -28,6 +28,7 @@ Schema: docs/interface.md "Calibration profile"; writer: `calibrate/cli.py`.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -36,7 +37,7 @@ from typing import Optional
 
 from ..errors import ScenarioError
 from ..plan.layout import GroupShape
-from ..inputs import existing_file, read_json_file, short_path
+from ..inputs import existing_file, parse_json, read_text, short_path
 from ..plan.opgraph import Comm, Compute
 from .profile_schema import (AttentionPoint, COMM_ABOVE, Check, CollectivePoint, CopyPoint, Curve, D_HEAD_NEAR,
                              ElementwisePoint, FRAMEWORK_LINEARS, FrameworkPoint, GEMM_DIM_ABOVE, GEMM_DIM_BELOW,
@@ -462,6 +463,12 @@ def profile_warnings(sc, prof: Profile | None) -> list[str]:
     return [f"{why}: its times price another device (allowed by --allow-profile-mismatch)"]
 
 
+_LOADED: dict[tuple[str, str], Profile] = {}
+"""Profiles read in this process, by (path as given, the text's hash): a sweep or `validate --profile` prices
+hundreds of scenarios from one file, and converting a full GPU sweep's thousands of points took most of each one's
+time. A Profile is frozen, so the runs share it; a file whose text changed is converted again."""
+
+
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a calibration profile; a bad file is a ScenarioError naming it and the problem."""
     path = Path(path)
@@ -469,10 +476,13 @@ def load_profile(path: str | Path) -> Profile:
     if existing_file(str(path), path) is None:
         raise ScenarioError(where, "cannot read the calibration profile: no such file",
                             "default, or a file written by python -m calibrate")
-    raw = read_json_file(path, where)
-    prof = profile_from_mapping(raw, where)
-    object.__setattr__(prof, "source", str(path))
-    return prof
+    text = read_text(path, where)
+    key = (str(path), hashlib.blake2b(text.encode(), digest_size=16).hexdigest())
+    if key not in _LOADED:
+        prof = profile_from_mapping(parse_json(text, where), where)
+        object.__setattr__(prof, "source", str(path))
+        _LOADED[key] = prof
+    return _LOADED[key]
 
 
 def _interp_overhead(points: list[tuple[float, float]], nbytes: float) -> float:

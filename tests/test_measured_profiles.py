@@ -1,0 +1,47 @@
+"""The GPU profiles measured on machines lent to the project (calibrate/profiles/*-measured.json): what each holds,
+and the one physical fact the H100 and H200 must agree on: the same GH100 die runs compute-bound GEMMs at the same
+speed, while memory-bound kernels follow each card's HBM (3.35 against 4.8 TB/s)."""
+from pathlib import Path
+
+import pytest
+
+from simulator.cost.profile import load_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = ROOT / "calibrate" / "profiles"
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_profile(PROFILES / "h100-sxm-measured.json")
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return load_profile(PROFILES / "h200-sxm-measured.json")
+
+
+def test_the_h100_profile_is_a_full_sweep_of_an_sxm_h100(h100):
+    prov = h100.provenance
+    assert prov.device_name == "NVIDIA H100 80GB HBM3" and prov.device_type == "cuda"
+    assert not prov.quick and h100.spec.gpu_name == "H100 SXM5 80GB" and h100.spec.hbm_bandwidth_gbs == 3350.0
+    assert {p.dtype for p in h100.gemm} >= {"bf16", "fp8", "fp32"}
+    assert {p.backend for p in h100.attention} >= {"cudnn", "flash", "efficient", "default"}
+    assert {p.op for p in h100.elementwise} >= {"rmsnorm", "swiglu", "rope", "cross_entropy", "copy", "upcast"}
+    assert h100.optimizer and not h100.collectives  # one GPU: no collective was measured
+    # what the sweep could not measure is listed, not dropped
+    assert any(s.table == "collectives" for s in h100.skipped)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("shape", [(2048, 2048, 2048), (4096, 4096, 4096), (16384, 4096, 4096), (8192, 8192, 8192)])
+def test_the_same_die_runs_compute_bound_gemms_alike(h100, h200, dtype, shape):
+    ratio = h100.gemm_time(dtype, *shape) / h200.gemm_time(dtype, *shape)
+    assert 0.93 < ratio < 1.07, (dtype, shape, ratio)
+
+
+def test_memory_bound_kernels_follow_the_hbm(h100, h200):
+    """A large copy: the H200 faster by most of its HBM ratio (4.8 / 3.35 = 1.43), not by nothing."""
+    nbytes = 1 << 30
+    ratio = h100.elementwise_time("copy", "bf16", nbytes) / h200.elementwise_time("copy", "bf16", nbytes)
+    assert 1.2 < ratio < 1.5, ratio
