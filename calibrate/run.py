@@ -11,7 +11,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from simulator.cost.profile import profile_from_mapping
+from simulator.cost.profile_load import profile_from_mapping
 from simulator.cost.profile_schema import SCHEMA_VERSION
 
 from . import collectives

@@ -26,7 +26,7 @@ from .plan.memory import GIB, memory_report
 from .errors import ScenarioError
 from .params import active_params, total_params
 from .plan.lower import build_plan, step_compute_ops
-from .cost.profile import profile_warnings
+from .cost.profile_load import profile_warnings
 from .scenario import Scenario
 
 ESTIMATORS = ("engine", "analytic")
@@ -57,7 +57,7 @@ def measured_compute_fraction(sc: Scenario, cost, plan=None) -> float:
     for op, n in step_compute_ops(plan if plan is not None else build_plan(sc)).items():
         t = cost.compute_time(op) * n
         total += t
-        if cost.profile.compute_time(op) is not None:
+        if cost.profile.compute_time(op, cost.attention_kernel) is not None:
             measured += t
     return measured / total if total else 0.0
 

@@ -26,7 +26,7 @@ from calibrate.timing import RandomPool, measure, summarize  # noqa: E402
 from calibrate.plan import Budget  # noqa: E402
 from rich.console import Console  # noqa: E402
 from simulator.plan.layer_ops import layer_passes  # noqa: E402
-from simulator.cost.profile import load_profile  # noqa: E402
+from simulator.cost.profile_load import load_profile  # noqa: E402
 from simulator.scenario import load_scenario  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -124,7 +124,7 @@ def test_a_point_without_its_source_is_a_clear_error(tmp_path):
 def test_published_profiles_and_the_default_data_hold_the_same_points(profile, gpu):
     """calibrate/profiles/<gpu>-published.json (usable as cluster.profile) and kernel_data.json (the default) agree
     on every per-phase point (a profile times one kernel call; a forward+backward figure is not one)."""
-    from simulator.cost.profile import load_profile
+    from simulator.cost.profile_load import load_profile
     prof = load_profile(f"calibrate/profiles/{profile}.json")
     fam = {"fa2": "flash2", "fa3": "flash3", "cudnn": "cudnn"}
     pts = gpu_points(gpu)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cost.profile import load_profile
+from simulator.cost.profile_load import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "calibrate" / "profiles"
@@ -45,3 +45,29 @@ def test_memory_bound_kernels_follow_the_hbm(h100, h200):
     nbytes = 1 << 30
     ratio = h100.elementwise_time("copy", "bf16", nbytes) / h200.elementwise_time("copy", "bf16", nbytes)
     assert 1.2 < ratio < 1.5, ratio
+
+
+def test_attention_is_priced_from_the_back_end_the_scenario_runs(h100):
+    """A profile holds what each SDPA back end measured: cuDNN's fused attention, FlashAttention-2 (SDPA's flash)
+    and eager attention (math) are priced from their own points; FlashAttention-3 and MPT's Triton kernel are in no
+    back end, so a GPU profile leaves them to the published tables (None here)."""
+    from simulator.plan.opgraph import Compute
+
+    op = Compute("attn_fwd", "attention", 0.0, 0.0, "bf16", (16, 4096, 4096, 128, 0.5, "fwd"))
+    cudnn = h100.compute_time(op, "cudnn")
+    flash = h100.compute_time(op, "flash2")
+    math_ = h100.compute_time(op, "eager")
+    assert cudnn and flash and math_ and cudnn < flash < math_  # Hopper: cuDNN ~1.9x SDPA's FA2; math stores scores
+    assert cudnn == h100.attention_time("bf16", 16, 4096, 4096, 128, 0.5, "fwd", "cudnn")
+    assert flash == h100.attention_time("bf16", 16, 4096, 4096, 128, 0.5, "fwd", "flash")
+    assert h100.compute_time(op, "flash3") is None and h100.compute_time(op, "triton_fa") is None
+    # no family: SDPA's default back end, as before (what the replay's executor calls)
+    assert h100.compute_time(op) == h100.attention_time("bf16", 16, 4096, 4096, 128, 0.5, "fwd")
+
+
+def test_a_cpu_profile_without_the_back_end_prices_sdpa_default():
+    cpu = load_profile(PROFILES / "cpu-host.json")
+    backends = {p.backend for p in cpu.attention}
+    assert "cudnn" not in backends
+    assert cpu.attention_backend("cudnn") == (True, None)
+    assert cpu.attention_backend("flash3") == (True, None)  # a CPU profile has nothing else to offer

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cost.costs import build_cost_model, optimizer_impl
-from simulator.cost.profile import load_profile
+from simulator.cost.profile_load import load_profile
 from simulator.errors import ScenarioError
 from simulator.frameworks.spec import OPTIMIZER_IMPLS
 from simulator.plan.lower import build_plan, step_compute_ops

@@ -10,7 +10,7 @@ from simulator.cost.costs import build_cost_model
 from simulator.errors import ScenarioError
 from simulator.plan.layout import GroupShape
 from simulator.plan.opgraph import Comm, Compute
-from simulator.cost.profile import load_profile, profile_from_mapping
+from simulator.cost.profile_load import load_profile, profile_from_mapping
 from simulator.cost.profile_schema import (COMM_ABOVE, GEMM_DIM_ABOVE, GEMM_DIM_BELOW, STREAM_ABOVE, STREAM_BELOW,
                                       SCHEMA_VERSION)
 from simulator.scenario import load_scenario
@@ -370,7 +370,7 @@ def test_a_profile_is_read_once_per_text_and_again_when_the_file_changes(tmp_pat
     """A sweep or `validate --profile` prices hundreds of scenarios from one file: the converted profile is shared
     while the file's text is unchanged, and read again when it changes (here with the same size, within the file
     system's timestamp granularity)."""
-    from simulator.cost.profile import load_profile
+    from simulator.cost.profile_load import load_profile
 
     src = (Path(__file__).resolve().parent.parent / "calibrate" / "profiles" / "a100-sxm-published.json").read_text()
     path = tmp_path / "p.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.cost.profile import load_profile
+from simulator.cost.profile_load import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE_DIR = ROOT / "calibrate" / "profiles"

@@ -56,7 +56,7 @@ def test_the_report_says_the_gemms_are_derated_and_why():
 def test_a_profiles_gemm_times_stand_as_measured():
     """A profile measured on the user's GPU is not derated: on an H200 a 1B replay's GEMM kernels ran faster in
     the step than calibrate timed them (sustained.py)."""
-    from simulator.cost.profile import load_profile
+    from simulator.cost.profile_load import load_profile
     from simulator.plan.opgraph import Compute
     prof = load_profile("calibrate/profiles/h100-sxm-published.json")
     op = Compute("g", "gemm", 2.0 * 8192 * 8192 * 8192, 3 * 8192 * 8192 * 2.0, "bf16", (8192, 8192, 8192))

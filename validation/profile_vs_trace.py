@@ -148,7 +148,7 @@ def main(argv=None) -> int:
         return 0
     from calibrate.cli import default_profile_path  # noqa: PLC0415
     from calibrate.provenance import device_name  # noqa: PLC0415
-    from simulator.cost.profile import load_profile  # noqa: PLC0415
+    from simulator.cost.profile_load import load_profile  # noqa: PLC0415
 
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     profile = Path(args.profile) if args.profile else default_profile_path(device, device_name(device))

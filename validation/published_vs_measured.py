@@ -30,7 +30,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from simulator.cost.kernel_data import gpu_points  # noqa: E402
-from simulator.cost.profile import Profile, load_profile  # noqa: E402
+from simulator.cost.profile import Profile
+from simulator.cost.profile_load import load_profile  # noqa: E402
 from simulator.errors import ScenarioError  # noqa: E402
 from simulator.inputs import read_json_file  # noqa: E402
 from validation.kernel_ceiling import attention_op, gemm_op  # noqa: E402

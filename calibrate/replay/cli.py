@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
                                 rtol=args.rtol, reference=not args.no_reference)
         plan = plan_replay(load_scenario(args.scenario, args.set), options)
         if plan.scenario.cluster.profile != "default":  # read and checked now, not after the ranks ran
-            from simulator.cost.profile import load_profile, profile_warnings  # noqa: PLC0415
+            from simulator.cost.profile_load import load_profile, profile_warnings  # noqa: PLC0415
             for w in profile_warnings(plan.scenario, load_profile(plan.scenario.cluster.profile)):
                 print(f"warning: {w}", file=sys.stderr)
     except ScenarioError as e:

@@ -362,7 +362,7 @@ def run(args) -> int:
     clock = Stopwatch("sweep")
     from .args import overrides  # noqa: PLC0415
     from ..outputs import Outputs, check_distinct, check_output, strict_json  # noqa: PLC0415
-    from ..cost.profile import load_profile, profile_warnings  # noqa: PLC0415
+    from ..cost.profile_load import load_profile, profile_warnings  # noqa: PLC0415
 
     fixed = parse_fix(args.fix)
     check_numbers(args)

@@ -275,7 +275,7 @@ class CostModel:
                     t *= op.shape[1]
             else:
                 probed, scale = as_probed(op, self.eager_chains)
-                t = self.profile.compute_time(probed)
+                t = self.profile.compute_time(probed, self.attention_kernel)
                 t = None if t is None else t * scale
         if t is not None and getattr(self.profile, "framework", None):
             # host time per op (autograd, DTensor dispatch) that the isolated kernel probes do not include
@@ -377,7 +377,7 @@ def build_cost_model(sc) -> CostModel:
     """The cost model a scenario asks for: spec-based, or with its calibration profile."""
     profile = None
     if sc.cluster.profile not in ("default", "", None):
-        from .profile import load_profile  # noqa: PLC0415 (optional piece, lands with calibration)
+        from .profile_load import load_profile  # noqa: PLC0415 (optional piece, lands with calibration)
         profile = load_profile(sc.cluster.profile)
     return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
                      efficiency=dict(sc.cluster.efficiency),

@@ -19,7 +19,7 @@ ranges, beyond which a lookup gives None rather than extrapolating, are the cons
 | table | looked up by | below the smallest point | above the largest point |
 |---|---|---|---|
 | gemm | dtype, (m, n, k) | each dim down to 1/2 of the grid's smallest (log-linear) | each dim up to 64x the grid's largest, at the throughput of the largest (time linear in the dim) |
-| attention | dtype, d_head, causal, fwd/bwd; work = b*heads*s_q*s_kv (SDPA's default back end, else the fastest) | down to 1/2 (log-linear) | up to 64x, time linear in work |
+| attention | dtype, d_head, causal, fwd/bwd; work = b*heads*s_q*s_kv; the back end of the scenario's kernel family (`SDPA_BACKEND`; none for FlashAttention-3 and Triton on a GPU profile: the published tables price them), else SDPA's default, else the fastest | down to 1/2 (log-linear) | up to 64x, time linear in work |
 | elementwise | kind, fwd/bwd, dtype; HBM bytes | down to 1/4, at the smallest point's time (launch floor) | up to 64x, at the largest point's bandwidth |
 | optimizer | parameters | down to 1/4 (floor) | up to 64x, linear |
 | collectives | collective, group size, tier; bytes | any size, at the smallest point's time (latency floor) | up to 16x, at the largest point's busbw |
@@ -28,23 +28,24 @@ Schema: docs/interface.md "Calibration profile"; writer: `calibrate/cli.py`.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Optional
 
-from ..errors import ScenarioError
 from ..plan.layout import GroupShape
-from ..inputs import existing_file, parse_json, read_text, short_path
 from ..plan.opgraph import Comm, Compute
 from .profile_schema import (AttentionPoint, COMM_ABOVE, Check, CollectivePoint, CopyPoint, Curve, D_HEAD_NEAR,
                              ElementwisePoint, FRAMEWORK_LINEARS, FrameworkPoint, GEMM_DIM_ABOVE, GEMM_DIM_BELOW,
-                             GemmPoint, MAX_DEVICE_FLOPS, MIN_TIME_S, OptimizerPoint, Provenance, SCHEMA_VERSION,
-                             STREAM_ABOVE, STREAM_BELOW, Skipped, SpecRef, WORK_ABOVE, WORK_BELOW, elementwise_kinds,
+                             GemmPoint, OptimizerPoint, Provenance, STREAM_ABOVE, STREAM_BELOW, Skipped, SpecRef, WORK_ABOVE, WORK_BELOW, elementwise_kinds,
                              elementwise_phase)
-from ..schema import from_mapping
+
+SDPA_BACKEND = {"cudnn": "cudnn", "flash2": "flash", "eager": "math"}
+"""The SDPA back end a profile measured (calibrate/probes/attention.py BACKENDS, torch.nn.attention.SDPBackend) that
+runs each attention kernel family of the plan: cuDNN's fused attention is CUDNN_ATTENTION; FlashAttention-2 is
+FLASH_ATTENTION (PyTorch vendors FlashAttention-2's kernels, aten/src/ATen/native/transformers/cuda/flash_attn);
+eager attention (matmul, softmax, matmul) is MATH, PyTorch's composition of the same ops. FlashAttention-3 and MPT's
+Triton kernel (`triton_fa`) are in no back end."""
 
 # ----------------------------------------------------------------------------------- lookups
 
@@ -151,22 +152,41 @@ class Profile:
             d["grid"] = _gemm_grid(d["points"])
         return out
 
-    @cached_property
-    def _attention_index(self) -> dict:
-        """(dtype, causal, phase) -> {d_head: Curve of time over work}, plus the exact points. A point's time
-        is the `default` back end's (what SDPA picks unasked, as model code runs it), else the fastest."""
+    def _attention_index(self, backend: str | None = None) -> dict:
+        """(dtype, causal, phase) -> {d_head: Curve of time over work}, plus the exact points, of one SDPA back end's
+        points where `backend` is given, else at each shape the `default` back end's time (what SDPA picks unasked,
+        as model code runs it), else the fastest."""
+        key = ("attention index", backend)
+        if key in self._memo:
+            return self._memo[key]
         by_backend: dict[tuple, dict[str, float]] = {}
         for p in self.attention:
-            key = (p.dtype, p.causal, p.phase, p.d_head, p.batch_heads, p.s_q, p.s_kv)
-            times = by_backend.setdefault(key, {})
+            if backend is not None and p.backend != backend:
+                continue
+            shape = (p.dtype, p.causal, p.phase, p.d_head, p.batch_heads, p.s_q, p.s_kv)
+            times = by_backend.setdefault(shape, {})
             times[p.backend] = min(times.get(p.backend, math.inf), p.cost_s)
         best = {k: v.get("default", min(v.values())) for k, v in by_backend.items()}
         curves: dict[tuple, dict[int, list]] = {}
         for (dtype, causal, phase, d, bh, sq, skv), t in best.items():
             frac = 0.5 if (causal and sq == skv) else 1.0
             curves.setdefault((dtype, causal, phase), {}).setdefault(d, []).append((attention_work(bh, sq, skv, frac), t))
-        return {"exact": best,
-                "curves": {k: {d: Curve.of(v) for d, v in ds.items()} for k, ds in curves.items()}}
+        self._memo[key] = {"exact": best,
+                           "curves": {k: {d: Curve.of(v) for d, v in ds.items()} for k, ds in curves.items()}}
+        return self._memo[key]
+
+    def attention_backend(self, kernel: str | None) -> tuple[bool, str | None]:
+        """(priced from this profile, the SDPA back end's points to use) for the attention kernel family `kernel`
+        a scenario runs (`costs.priced_attention_kernel`). A profile holds what PyTorch's SDPA measured, per back
+        end (calibrate/probes/attention.py): `SDPA_BACKEND` maps a family to its back end where the profile has
+        points of it; a family no SDPA back end runs (FlashAttention-3, MPT's Triton kernel) is not priced from a
+        GPU profile at all (its published table prices it); otherwise, and with no family, SDPA's default."""
+        if kernel is None:
+            return True, None
+        backend = SDPA_BACKEND.get(kernel)
+        if backend is None and self.provenance.device_type == "cuda":
+            return False, None
+        return True, backend if any(p.backend == backend for p in self.attention) else None
 
     @cached_property
     def _elementwise_curves(self) -> dict:
@@ -200,20 +220,26 @@ class Profile:
         return {k: Curve.of(v) for k, v in pts.items()}
 
     # ---------------------------------------------------------------- the two questions
-    def compute_time(self, op: Compute) -> float | None:
-        """Seconds for `op` from the measurements, or None where none applies (the roofline is used)."""
-        key = (op.kind, op.name if op.kind == "elementwise" else "", op.dtype, op.shape, op.repeat, op.bytes)
+    def compute_time(self, op: Compute, attention_kernel: str | None = None) -> float | None:
+        """Seconds for `op` from the measurements, or None where none applies (the roofline is used).
+        `attention_kernel`: the family the scenario's attention runs (`attention_backend`)."""
+        key = (op.kind, op.name if op.kind == "elementwise" else "", op.dtype, op.shape, op.repeat, op.bytes,
+               attention_kernel if op.kind == "attention" else None)
         if key not in self._memo:
-            self._memo[key] = self._compute_time(op)
+            self._memo[key] = self._compute_time(op, attention_kernel)
         return self._memo[key]
 
-    def _compute_time(self, op: Compute) -> float | None:
+    def _compute_time(self, op: Compute, attention_kernel: str | None = None) -> float | None:
         if op.kind == "gemm":
             t = self.gemm_time(op.dtype, *op.shape[:3])
             return None if t is None else t * op.repeat
         if op.kind == "attention":
+            priced, backend = self.attention_backend(attention_kernel)
+            if not priced:
+                return None
             bh, sq, skv, d, frac, phase = op.shape[:6]
-            return self.attention_time("bf16" if op.dtype == "fp8" else op.dtype, bh, sq, skv, d, frac, phase)
+            return self.attention_time("bf16" if op.dtype == "fp8" else op.dtype, bh, sq, skv, d, frac, phase,
+                                       backend)
         if op.kind == "elementwise":
             return self.elementwise_time(op.name, op.dtype, op.bytes)
         if op.kind == "optimizer":
@@ -232,8 +258,8 @@ class Profile:
         return _nearest_gemm(table["points"], m, n, k)
 
     def attention_time(self, dtype: str, bh: int, s_q: int, s_kv: int, d: int, causal_fraction: float,
-                       phase: str) -> float | None:
-        idx = self._attention_index
+                       phase: str, backend: str | None = None) -> float | None:
+        idx = self._attention_index(backend)
         causal = causal_fraction < 1.0
         exact = idx["exact"].get((dtype, causal, phase, d, bh, s_q, s_kv))
         if exact is not None and (not causal or s_q != s_kv or _close(causal_fraction, 0.5)):
@@ -396,93 +422,6 @@ def _attention_by_d(by_d: dict, d: int, work: float) -> float | None:
         return None
     t = at(near)
     return None if t is None else t * d / near
-
-
-# ----------------------------------------------------------------------------------- loading
-
-def profile_from_mapping(raw, where: str = "profile") -> Profile:
-    """Validate a parsed profile strictly (unknown keys, types, ranges, version) and build it."""
-    if not isinstance(raw, dict):
-        raise ScenarioError(where, f"a calibration profile must be a JSON object, got {type(raw).__name__}")
-    version = raw.get("schema_version")
-    if version is None:
-        raise ScenarioError(where, "missing schema_version: not a clustersim calibration profile")
-    if version != SCHEMA_VERSION:
-        raise ScenarioError(where, f"schema_version {version!r} is not supported by this clustersim",
-                            f"{SCHEMA_VERSION}; re-run python -m calibrate")
-    try:
-        prof = from_mapping(Profile, raw, "")
-    except ScenarioError as e:
-        raise ScenarioError(where, f"{e.path}: {e.problem}", e.allowed) from None
-    for table in ("gemm", "attention", "elementwise", "host_device", "optimizer", "framework", "collectives"):
-        for i, p in enumerate(getattr(prof, table)):
-            if not p.time_s >= MIN_TIME_S:
-                raise ScenarioError(where, f"{table}[{i}].time_s: {p.time_s!r} is not a time a kernel takes", f">= {MIN_TIME_S:g} s")
-            if p.mean_s is not None and not (p.mean_s > 0 and math.isfinite(p.mean_s)):
-                raise ScenarioError(where, f"{table}[{i}].mean_s: {p.mean_s!r} is not a positive time")
-            if not p.p10_s <= p.time_s * (1 + 1e-9) or not p.time_s <= p.p90_s * (1 + 1e-9):
-                raise ScenarioError(where, f"{table}[{i}]: expected p10_s <= time_s <= p90_s, got "
-                                           f"{p.p10_s!r}, {p.time_s!r}, {p.p90_s!r}")
-    for table, work in (("gemm", lambda p: 2.0 * p.m * p.n * p.k),
-                        ("attention", lambda p: attention_work(p.batch_heads, p.s_q, p.s_kv, 0.5 if p.causal else 1.0)
-                         * 4 * p.d_head * (2.5 if p.phase == "bwd" else 1.0))):
-        for i, p in enumerate(getattr(prof, table)):
-            rate = work(p) / min(p.time_s, p.cost_s)
-            if rate > MAX_DEVICE_FLOPS:
-                raise ScenarioError(where, f"{table}[{i}]: {rate:.3g} FLOP/s, faster than any device",
-                                    f"at most {MAX_DEVICE_FLOPS:g} FLOP/s (times too small)")
-    return prof
-
-
-def profile_mismatch(prof: Profile, topology) -> str | None:
-    """Why `prof` was not measured on `topology`'s GPU (None when it was, or cannot be told): the profile's
-    `spec` names the topology GPU calibrate matched the device to; without one, a CPU profile fits only
-    a host (gloo) topology."""
-    dev = prof.provenance
-    if prof.spec is not None:
-        if prof.spec.gpu_name != topology.gpu.name:
-            return (f"profile measured on {dev.device_type} {dev.device_name!r} ({prof.spec.gpu_name}), "
-                    f"but topology {topology.name} has {topology.gpu.name}")
-        return None
-    host = topology.node.interconnect == "host"
-    if (dev.device_type == "cpu") != host:
-        return f"profile measured on {dev.device_type} {dev.device_name!r}, but topology {topology.name} has {topology.gpu.name}"
-    return None
-
-
-def profile_warnings(sc, prof: Profile | None) -> list[str]:
-    """The report's warnings about `sc`'s profile; a mismatch is a ScenarioError unless the scenario
-    allows it (`cluster.allow_profile_mismatch`, `run --allow-profile-mismatch`)."""
-    if prof is None:
-        return []
-    why = profile_mismatch(prof, sc.topology)
-    if why is None:
-        return []
-    if not sc.cluster.allow_profile_mismatch:
-        raise ScenarioError("cluster.profile", why, "a profile of the topology's GPU, or --allow-profile-mismatch")
-    return [f"{why}: its times price another device (allowed by --allow-profile-mismatch)"]
-
-
-_LOADED: dict[tuple[str, str], Profile] = {}
-"""Profiles read in this process, by (path as given, the text's hash): a sweep or `validate --profile` prices
-hundreds of scenarios from one file, and converting a full GPU sweep's thousands of points took most of each one's
-time. A Profile is frozen, so the runs share it; a file whose text changed is converted again."""
-
-
-def load_profile(path: str | Path) -> Profile:
-    """Read and validate a calibration profile; a bad file is a ScenarioError naming it and the problem."""
-    path = Path(path)
-    where = f"cluster.profile {short_path(path)}"
-    if existing_file(str(path), path) is None:
-        raise ScenarioError(where, "cannot read the calibration profile: no such file",
-                            "default, or a file written by python -m calibrate")
-    text = read_text(path, where)
-    key = (str(path), hashlib.blake2b(text.encode(), digest_size=16).hexdigest())
-    if key not in _LOADED:
-        prof = profile_from_mapping(parse_json(text, where), where)
-        object.__setattr__(prof, "source", str(path))
-        _LOADED[key] = prof
-    return _LOADED[key]
 
 
 def _interp_overhead(points: list[tuple[float, float]], nbytes: float) -> float:

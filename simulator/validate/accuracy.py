@@ -455,7 +455,7 @@ def validate(sets=SETS, split: str = "all", sample: int | None = None, estimator
     chosen = stratified_sample(cases, sample) if sample else cases
     measured = None
     if profile is not None:
-        from ..cost.profile import load_profile  # noqa: PLC0415
+        from ..cost.profile_load import load_profile  # noqa: PLC0415
 
         prof = load_profile(profile)
         if prof.spec is None:
