@@ -57,7 +57,7 @@ def measured_compute_fraction(sc: Scenario, cost, plan=None) -> float:
     for op, n in step_compute_ops(plan if plan is not None else build_plan(sc)).items():
         t = cost.compute_time(op) * n
         total += t
-        if cost.profile.compute_time(op, cost.attention_kernel) is not None:
+        if cost.measured_time(op) is not None:
             measured += t
     return measured / total if total else 0.0
 

@@ -71,3 +71,24 @@ def test_a_cpu_profile_without_the_back_end_prices_sdpa_default():
     assert "cudnn" not in backends
     assert cpu.attention_backend("cudnn") == (True, None)
     assert cpu.attention_backend("flash3") == (True, None)  # a CPU profile has nothing else to offer
+
+
+def test_the_report_counts_what_the_profile_priced_with_the_scenarios_attention_kernel():
+    """MPT's Triton attention is in no SDPA back end: priced from its published transfer, so the report's measured
+    share of compute is below 1; the same model on cuDNN's attention is priced from the profile throughout."""
+    from simulator.run import simulate
+    from simulator.scenario import scenario_from_mapping
+
+    def share(framework: dict) -> float:
+        sc = scenario_from_mapping({
+            "name": "MPT-1B-like on 8 H100", "framework": framework,
+            "model": {"arch": "gpt", "layers": 24, "hidden": 2048, "ffn_hidden": 8192, "heads": 16, "vocab": 50368,
+                      "positions": 2048, "tie_embeddings": True, "name": "mpt-1b"},
+            "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 8, "precision": "bf16"},
+            "cluster": {"topology": "dgx-h100", "nodes": 1, "profile": str(PROFILES / "h100-sxm-measured.json")},
+            "parallel": {"dp": 8, "zero": 3}})
+        return simulate(sc, "analytic")["profile"]["measured_compute_fraction"]
+
+    triton = share({"name": "composer", "attn_impl": "triton"})
+    assert 0.5 < triton < 0.99
+    assert share({"name": "megatron"}) == pytest.approx(1.0)

@@ -264,19 +264,24 @@ class CostModel:
             total += max(t_c, k.bytes / hbm) + KERNEL_OVERHEAD_S
         return total
 
+    def measured_time(self, op: Compute) -> float | None:
+        """Kernel seconds of `op` from the calibration profile, None where it holds nothing that applies (or there
+        is none): the optimizer by its implementation, the other ops as the probe ran them (`as_probed`), attention
+        from the back end of this scenario's kernel (`Profile.attention_backend`). A profile's GEMM times stand as
+        measured, without the published points' in-training share: on an H200 a 1B step's GEMM kernels ran faster
+        than calibrate's (`sustained.py`)."""
+        if self.profile is None:
+            return None
+        if op.kind == "optimizer":
+            t = self.profile.optimizer_time(op.shape[0], self.optimizer_impl)
+            # LAMB, a loss scaler, an amax pass: AdamW's measured speed over their bytes
+            return t * op.shape[1] if t is not None and len(op.shape) > 1 else t
+        probed, scale = as_probed(op, self.eager_chains)
+        t = self.profile.compute_time(probed, self.attention_kernel)
+        return None if t is None else t * scale
+
     def compute_time(self, op: Compute) -> float:
-        t = None
-        if self.profile is not None:
-            # a profile's GEMM times stand as measured, without the published points' in-training share: on an
-            # H200 a 1B step's GEMM kernels ran faster than calibrate's (`sustained.py`)
-            if op.kind == "optimizer":
-                t = self.profile.optimizer_time(op.shape[0], self.optimizer_impl)
-                if t is not None and len(op.shape) > 1:  # LAMB, a loss scaler, an amax pass: AdamW's measured speed over their bytes
-                    t *= op.shape[1]
-            else:
-                probed, scale = as_probed(op, self.eager_chains)
-                t = self.profile.compute_time(probed, self.attention_kernel)
-                t = None if t is None else t * scale
+        t = self.measured_time(op)
         if t is not None and getattr(self.profile, "framework", None):
             # host time per op (autograd, DTensor dispatch) that the isolated kernel probes do not include
             fw = self.profile.framework_overhead(op, self.framework.get("mode", "eager"),
