@@ -98,3 +98,29 @@ def test_kernels_are_grouped_by_the_autograd_node_or_forward_op_that_launched_th
                       ("Optimizer.step", "memory-bound"): (1, pytest.approx(30e-6)),
                       ("aten::add", "memory-bound"): (1, pytest.approx(5e-6)),
                       ("other", "memory-bound"): (1, pytest.approx(7e-6))}
+
+
+def test_kernels_an_sdpa_call_launches_are_attention_whatever_their_name():
+    """calibrate times the whole SDPA call: the memory-bound helper kernels of its backward (cuDNN's dO.O pass, the
+    dQ accumulator) belong to attention, as do the forward's; a copy in another node stays memory-bound."""
+    def op(name, ts, dur):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "ts": ts, "dur": dur, "tid": 1}
+
+    def launch(ts, corr):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 1.0, "tid": 1,
+                "args": {"correlation": corr}}
+
+    def kernel(name, ts, dur, corr):
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": {"correlation": corr}}
+    events = [
+        op("aten::scaled_dot_product_attention", 0.0, 10.0), launch(1.0, 1),
+        op("autograd::engine::evaluate_function: ScaledDotProductCudnnAttentionBackward0", 20.0, 10.0),
+        launch(21.0, 2), launch(22.0, 3),
+        op("autograd::engine::evaluate_function: ToCopyBackward0", 40.0, 5.0), launch(41.0, 4),
+        kernel("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 100.0, 50.0, 1),
+        kernel("cudnn_generated_fort_native_sdpa_sm90_flash_bprop", 200.0, 100.0, 2),
+        kernel("vectorized_elementwise_kernel", 300.0, 20.0, 3),
+        kernel("direct_copy_kernel", 400.0, 10.0, 4),
+    ]
+    k = step_trace.traced_kernels({"traceEvents": events})
+    assert k.by_class_s == pytest.approx({"gemm": 0.0, "attention": 170e-6, "memory-bound": 10e-6, "optimizer": 0.0})

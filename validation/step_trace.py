@@ -38,6 +38,10 @@ OPTIMIZER_RANGE = "Optimizer.step"
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 """Trace categories of the host calls that launch kernels (cudaLaunchKernel; cuLaunchKernel from the driver API, which
 cuBLAS's and Triton's kernels may use): their `correlation` names the kernel they launched."""
+SDPA_LAUNCHERS = ("ScaledDotProduct", "aten::scaled_dot_product_attention", "aten::_scaled_dot_product")
+"""Launchers (`_launcher`) of SDPA's forward op and backward nodes: every kernel they launch is attention, the helper
+kernels too (cuDNN's backward runs a dO.O pass and zeroes and converts its dQ accumulator, memory-bound by name),
+because calibrate's attention probe times the whole SDPA call (calibrate/probes/attention.py)."""
 SIMULATOR_KIND = {"gemm": "gemm", "attention": "attention", "elementwise": "memory-bound", "optimizer": "optimizer"}
 """The plan's op kinds (simulator.plan.opgraph.Compute.kind) as kernel classes."""
 
@@ -131,10 +135,13 @@ def traced_kernels(trace: dict) -> StepKernels:
     launched_in_step = {e["args"]["correlation"] for e in events
                         if e.get("ph") == "X" and e.get("cat") in LAUNCH_CATEGORIES and "correlation" in e.get("args", {})
                         and any(a <= e["ts"] <= b for a, b in ranges)}
+    who = launchers(events)
     kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
     by_class = dict.fromkeys(CLASSES, 0.0)
     for k in kernels:
-        cls = "optimizer" if k.get("args", {}).get("correlation") in launched_in_step else kernel_class(k["name"])
+        corr = k.get("args", {}).get("correlation")
+        cls = ("optimizer" if corr in launched_in_step else
+               "attention" if who.get(corr, "").startswith(SDPA_LAUNCHERS) else kernel_class(k["name"]))
         by_class[cls] += k["dur"] * 1e-6
     spans = sorted((k["ts"], k["ts"] + k["dur"]) for k in kernels)
     busy, end = 0.0, float("-inf")
