@@ -16,6 +16,7 @@ Ops the profile does not cover are shown (priced by the spec roofline) but left 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -85,7 +86,7 @@ def op_runners(sc: Scenario, ops: list[Compute], device, seed: int = 0) -> list:
             phase = "bwd" if op.name.endswith("_bwd") and memory.PASSES[spec.op][1] is not None else "fwd"
             return memory.runner(spec, phase, pools.get(DTYPES[spec.dtype]), seed)
         return optimizer.runner(int(op.shape[0]), "default", device, plan.optimizer_tensor_elements, seed)
-    return [(lambda op, spec: lambda: make(op, spec))(op, spec) for op, spec in zip(ops, specs)]
+    return [functools.partial(make, op, spec) for op, spec in zip(ops, specs)]
 
 
 def traced_seconds(runs: list[tuple], device) -> list[float]:

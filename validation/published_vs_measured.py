@@ -21,7 +21,7 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -108,11 +108,6 @@ def short_source(text: str) -> str:
     return ", ".join(parts[:2]) if len(parts[0]) < 15 and len(parts) > 1 else parts[0]
 
 
-def backend_only(prof: Profile, backend: str) -> Profile:
-    """The profile with one SDPA back end's attention points (Profile keeps SDPA's default, else the fastest)."""
-    return replace(prof, attention=[p for p in prof.attention if p.backend == backend])
-
-
 def gemm_row(p, chip: str, published: Profile, measured: Profile, source: str, note: str = "") -> Row:
     """p: anything with dtype, m, n, k and the published seconds `time_s`."""
     op = gemm_op(p)
@@ -166,7 +161,6 @@ def gemm_rows(published: Profile, measured: Profile, sources: dict, extra: list[
 
 
 def attention_rows(published: Profile, measured: Profile, sources: dict) -> list[Row]:
-    by_backend = {b: backend_only(measured, b) for b in sorted(set(MEASURED_BACKEND.values()))}
     out = []
     for p in published.attention:
         op = attention_op(p)
@@ -174,15 +168,15 @@ def attention_rows(published: Profile, measured: Profile, sources: dict) -> list
         if backend is None:
             raise ScenarioError(f"{published.source}: attention backend", f"{p.backend!r} has no measured counterpart",
                                 " | ".join(MEASURED_BACKEND))
-        prof = by_backend[backend]
+        points = [q for q in measured.attention if q.backend == backend]
         frac = 0.5 if (p.causal and p.s_q == p.s_kv) else 1.0
-        seconds = prof.attention_time(p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, frac, p.phase)
+        seconds = measured.attention_time(p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, frac, p.phase, backend)
         exact = any((q.dtype, q.batch_heads, q.s_q, q.s_kv, q.d_head, q.causal, q.phase) ==
-                    (p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, p.causal, p.phase) for q in prof.attention)
+                    (p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, p.causal, p.phase) for q in points)
         mask = "causal" if p.causal else "full"
         key = f"attention/{p.backend}/{p.dtype}/d{p.d_head}/{mask}/{p.phase}/s{p.s_q}"
         # the host's time per call, hence the floor, differs by phase (autograd's backward: 88 us, forward: 39-42)
-        floor_s = min((q.time_s for q in prof.attention if q.phase == p.phase), default=0.0)
+        floor_s = min((q.time_s for q in points if q.phase == p.phase), default=0.0)
         out.append(Row(table="attention", group=p.backend, chip="H100",
                        what=f"{p.phase} {mask} d{p.d_head} bh{p.batch_heads} s{p.s_q}",
                        bound=bound_of(op, published, seconds, floor_s),
@@ -282,7 +276,7 @@ def summaries(rows: list[Row]) -> dict:
             "compute_by_source_or_phase": summary([r for r in rows if r.bound == "compute"], by_source_or_phase)}
 
 
-def render(head: list[str], rows: list[Row], markdown: bool, lent: str = "H200") -> str:
+def render(head: list[str], rows: list[Row], markdown: bool, lent: str) -> str:
     """The rows and the two summaries (markdown: summaries first); `lent`: the measured GPU in one word."""
     sums = summaries(rows)
     title = f"Published kernel data against the {lent}'s measured kernels"
