@@ -197,7 +197,7 @@ def simulate(sc: Scenario, estimator: str = "engine", *, full: bool = False, tra
         "model": {"name": sc.model.name, "params": total_params(sc.model), "active_params": active_params(sc.model),
                   "flops_per_step": model_flops, "flop_convention": convention},
         "estimator": estimator,
-        "framework": sc.framework.to_json(sc.parallel.pp, priced_attention_kernel(sc)),
+        "framework": sc.framework.to_json(sc.parallel.pp, priced_attention_kernel(sc), sc.model.moe, sc.parallel.ep),
         "stragglers": straggler_summary(sc, iteration, estimator, cost, asked),
         "degraded_links": degraded_links_summary(sc, iteration, estimator, cost, asked),
         "pools": pools_summary(sc, cost, mem, mems, shares),

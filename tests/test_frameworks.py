@@ -198,3 +198,29 @@ def test_megatrons_precision_aware_optimizer_sets_the_adam_moment_dtype():
     sc = load_scenario(ROOT / "scenarios" / "70b_512gpu.yaml", ["framework.exp_avg_dtype=bf16"])
     assert sc.training.adam_moment_dtype == "bf16"
     assert load_scenario(ROOT / "scenarios" / "70b_512gpu.yaml").training.adam_moment_dtype == "fp32"
+
+
+def _dropless_note(framework: str, ep: int, capacity_factor=None, model="mixtral-8x7b") -> bool:
+    """Whether the report's framework notes say the MoE dispatch's host wait is not priced."""
+    raw = {"framework": framework, "model": model, "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1},
+           "cluster": {"topology": "dgx-h100", "nodes": 1}, "parallel": {"dp": 8, "ep": ep, "zero": 3 if framework == "torchtitan" else 1}}
+    sc = scenario_from_mapping(raw, [f"model.moe.capacity_factor={capacity_factor}"] if capacity_factor else [])
+    assert sc.model.moe.capacity_factor == capacity_factor
+    notes = sc.framework.to_json(sc.parallel.pp, None, sc.model.moe, sc.parallel.ep)["notes"]
+    return any("token-dropless MoE dispatch" in n for n in notes)
+
+
+@pytest.mark.parametrize("framework, ep, capacity_factor, said", [
+    ("megatron", 8, None, True), ("megatron", 1, None, True),  # before the EP all-to-all / before the grouped GEMM
+    ("megatron", 8, 1.25, False),
+    ("torchtitan", 8, None, True), ("torchtitan", 1, None, False),  # only its EP dispatcher reads splits on the host
+    ("deepspeed", 8, None, False)])
+def test_a_token_dropless_moe_layout_is_told_its_dispatch_host_wait_is_not_priced(framework, ep, capacity_factor, said):
+    assert _dropless_note(framework, ep, capacity_factor) is said
+
+
+def test_a_dense_model_gets_no_moe_dispatch_note():
+    raw = {"model": "llama3-8b", "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1},
+           "cluster": {"topology": "dgx-h100", "nodes": 1}, "parallel": {"dp": 8}}
+    sc = scenario_from_mapping(raw)
+    assert not any("MoE" in n for n in sc.framework.notes(1, sc.model.moe, sc.parallel.ep))

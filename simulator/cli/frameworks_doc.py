@@ -101,6 +101,9 @@ def render_frameworks() -> str:
         if fw.pp_partitioned is not None:
             fixed.append(("pipeline sends with tp > 1", "1/t slice, all-gathered over TP" if fw.pp_partitioned.value
                           else "whole tensor", fw.pp_partitioned.source))
+        if fw.moe_host_sync is not None:
+            fixed.append(("host waits for the GPU at each MoE layer (not priced)", "token-dropless layouts" +
+                          (" with ep > 1" if fw.moe_host_sync.value == "dropless_ep" else ""), fw.moe_host_sync.source))
         lines += ["| fixes | to | source |", "|---|---|---|"]
         lines += [f"| `{k}` | {_cell(_value(v))} | {_cell(src)} |" for k, v, src in fixed]
         lines.append("")

@@ -112,8 +112,18 @@ class FrameworkChoice:
             return layers + 2 >= pp * vpp
         return layers % (pp * vpp) == 0
 
-    def notes(self, pp: int = 1) -> list[str]:
-        """What the report says about the framework's reading of this scenario (`pp`: its pipeline stages)."""
+    def moe_host_sync(self, moe, ep: int) -> bool:
+        """Whether this layout's MoE dispatch makes the host wait for the GPU at every MoE layer's forward
+        (`spec.Framework.moe_host_sync`): an MoE model without a capacity factor (token-dropless, `model.moe`)
+        under a framework whose dispatch does, at any ep (`dropless`) or with ep > 1 (`dropless_ep`)."""
+        rule = self.spec.moe_host_sync
+        if rule is None or moe is None or moe.capacity_factor is not None:
+            return False
+        return rule.value == "dropless" or ep > 1
+
+    def notes(self, pp: int = 1, moe=None, ep: int = 1) -> list[str]:
+        """What the report says about the framework's reading of this scenario (`pp`: its pipeline stages;
+        `moe`, `ep`: its model's MoE spec and expert-parallel size)."""
         fw = self.spec
         out = []
         z = fw.zero.get(str(self.asked_zero))
@@ -122,14 +132,19 @@ class FrameworkChoice:
             note = z.note_under_pp if under else z.note
             if note:
                 out.append(f"parallel.zero {self.asked_zero}: {note}")
+        if self.moe_host_sync(moe, ep):
+            out.append("token-dropless MoE dispatch (no model.moe.capacity_factor): the host waits for the GPU's "
+                       "per-expert token counts at every MoE layer's forward, which is not priced; where the host "
+                       "sets a layer's pace (small experts, short micro-batches) the step is slower than reported "
+                       f"({fw.moe_host_sync.source})")
         return out + list(fw.notes)
 
-    def to_json(self, pp: int = 1, attention_kernel: str | None = None) -> dict:
+    def to_json(self, pp: int = 1, attention_kernel: str | None = None, moe=None, ep: int = 1) -> dict:
         """The report's framework entry; `attention_kernel`: the one the run is priced with
-        (`costs.priced_attention_kernel`), else the framework's."""
+        (`costs.priced_attention_kernel`), else the framework's; `moe`, `ep`: as `notes`."""
         return {"name": self.name, "title": self.spec.title,
                 "options": [{"name": k, "value": v, "given": k in self.given} for k, v in self.options],
-                "attention_kernel": attention_kernel or self.attention_kernel, "notes": self.notes(pp)}
+                "attention_kernel": attention_kernel or self.attention_kernel, "notes": self.notes(pp, moe, ep)}
 
 
 def _policy(z, pp: int):

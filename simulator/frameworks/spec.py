@@ -84,6 +84,10 @@ autograd or re-made by the recompute's own all-gather (`saved`: DTensor TP)."""
 OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
 """Adam's implementations, as calibrate's optimizer probe names them (`torch.optim.AdamW` fused / foreach / the
 per-tensor loop)."""
+MOE_HOST_SYNCS = ("dropless", "dropless_ep")
+"""Where a framework's token-dropless MoE dispatch makes the host wait for the GPU's per-expert token counts at every
+MoE layer's forward (`Framework.moe_host_sync`): in every token-dropless layout (`dropless`), or only with ep > 1
+(`dropless_ep`)."""
 LACKABLE = ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep")
 """Parallel dimensions a framework may lack (`Framework.lacks`): a layout under it must keep them at 1."""
 SHARED_CONSTANTS = ("transformer_engine",)
@@ -222,6 +226,10 @@ class Framework:
     """true: with `parallel.etp` unset, an MoE layout with tp > 1 splits each routed expert over the TP ranks (`etp` =
     tp, set by `layout_rules`); null or false: etp unset keeps whole experts at every TP rank, the EP groups cut from
     dp x cp."""
+    moe_host_sync: Optional[Sourced] = None
+    """Where the framework's token-dropless MoE dispatch waits on the host for the GPU at every MoE layer's forward
+    (`MOE_HOST_SYNCS`). Not priced: the report says so for a layout that does (`resolve.ResolvedFramework.notes`);
+    null: not known to."""
     lacks: dict[str, Sourced] = field(default_factory=dict)
     """Parallel dimensions (`LACKABLE`) the framework does not have, each with the source that shows it (value:
     what the report says instead); a layout with that dimension above 1 is refused."""
@@ -256,6 +264,8 @@ def _check(fw: Framework, where: str) -> Framework:
         raise ScenarioError(f"{where}.activation_offload", f"{fw.activation_offload.value!r}", " | ".join(OFFLOAD_SCHEMES))
     if fw.optimizer_impl is not None and fw.optimizer_impl.value not in OPTIMIZER_IMPLS:
         raise ScenarioError(f"{where}.optimizer_impl", f"{fw.optimizer_impl.value!r}", " | ".join(OPTIMIZER_IMPLS))
+    if fw.moe_host_sync is not None and fw.moe_host_sync.value not in MOE_HOST_SYNCS:
+        raise ScenarioError(f"{where}.moe_host_sync", f"{fw.moe_host_sync.value!r}", " | ".join(MOE_HOST_SYNCS))
     if fw.tp_wgrad_input is not None and fw.tp_wgrad_input.value not in TP_WGRAD_INPUTS:
         raise ScenarioError(f"{where}.tp_wgrad_input", f"{fw.tp_wgrad_input.value!r}", " | ".join(TP_WGRAD_INPUTS))
     if fw.attention_kernel.value not in ATTENTION_KERNELS:
