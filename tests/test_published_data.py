@@ -118,7 +118,7 @@ def test_corpus_split_is_by_release_older_fit_newer_validation():
     from simulator.validate.corpus import CORPUS_SPLIT
     assert CORPUS_SPLIT == {"NeMo Megatron 22.08": "fit", "NeMo 24.07": "fit", "NeMo 25.09 (Megatron-Bridge)": "fit",
                             "NeMo 25.11 (Megatron-Bridge)": "validation", "NeMo 26.02 (Megatron-Bridge)": "validation",
-                            "NeMo 26.04 (Megatron-Bridge)": "validation"}
+                            "NeMo 26.04 (Megatron-Bridge)": "validation", "NeMo 26.06 (Megatron-Bridge)": "validation"}
     readme = (CORPUS / "README.md").read_text()
     for release, split in CORPUS_SPLIT.items():
         assert f"| {release} | {split} |" in readme
@@ -300,7 +300,7 @@ def test_every_expressible_moe_row_is_scored_or_skipped_with_what_its_recipe_doe
 
 
 def test_every_mx_row_on_a_blackwell_topology_runs_mxfp8_or_says_what_its_recipe_does():
-    """The FP8-MX (25.09, 25.11) and MXFP8 (26.02, 26.04) rows on DGX-GB200 / DGX-B200 of a preset's model: each is scored
+    """The FP8-MX (25.09, 25.11) and MXFP8 (26.02, 26.04, 26.06) rows on DGX-GB200 / DGX-B200 of a preset's model: each is scored
     with framework.fp8_recipe mxfp8, or skipped with the release's recipe lines (a kept scenario runs mxfp8 too)."""
     from simulator.validate.accuracy import corpus_cases
     from simulator.validate.corpus import PRESET_LABELS
@@ -310,14 +310,14 @@ def test_every_mx_row_on_a_blackwell_topology_runs_mxfp8_or_says_what_its_recipe
     rows = [(f.stem, r) for f in CORPUS_FILES for r in yaml.safe_load(f.read_text())["runs"]
             if r["layout"]["precision"] in ("FP8-MX", "MXFP8") and r["layout"]["system"] in ("DGX-GB200", "DGX-B200")
             and r["label"] in PRESET_LABELS]
-    assert len(rows) == 28
+    assert len(rows) == 29
     for stem, r in rows:
         rid = f"{stem}:{r['id']}"
         if "scenario" in r:
             assert r["scenario"]["framework"]["fp8_recipe"] == "mxfp8" and r["scenario"]["training"]["precision"] == "fp8", rid
         reason = reasons.get(rid, "")
         assert rid in scored or ("Megatron-Bridge@" in reason and (".py:" in reason or ".yaml:" in reason)), rid
-    assert sum(f"{s}:{r['id']}" in scored for s, r in rows) == 17
+    assert sum(f"{s}:{r['id']}" in scored for s, r in rows) == 18
 
 
 def test_the_25_09_blackwell_cells_are_two_runs_and_each_fp8_cs_run_is_scored_or_skipped_by_the_recipe():

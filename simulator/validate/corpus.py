@@ -3,7 +3,7 @@ transcribed under validation/references/corpus/, as cases of the `published` set
 
 Split (fixed before any result was seen, never by result; validation/references/corpus/README.md says the same):
 by release, older fit, newer validate. NeMo Megatron 22.08 (DGX A100), 24.07 and 25.09 are the fit split (constants may be tuned on them);
-NeMo 25.11, 26.02 and 26.04 are the validation split (reported, never tuned to). The papers under
+NeMo 25.11, 26.02, 26.04 and 26.06 are the validation split (reported, never tuned to). The papers under
 validation/references/*.yaml stay validation (their own `split`, default validation).
 
 A corpus row is scored only where it has a `scenario` (this corpus's reading of the row with the recipe's
@@ -28,9 +28,9 @@ import yaml
 
 CORPUS_SPLIT = {"NeMo Megatron 22.08": "fit", "NeMo 24.07": "fit", "NeMo 25.09 (Megatron-Bridge)": "fit",
                 "NeMo 25.11 (Megatron-Bridge)": "validation", "NeMo 26.02 (Megatron-Bridge)": "validation",
-                "NeMo 26.04 (Megatron-Bridge)": "validation"}
-"""Release -> split: the older releases fit, the three newer validate (corpus README); NeMo 26.04 was added as
-validation before any of its rows was scored. NeMo Megatron 22.08 (the
+                "NeMo 26.04 (Megatron-Bridge)": "validation", "NeMo 26.06 (Megatron-Bridge)": "validation"}
+"""Release -> split: the older releases fit, the four newer validate (corpus README); NeMo 26.04 and NeMo 26.06 were
+each added as validation before any of their rows was scored. NeMo Megatron 22.08 (the
 launcher README's DGX A100 tables) was added as fit before any of its rows was scored: the A100's only fit data."""
 
 SYSTEM_TOPOLOGY = {"DGX-H100": "dgx-h100", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72", "DGX-B200": "dgx-b200",
