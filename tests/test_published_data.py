@@ -76,7 +76,9 @@ def test_reference_corpus_files_parse_with_their_required_keys():
     ids = set()
     for f in CORPUS_FILES:
         doc = yaml.safe_load(f.read_text())
-        assert {"source", "url", "release", "accessed", "runs"} <= set(doc) <= {"source", "url", "release", "accessed", "runs", "stack"}, f.name
+        assert {"source", "url", "release", "accessed", "runs"} <= set(doc) <= {"source", "url", "release", "accessed", "runs", "stack",
+                                                                             "cudnn_version", "cudnn_source"}, f.name
+        assert ("cudnn_version" in doc) == ("cudnn_source" in doc), f.name  # a release's cuDNN says where it is listed
         assert doc["url"].startswith("https://") and doc["runs"], f.name
         for r in doc["runs"]:
             assert {"id", "label", "where", "measured", "layout"} <= set(r) <= {"id", "label", "where", "measured", "layout", "scenario", "recipe", "skip", "note"}, (f.name, r.get("id"))
@@ -376,3 +378,36 @@ def test_the_dropless_qwen3_30b_h100_rows_are_skipped_for_the_host_wait_and_the_
     for rid, commit in (("megatron_bridge_26_02:qwen3-30b-a3b-dgx-h100-16gpu-fp8", "b0cc2706ddc60d2aefd5fff346445b5c013036a8"),
                         ("megatron_bridge_25_11:qwen3-30b-a3b-dgx-h100-16gpu-fp8-cs", "0d8e0714cd29c01e164fe6de9f532182bdffa942")):
         assert "dropless" in reasons[rid] and "host" in reasons[rid] and f"Megatron-LM@{commit}" in reasons[rid], rid
+
+
+def test_a_release_s_cudnn_prices_its_rows_unless_a_row_names_its_own(tmp_path):
+    """A corpus file's `cudnn_version` (the release container's cuDNN) becomes each scored row's
+    `cluster.cudnn_version`; a row that names one keeps it; a file without one leaves the newest published tables."""
+    from simulator.validate.corpus import corpus_runs
+    row = {"id": "r", "label": "LLAMA3_8B", "where": "w", "measured": {"tokens_per_s_per_gpu": 1, "model_tflops_per_gpu": 1},
+           "layout": {"system": "DGX-B200", "precision": "FP8"}, "scenario": {"model": "llama3-8b", "cluster": {"topology": "dgx-b200"}}}
+    own = {**row, "id": "s", "scenario": {"model": "llama3-8b", "cluster": {"topology": "dgx-b200", "cudnn_version": "9.13.1"}}}
+    doc = {"source": "s", "url": "https://x", "release": "NeMo 25.09 (Megatron-Bridge)", "accessed": "d",
+           "cudnn_version": "9.11.0", "cudnn_source": "the release's software versions", "runs": [row, own]}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    cases, _ = corpus_runs(tmp_path)
+    assert [c["mapping"]["cluster"]["cudnn_version"] for c in cases] == ["9.11.0", "9.13.1"]
+    assert "cudnn_version" not in row["scenario"]["cluster"], "the file's row is not changed in place"
+    del doc["cudnn_version"], doc["cudnn_source"]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    assert "cudnn_version" not in corpus_runs(tmp_path)[0][0]["mapping"]["cluster"]
+
+
+def test_the_megatron_bridge_releases_price_the_cudnn_their_containers_ship():
+    """NeMo 25.09-26.06 containers' cuDNN (Megatron-Bridge docs/releases/software-versions.md): on the HGX B200,
+    whose tables hold 9.10.2 and 9.13.1, 25.09's 9.11.0 prices the 9.10.2 points."""
+    from simulator.validate.accuracy import corpus_cases
+    want = {"NeMo 25.09 (Megatron-Bridge)": "9.11.0", "NeMo 25.11 (Megatron-Bridge)": "9.13.1",
+            "NeMo 26.02 (Megatron-Bridge)": "9.18.0", "NeMo 26.04 (Megatron-Bridge)": "9.20.0",
+            "NeMo 26.06 (Megatron-Bridge)": "9.21.1"}
+    from simulator.cost.costs import build_cost_model
+    from simulator.scenario import scenario_from_mapping
+    cases = [c for c in corpus_cases()[0] if c.release in want]
+    assert cases and all(c.mapping["cluster"]["cudnn_version"] == want[c.release] for c in cases)
+    b200 = next(c for c in cases if c.id.endswith("25_09:llama3-8b-dgx-b200-8gpu-fp8-cs"))
+    assert "cuDNN 9.10.2 (cluster.cudnn_version 9.11.0)" in build_cost_model(scenario_from_mapping(b200.mapping)).kernel_source()

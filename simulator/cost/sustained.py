@@ -37,7 +37,12 @@ Two numbers are *fitted*, each on a fit split, and transferred:
   was priced at its FLOPs (`plan/mla_ops.py`; DeepSeek-V3's three fit rows then read +15..+31 %): Megatron fit 7.8 %
   at 0.44 and 8.3 % at 0.47 (medians 6.5 / 5.8 %), validation 9.8 / 8.5 %: not re-fitted, for the same reason. With
   the GEMMs' result write priced (`gemm_curve.EPILOGUE_SERIAL`) and the H100 at 0.57: 7.5 / 7.6 / 7.8 / 8.7 % at 0.44 /
-  0.46 / 0.47 / 0.50 (medians 7.9 / 6.2 / 5.7 / 5.9 %; validation 9.8 / 8.8 / 8.4 / 7.6 %): kept at 0.47.
+  0.46 / 0.47 / 0.50 (medians 7.9 / 6.2 / 5.7 / 5.9 %; validation 9.8 / 8.8 / 8.4 / 7.6 %): kept at 0.47. Once each
+  Megatron-Bridge row priced its container's cuDNN (the corpus files' `cudnn_version`: 25.09's B200 rows at the 9.10.2
+  tables, 1.3-2.2 % slower), the corpus's Megatron fit rows: 7.21 / 7.22 / 7.26 / 7.44 / 7.61 / 7.86 / 8.19 % at
+  0.44-0.50, the ten dense Blackwell fit rows 7.19 / 6.40 / 5.74 / 5.55 / 5.37 / 5.47 / 5.79 %: kept at 0.47 (the
+  dense rows' minimum, 0.48, is 0.18 points lower, under the 1-10 % by which one recipe's throughput moves between
+  releases).
 - transferred, not fitted: the same fraction of the published curve for every dtype where no framework constant
   applies (torchao's FP8 GEMMs take the FP8 curve times it), and for every framework; to H200, the same GH100 die
   at the same 700 W; to GB300's B300, whose GEMM curve is the GB200's (the same dense peaks); and to the variants

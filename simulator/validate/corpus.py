@@ -52,7 +52,7 @@ FP8_OPTIONS = ("framework.float8", "framework.float8_recipe", "framework.float8_
                "framework.float8_precompute_scale")
 """torchtitan's float8 switches: they come with `training.precision` (float8 sets it) or with one another."""
 PAIR_KEYS = (
-    ("same recipe, another release", (), ("framework.sdpa_backend", "framework.op_sac_saves_cudnn")),
+    ("same recipe, another release", (), ("framework.sdpa_backend", "framework.op_sac_saves_cudnn", "cluster.cudnn_version")),
     ("precision", ("training.precision",), ("framework.tp_comm_overlap", "parallel.overlap_tp", "framework.fp8_recipe",
                                             "framework.fp8_param_gather", *FP8_OPTIONS)),
     ("fp8 recipe", ("framework.float8_recipe", "framework.fp8_recipe"), FP8_OPTIONS),
@@ -68,7 +68,7 @@ PAIR_KEYS = (
 )
 """Pair kinds: (kind, the keys that define it, keys that may change with it). A pair is of the first kind one of
 whose defining keys differs and whose keys cover the whole difference (`name` never counts); 'same recipe,
-another release' (nothing differs but what the release itself changed: torchtitan's SDPA backend) is the
+another release' (nothing differs but what the release itself changed: torchtitan's SDPA backend, the cuDNN) is the
 measurements' spread across releases, paired across source files only (every other kind within one file, so
 'attention kernel' pairs one benchmark's SDPA back ends). `parallel.cp_comm` (ring or all-gather attention) only means something
 where cp > 1, so a cp pair may name it on one side only."""
@@ -92,6 +92,17 @@ def skip_reason(run: dict) -> str:
     return "no scenario transcribed yet (system, precision and model are expressible)"
 
 
+def with_release_cudnn(scenario: dict, doc: dict) -> dict:
+    """A row's scenario with its release's cuDNN (the file's `cudnn_version`: the container's cuDNN, as the
+    release's software versions list it; `cudnn_source` says where) as `cluster.cudnn_version`, unless the row
+    names one itself or the file names none (cost/cudnn_release.py then prices the newest published tables)."""
+    release = doc.get("cudnn_version")
+    cluster = scenario.get("cluster") or {}
+    if release is None or "cudnn_version" in cluster:
+        return scenario
+    return {**scenario, "cluster": {**cluster, "cudnn_version": release}}
+
+
 def corpus_runs(directory: Path = CORPUS_DIR) -> tuple[list[dict], list[dict]]:
     """(cases, skipped): the `Case` fields of each corpus row with a scenario (accuracy.corpus_cases makes the
     Cases); {id, system, precision, reason} per other row."""
@@ -113,7 +124,7 @@ def corpus_runs(directory: Path = CORPUS_DIR) -> tuple[list[dict], list[dict]]:
             cases.append(dict(set="published", id=cid, label=run["label"], split=split, release=doc["release"],
                               framework=f"{doc['stack']} (priced as {fw})" if doc.get("stack") else fw,
                               tokens_per_s_per_gpu=m["tokens_per_s_per_gpu"], model_tflops_per_gpu=m.get("model_tflops_per_gpu"),
-                              mapping=run["scenario"], source=f"{doc['source']}; {run['where']}"))
+                              mapping=with_release_cudnn(run["scenario"], doc), source=f"{doc['source']}; {run['where']}"))
     return cases, skipped
 
 
