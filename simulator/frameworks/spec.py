@@ -228,7 +228,7 @@ class Framework:
     dp x cp."""
     moe_host_sync: Optional[Sourced] = None
     """Where the framework's token-dropless MoE dispatch waits on the host for the GPU at every MoE layer's forward
-    (`MOE_HOST_SYNCS`). Not priced: the report says so for a layout that does (`resolve.ResolvedFramework.notes`);
+    (`MOE_HOST_SYNCS`). Not priced: the report says so for a layout that does (`resolve.FrameworkChoice.notes`);
     null: not known to."""
     lacks: dict[str, Sourced] = field(default_factory=dict)
     """Parallel dimensions (`LACKABLE`) the framework does not have, each with the source that shows it (value:
