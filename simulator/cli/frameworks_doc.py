@@ -2,7 +2,7 @@
 words, its options, the keys it fixes, with the source of each (`python -m simulator docs` writes it)."""
 from __future__ import annotations
 
-from ..frameworks.spec import DEFAULT_FRAMEWORK, FRAMEWORKS, load_framework
+from ..frameworks.spec import DEFAULT_FRAMEWORK, FRAMEWORKS, MOE_HOST_SYNCS, load_framework
 
 INTRO = """# Frameworks
 
@@ -102,8 +102,8 @@ def render_frameworks() -> str:
             fixed.append(("pipeline sends with tp > 1", "1/t slice, all-gathered over TP" if fw.pp_partitioned.value
                           else "whole tensor", fw.pp_partitioned.source))
         if fw.moe_host_sync is not None:
-            fixed.append(("host waits for the GPU at each MoE layer (not priced)", "token-dropless layouts" +
-                          (" with ep > 1" if fw.moe_host_sync.value == "dropless_ep" else ""), fw.moe_host_sync.source))
+            fixed.append(("host waits for the GPU at each MoE layer (not priced)", MOE_HOST_SYNCS[fw.moe_host_sync.value],
+                          fw.moe_host_sync.source))
         lines += ["| fixes | to | source |", "|---|---|---|"]
         lines += [f"| `{k}` | {_cell(_value(v))} | {_cell(src)} |" for k, v, src in fixed]
         lines.append("")

@@ -84,10 +84,10 @@ autograd or re-made by the recompute's own all-gather (`saved`: DTensor TP)."""
 OPTIMIZER_IMPLS = ("fused", "foreach", "for_loop")
 """Adam's implementations, as calibrate's optimizer probe names them (`torch.optim.AdamW` fused / foreach / the
 per-tensor loop)."""
-MOE_HOST_SYNCS = ("dropless", "dropless_ep")
+MOE_HOST_SYNCS = {"dropless": "token-dropless layouts", "dropless_ep": "token-dropless layouts with ep > 1"}
 """Where a framework's token-dropless MoE dispatch makes the host wait for the GPU's per-expert token counts at every
-MoE layer's forward (`Framework.moe_host_sync`): in every token-dropless layout (`dropless`), or only with ep > 1
-(`dropless_ep`)."""
+MoE layer's forward (`Framework.moe_host_sync`), each with what it covers: every token-dropless layout (`dropless`),
+or only those with ep > 1 (`dropless_ep`; `resolve.FrameworkChoice.moe_host_sync` applies it)."""
 LACKABLE = ("parallel.tp", "parallel.pp", "parallel.cp", "parallel.ep")
 """Parallel dimensions a framework may lack (`Framework.lacks`): a layout under it must keep them at 1."""
 SHARED_CONSTANTS = ("transformer_engine",)
