@@ -272,7 +272,7 @@ def test_70b_report_fits_and_eager_costs_more():
 
 def test_report_json_has_the_contract_keys():
     out = mem.memory_report(llama70b()).to_json()
-    assert set(out) == {"capacity_gib", "peak_gib", "free_gib", "headroom_gib", "fits", "per_stage"}
+    assert set(out) == {"capacity_gib", "peak_gib", "free_gib", "headroom_gib", "fits", "verdict", "per_stage"}
     assert set(out["per_stage"][0]) == {"stage", "weights_gib", "grads_gib", "optimizer_gib", "activations_gib",
                                         "buffers_gib", "peak_gib", "optimizer_step_gib", "allocated_peak_gib"}
     assert out["capacity_gib"] == 79.65

@@ -66,6 +66,28 @@ def test_no_free_memory_is_not_a_fit():
     assert fits(79.65 - 4.0, 79.65, 0.05 * 79.65)
 
 
+@pytest.mark.parametrize("peak,said", [(75.0, "fits"), (77.0, "tight"), (79.65, "tight"), (80.0, "does not fit")])
+def test_the_verdict_says_tight_inside_the_headroom_and_does_not_fit_only_over_the_gpu(peak, said):
+    from simulator.plan.memory_fit import verdict
+    assert verdict([(peak, 79.65, 0.05 * 79.65)]) == said
+
+
+def test_a_pooled_layout_takes_its_worst_pools_verdict():
+    from simulator.plan.memory_fit import verdict
+    assert verdict([(50.0, 79.65, 4.0), (77.0, 79.65, 4.0)]) == "tight"
+    assert verdict([(77.0, 79.65, 4.0), (190.0, 184.0, 9.2)]) == "does not fit"
+
+
+@pytest.mark.parametrize("margin,said,printed", [(-0.1, "fits", "-> fits"), (0.1, "tight", "-> TIGHT")])
+def test_the_report_prints_the_verdict(margin, said, printed):
+    from simulator.plan.memory import memory_report
+    from simulator.report.text import format_report
+    free = memory_report(load_scenario(EIGHT_B, ["cluster.memory_headroom_gib=0"])).to_json()["free_gib"]
+    r = simulate(load_scenario(EIGHT_B, [f"cluster.memory_headroom_gib={free + margin}"]), "analytic")
+    assert r["memory"]["verdict"] == said and (said == "fits") is r["memory"]["fits"]
+    assert printed in format_report(r)
+
+
 # ----------------------------------------------------------------------------------- docs/metrics.md
 
 DOC = (ROOT / "docs" / "metrics.md").read_text()
@@ -73,7 +95,7 @@ FLAT = " ".join(DOC.split())
 """The doc with its line breaks folded, for phrases."""
 REPORT_METRICS = ("iteration_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
                   "breakdown", "overlap_fraction", "memory.peak_gib", "memory.capacity_gib", "memory.free_gib",
-                  "memory.headroom_gib", "memory.fits")
+                  "memory.headroom_gib", "memory.fits", "memory.verdict")
 
 
 @pytest.mark.parametrize("key", REPORT_METRICS)

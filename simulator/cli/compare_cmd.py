@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ScenarioError
+from ..report.text import memory_verdict
 
 LAYOUT_ROWS = ("gpus", "dp", "tp", "pp", "cp", "ep", "zero", "sp", "pp_schedule", "vpp", "micro_batch", "micro_batches", "recompute")
 METRIC_ROWS = (
@@ -72,8 +73,8 @@ def compare_rows(reports: list[dict]) -> list[dict]:
             continue
         rows.append({"row": label, "key": key, "values": ["-" if v is None else fmt.format(v) for v in vals],
                      "raw": vals, "best": best_indices(vals, better), "differs": len(set(map(str, vals))) > 1})
-    rows.append({"row": "fits in memory", "values": ["yes" if r["memory"]["fits"] else "NO" for r in reports], "best": [],
-                 "differs": len({r["memory"]["fits"] for r in reports}) > 1})
+    said = [memory_verdict(r["memory"]) for r in reports]
+    rows.append({"row": "fits in memory", "values": said, "best": [], "differs": len(set(said)) > 1})
     rows.append({"row": "estimator", "values": [r["estimator"] for r in reports], "best": [], "differs": False})
     return rows
 

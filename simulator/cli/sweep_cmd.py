@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ScenarioError
 from ..report.export import FRAMEWORKS
+from ..report.text import memory_verdict
 
 BREAKDOWN_WORDS = {
     "compute_s": "compute", "recompute_s": "recomputation", "bubble_s": "pipeline bubble",
@@ -263,7 +264,7 @@ def format_sweep(result, sc, top: int) -> str:
     ref = result.reference
     if ref is not None and ref.report is not None and result.ranked:
         best = result.ranked[0]
-        state = "fits" if ref.memory["fits"] else "DOES NOT FIT"
+        state = memory_verdict(ref.memory)
         line = (f"  The scenario's own layout {ref.layout.label()} ({state}): {ref.tokens_per_s_per_gpu:,.0f} tok/s/GPU "
                 f"({ref.report['estimator']})")
         if ref.tokens_per_s_per_gpu:

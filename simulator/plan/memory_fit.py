@@ -42,6 +42,21 @@ def fits(peak_gib: float, capacity_gib: float, headroom: float) -> bool:
     return peak_gib <= capacity_gib - headroom
 
 
+VERDICTS = ("fits", "tight", "does not fit")
+"""The report's memory verdict (docs/metrics.md): `fits` leaves the headroom free; `tight` is over the headroom
+but under the GPU's memory, inside the memory model's own error, so the model cannot say either way (every
+published run trained: `validate --set published` counts those it reads tight or over); `does not fit` is over the
+GPU's memory."""
+
+
+def verdict(peaks: list[tuple[float, float, float]]) -> str:
+    """`VERDICTS` of a layout from each stage's (peak, its GPU's memory, the headroom it keeps), GiB: `fits` when
+    every stage fits (`fits`), `does not fit` when any stage's peak is over its GPU's memory, else `tight`."""
+    if all(fits(p, c, h) for p, c, h in peaks):
+        return "fits"
+    return "does not fit" if any(p > c for p, c, _ in peaks) else "tight"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class MemoryReport:
     capacity_gib: float
@@ -54,8 +69,11 @@ class MemoryReport:
     """`memory.StageMemory` of every pipeline stage."""
     headroom_gib: float = 0.0
     """Memory the layout had to leave free to fit (`headroom_gib(sc)`)."""
+    verdict: str = "fits"
+    """`verdict` of the stages' peaks (`VERDICTS`): `fits` exactly when `fits`."""
 
     def to_json(self) -> dict:
         """The report's `memory` object; `free_gib` = capacity - peak."""
         return {"capacity_gib": self.capacity_gib, "peak_gib": self.peak_gib, "free_gib": self.capacity_gib - self.peak_gib,
-                "headroom_gib": self.headroom_gib, "fits": self.fits, "per_stage": [s.as_gib() for s in self.per_stage]}
+                "headroom_gib": self.headroom_gib, "fits": self.fits, "verdict": self.verdict,
+                "per_stage": [s.as_gib() for s in self.per_stage]}

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .text import memory_verdict
+
 BREAKDOWN_STYLE = (
     ("compute_s", "compute", "#4C72B0"), ("recompute_s", "recompute", "#8172B2"), ("bubble_s", "bubble", "#CCB974"),
     ("exposed_tp_s", "TP exposed", "#C44E52"), ("exposed_dp_s", "DP/ZeRO exposed", "#DD8452"),
@@ -114,7 +116,7 @@ def plot_memory_per_stage(panels: list[dict], path: str, title: str = "") -> str
         ax.axhline(mem["capacity_gib"], color="black", linestyle="--", linewidth=1)
         ax.text(stages[-1] + 0.4, mem["capacity_gib"], "capacity", fontsize=7, ha="right", va="bottom")
         limit = mem["capacity_gib"] - mem.get("headroom_gib", 0.0)  # fits = peak <= capacity - headroom (docs/metrics.md)
-        verdict = "fits" if mem["fits"] else f"over the fit limit by {mem['peak_gib'] - limit:.1f} GiB"
+        verdict = "fits" if mem["fits"] else f"{memory_verdict(mem).lower()}: over the fit limit by {mem['peak_gib'] - limit:.1f} GiB"
         ax.set_title(f"{pnl['label']}\npeak {mem['peak_gib']:.1f} GiB, {verdict}", fontsize=8)
         ax.set_xlabel("pipeline stage")
         ax.set_xticks(stages)

@@ -19,6 +19,13 @@ def _table(rows: list[list[str]], header: list[str], align: str | None = None) -
     return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
+def memory_verdict(mem: dict) -> str:
+    """A report's (or a pool's) memory verdict as printed: fits, TIGHT or DOES NOT FIT (`memory_fit.VERDICTS`;
+    a report without `verdict` says fits or DOES NOT FIT from `fits`)."""
+    said = mem.get("verdict") or ("fits" if mem["fits"] else "does not fit")
+    return said if said == "fits" else said.upper()
+
+
 def format_report(r: dict) -> str:
     lay = r["layout"]
     out = [f"{r['name']}", ""]
@@ -63,11 +70,13 @@ def format_report(r: dict) -> str:
         mrows = [row + [f"{x * 100:.1f} %"] for row, x in zip(mrows, idle)]
         heads.append("idle")
     out += ["  " + x for x in _table(mrows, heads)]
-    verdict = "fits" if mem["fits"] else "DOES NOT FIT"
     free = mem["capacity_gib"] - mem["peak_gib"]
     out.append(f"  memory: peak {mem['peak_gib']:.1f} GiB of {mem['capacity_gib']:.1f} GiB, {free:.1f} GiB free"
-               f" (fits needs {mem.get('headroom_gib', 0.0):.1f} free) -> {verdict}"
+               f" (fits needs {mem.get('headroom_gib', 0.0):.1f} free) -> {memory_verdict(mem)}"
                f" ({mem['peak_gib'] / mem['capacity_gib'] * 100:.0f} % of capacity)")
+    if mem.get("verdict") == "tight":
+        out.append("  (tight: under the GPU's memory but inside the headroom kept for the memory model's own error;"
+                   " it may or may not fit)")
     out.append("")
     prof = r["profile"]
     src = f"a roofline over {prof.get('kernels', 'spec-based constants')}" if prof["source"] == "default" \
@@ -94,7 +103,7 @@ def format_report(r: dict) -> str:
     pl = r.get("pools")
     if pl:
         parts = [f"{p['gpu']} x{p['nodes']} node(s) stages {','.join(map(str, p['stages']))} "
-                 f"{p['peak_gib']:.1f}/{p['capacity_gib']:.0f} GiB {'fits' if p['fits'] else 'DOES NOT FIT'}" for p in pl["pools"]]
+                 f"{p['peak_gib']:.1f}/{p['capacity_gib']:.0f} GiB {memory_verdict(p)}" for p in pl["pools"]]
         out.append(f"  pools: {'; '.join(parts)}; layers per stage {pl['pp_layers']} ({pl['pp_balance']} balance)")
         if pl.get("dp_shares"):
             out.append("  DP shares by speed: " + "; ".join(

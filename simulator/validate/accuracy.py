@@ -231,6 +231,7 @@ def predict(case: Case, estimator: str = "analytic", network: str = NETWORK,
         "mem_states_gib": states, "mem_peak_gib": s0.get("peak_gib", mem["peak_gib"]),
         # did the run run out of memory: the predicted peak against the whole GPU (no launch headroom)
         "peak_gib": mem["peak_gib"], "fits": fits(mem["peak_gib"], mem["capacity_gib"], headroom=0.0),
+        "verdict": mem["verdict"],  # the report's, with the default headroom: fits, tight or does not fit
         "estimator": rep.get("estimator", estimator),
         "breakdown": rep.get("breakdown", {}),
         "priced_from_profile": profile is not None and sc.cluster.profile == profile[0],
@@ -296,6 +297,8 @@ def score(outcomes: list[Outcome]) -> dict:
             "n": len(oom), "correct": len(right), "accuracy_pct": 100 * len(right) / len(oom) if oom else None,
             "predicted_fits_but_oom": sum(o.predicted["fits"] and o.case.status == "OOM" for o in oom),
             "predicted_oom_but_ran": sum((not o.predicted["fits"]) and o.case.status == "Success" for o in oom),
+            # runs that ran whose report says tight (under the GPU's memory, inside the default headroom)
+            "tight_but_ran": sum(o.predicted.get("verdict") == "tight" and o.case.status == "Success" for o in oom),
         },
         "excluded": {
             "status_other": sum(o.case.status == "Other" for o in outcomes),
