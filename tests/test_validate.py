@@ -62,7 +62,7 @@ def test_score_gives_mape_worst_case_and_oom_accuracy():
     assert s["throughput"]["worst"] == {"id": "r1", "error_pct": pytest.approx(-20.0)}
     assert s["memory"]["mape_pct"] == pytest.approx(20 / 3)
     assert s["oom"] == {"n": 4, "correct": 3, "accuracy_pct": 75.0, "predicted_fits_but_oom": 0, "predicted_oom_but_ran": 1,
-                        "tight_but_ran": 0}
+                        "tight_but_ran": 0, "tight_and_oom": 0}
     assert s["excluded"]["status_other"] == 1
     rows = summarize(outs)
     assert len(rows) == 1 and rows[0]["split"] == "fit"
@@ -72,15 +72,18 @@ def test_score_gives_mape_worst_case_and_oom_accuracy():
 
 
 def test_score_counts_runs_that_ran_but_read_tight():
-    """A run that ran and fits the GPU but not the headroom is right on OOM (peak <= capacity) and counted tight."""
+    """A run that ran and fits the GPU but not the headroom is right on OOM (peak <= capacity) and counted tight;
+    so is one that ran out of memory at a tight reading (wrong on OOM)."""
     ran = Case(set="published", id="t", label="8B", split="validation", tokens_per_s_per_gpu=100.0)
     tight = Outcome(ran, predicted={**outcome(ran, 100.0).predicted, "verdict": "tight"})
-    s = score([tight, outcome(ran, 100.0)])
-    assert s["oom"]["correct"] == 2 and s["oom"]["tight_but_ran"] == 1
+    oom = Case(set="published", id="o", label="8B", split="validation", status="OOM")
+    tight_oom = Outcome(oom, predicted={**outcome(oom, None).predicted, "verdict": "tight"})
+    s = score([tight, outcome(ran, 100.0), tight_oom])
+    assert s["oom"]["correct"] == 2 and s["oom"]["tight_but_ran"] == 1 and s["oom"]["tight_and_oom"] == 1
     rows = summarize([tight])
     table = markdown_table({"estimator": "analytic", "cases": {"evaluated": 1, "population": 1, "sample": None},
                             "summary": rows, "noise_floor": None})
-    assert "1/1 (100%); 1 ran, reported tight" in table
+    assert "1/1 (100%); read tight: 1 ran, 0 ran out" in table
 
 
 def test_slow_sends_flags_pipelines_that_lost_a_blocking_send_worth_each_and_keeps_them_scored():

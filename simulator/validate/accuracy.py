@@ -297,8 +297,9 @@ def score(outcomes: list[Outcome]) -> dict:
             "n": len(oom), "correct": len(right), "accuracy_pct": 100 * len(right) / len(oom) if oom else None,
             "predicted_fits_but_oom": sum(o.predicted["fits"] and o.case.status == "OOM" for o in oom),
             "predicted_oom_but_ran": sum((not o.predicted["fits"]) and o.case.status == "Success" for o in oom),
-            # runs that ran whose report says tight (under the GPU's memory, inside the default headroom)
+            # runs whose report says tight (under the GPU's memory, inside the default headroom): ran / ran out
             "tight_but_ran": sum(o.predicted.get("verdict") == "tight" and o.case.status == "Success" for o in oom),
+            "tight_and_oom": sum(o.predicted.get("verdict") == "tight" and o.case.status == "OOM" for o in oom),
         },
         "excluded": {
             "status_other": sum(o.case.status == "Other" for o in outcomes),

@@ -24,8 +24,8 @@ def markdown_table(result: dict) -> str:
         t, m, o = r["throughput"], r["memory"], r["oom"]
         worst = f"{t['worst']['error_pct']:+.0f}% `{t['worst']['id']}`" if t["worst"] else "-"
         oom = f"{o['correct']}/{o['n']} ({_f(o['accuracy_pct'], 0, '%')})" if o["n"] else "-"
-        if o.get("tight_but_ran"):
-            oom += f"; {o['tight_but_ran']} ran, reported tight"
+        if o.get("tight_but_ran") or o.get("tight_and_oom"):
+            oom += f"; read tight: {o.get('tight_but_ran', 0)} ran, {o.get('tight_and_oom', 0)} ran out"
         within = f"{100 * t['within_25pct'] / t['n']:.0f}%" if t["n"] else "-"
         lines.append(f"| {r['set']} | {r['split']} ({', '.join(r['labels'])}) | {r['group']} | {r['runs']} | {t['n']} "
                      f"| {_f(t['mape_pct'], 1, '%')} | {_f(t['median_ape_pct'], 1, '%')} | {within} | {_f(t['bias_pct'], 1, '%')} "
