@@ -291,3 +291,58 @@ def test_70b_sweep_beats_the_hand_picked_layout_and_keeps_tp_in_a_node():
     best = res.ranked[0]
     assert best.tokens_per_s_per_gpu >= res.reference.tokens_per_s_per_gpu
     assert best.layout.tp <= sc.gpus_per_node
+
+
+# ----------------------------------------------------------------------------------- scenarios the sweep must take
+
+def test_recompute_modules_qualify_only_the_selective_candidates(base8b):
+    """A scenario's training.recompute_modules (allowed with selective recompute only) carries to the candidates that
+    recompute selectively and is dropped from those that recompute none or all: none is rejected for it."""
+    from simulator.sweep.tasks import sibling_scenario
+    sc, raw, bd = sweep_base(S8B, ["framework=megatron", "training.recompute=selective",
+                                   "training.recompute_modules=[core_attn,layernorm]"])
+    lay = {rc: Layout(tp=1, pp=1, cp=1, ep=1, dp=8, micro_batch=1, sp=False, zero=3, pp_schedule="1f1b", vpp=1,
+                      recompute=rc) for rc in ("none", "selective", "full")}
+    built = {rc: candidate_scenario(raw, bd, l) for rc, l in lay.items()}
+    assert built["selective"].training.recompute_modules == ["core_attn", "layernorm"]
+    assert built["none"].training.recompute_modules is None and built["full"].training.recompute_modules is None
+    # from a candidate that dropped them, a selective sibling takes the scenario's own back
+    assert sibling_scenario(built["none"], lay["selective"], ["core_attn", "layernorm"]).training.recompute_modules == \
+        ["core_attn", "layernorm"]
+    assert sibling_scenario(built["selective"], lay["full"]).training.recompute_modules is None
+    ev = first_fit(raw, bd, tuple(lay.values()))
+    assert ev.status == "ok" and ev.layout.recompute == "none"
+
+
+def test_a_sweep_where_nothing_fits_says_so_with_the_engine_on():
+    """The 405B on one node: every layout is over memory; the engine's leader check has no leader to check."""
+    sc, raw, bd = sweep_base(S8B, ["model=llama3-405b", "training.global_batch=8"])
+    res = run_sweep(sc, raw, bd, SweepOptions(top=3, engine_top=2, fixed={"micro_batch": (1,)}), SerialRunner())
+    assert res.ranked == [] and res.counts["simulated_engine"] == 0
+
+
+def test_the_reference_keeps_the_scenarios_own_layer_split():
+    """The candidates split layers evenly (sweep_base drops parallel.pp_layers); the scenario's own layout is
+    estimated with its own split, which a model whose layers do not divide the stages needs."""
+    sc, raw, bd = sweep_base(S8B, ["framework=megatron", "parallel.pp=4", "parallel.dp=2", "parallel.zero=1",
+                                   "parallel.pp_layers=[7,9,8,8]"])
+    assert "pp_layers" not in raw["parallel"]
+    res = run_sweep(sc, raw, bd, SweepOptions(top=2, engine_top=0, fixed={"tp": (1,), "cp": (1,), "micro_batch": (1,)}),
+                    SerialRunner())
+    assert res.reference.report is not None and res.reference.layout == layout_of(sc)
+    assert res.reference.parallel["pp_layers"] == [7, 9, 8, 8]
+
+
+def test_a_sweep_whose_candidates_the_scenario_rejects_says_why(monkeypatch, base8b):
+    """Every candidate rejected by validation: the sweep notes the commonest reason instead of leaving
+    'no layout fits' as the only word."""
+    import simulator.sweep.tasks as tasks
+
+    def reject(raw, base_dir, lay):
+        raise ScenarioError("training.some_key", "given with this layout", "another")
+    monkeypatch.setattr(tasks, "candidate_scenario", reject)
+    sc, raw, bd = base8b
+    res = run_sweep(sc, raw, bd, SweepOptions(top=2, engine_top=0, fixed={"tp": (1,), "cp": (1,), "micro_batch": (1,)}),
+                    SerialRunner())
+    assert res.ranked == [] and res.counts["invalid"] > 0
+    assert any("rejected by the scenario's validation" in n and "training.some_key" in n for n in res.notes)

@@ -163,7 +163,7 @@ def overflow_text(ev, headroom_gib: float = 0.0) -> str:
     over = [s["stage"] for s in mem["per_stage"] if s["peak_gib"] > limit] or [worst["stage"]]
     stages = f"stage {over[0]}" if len(over) == 1 else f"stages {over[0]}-{over[-1]}" if over == list(range(over[0], over[-1] + 1)) \
         else "stages " + ",".join(map(str, over))
-    of = f"{cap:.1f}" + (f" less {headroom_gib:g} headroom" if headroom_gib else "")
+    of = f"{cap:.1f}" + (f" less {headroom_gib:.1f} headroom" if headroom_gib else "")
     return (f"{ev.layout.label()}: stage {worst['stage']} needs {worst['peak_gib']:.1f} GiB of {of} "
             f"(over by {worst['peak_gib'] - limit:.1f} GiB; {stages} over), mostly {big} ({kinds[big]:.1f} GiB; "
             + ", ".join(f"{k} {v:.1f}" for k, v in kinds.items()) + ")")

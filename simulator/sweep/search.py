@@ -16,6 +16,7 @@ Neighbours: `sweep_cmd` (command line, explanations), `plots`, `export`.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -260,7 +261,7 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
                    for ev in run("engine: the most promising layouts", full_report, tasks)]
         # the engine may move its picks below an analytic row; such a row now on top is simulated too, until
         # the leader is the engine's (at most engine_top more): #1 is never an estimate the engine slowed
-        for _ in range(options.engine_top):
+        for _ in range(options.engine_top if ranked else 0):  # nothing fits: no leader to check
             top = rank_by_best_estimate(ranked, refined)[0]
             if top.estimator == "engine" or any(ev.layout == top.layout for ev in refined):
                 break  # the engine's, or an engine pick reported analytic (past run.MAX_ENGINE_WORK)
@@ -282,9 +283,11 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
     # the scenario's own layout, estimated the same way as the best
     own = layout_of(sc)
     est = ranked[0].estimator if ranked else "analytic"
-    reference = next((ev for ev in ranked if ev.layout == own), None)
+    # the scenario's own layer split (the candidates split evenly: sweep_base drops it), which an uneven model needs
+    own_raw = raw if sc.parallel.pp_layers is None else {**raw, "parallel": {**raw["parallel"], "pp_layers": list(sc.parallel.pp_layers)}}
+    reference = next((ev for ev in ranked if ev.layout == own), None) if own_raw is raw else None
     if reference is None or reference.estimator != est or reference.report is None:
-        reference = run("the scenario's own layout", full_report, [(raw, base_dir, own, est)])[0]
+        reference = run("the scenario's own layout", full_report, [(own_raw, base_dir, own, est)])[0]
 
     zero_twin = None
     if ranked and ranked[0].layout.dp * ranked[0].layout.cp > 1:
@@ -296,6 +299,11 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
     infeasible = [ev for ev in evaluated.values() if ev.status == "oom" and ev.memory is not None]
     counts["oom_checked"] = len(infeasible)
     counts["oom_implied"] = sum(1 for ev in evaluated.values() if ev.status == "oom" and ev.implied)
+    rejected = Counter(ev.problem for ev in evaluated.values() if ev.status == "invalid")
+    counts["invalid"] = sum(rejected.values())
+    if rejected:  # candidates the scenario's own keys make invalid: say why, or "no layout fits" would mislead
+        problem, n = rejected.most_common(1)[0]
+        notes.append(f"{counts['invalid']:,} structures were rejected by the scenario's validation ({n:,}: {problem})")
     infeasible.sort(key=lambda ev: (ev.overflow_gib, ev.layout))
     if options.estimate_infeasible > 0:
         n = options.estimate_infeasible

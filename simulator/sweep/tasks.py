@@ -67,25 +67,35 @@ class Evaluation:
                 "report": self.report or self.summary}
 
 
+def selective_modules(lay: Layout, modules: Optional[list]) -> Optional[list]:
+    """A candidate's `training.recompute_modules`: the scenario's own (`modules`) where the layout recomputes
+    selectively, which is what they qualify; null under none or full recompute, which they do not apply to."""
+    return modules if lay.recompute == "selective" else None
+
+
 def candidate_scenario(raw: dict, base_dir: Optional[str], lay: Layout) -> Scenario:
     """The scenario `raw` with the layout's keys set, through the same validation as any scenario file."""
     cand = copy.deepcopy(raw)
     for section, values in lay.overrides().items():
         cand.setdefault(section, {}).update(values)
+    if (raw.get("training") or {}).get("recompute_modules") is not None:
+        cand["training"]["recompute_modules"] = selective_modules(lay, raw["training"]["recompute_modules"])
     if "framework" in cand:  # the layout's own keys replace framework options that set them
         cand["framework"] = drop_options_setting(cand["framework"], {f"{section}.{k}" for section, values
                                                                      in lay.overrides().items() for k in values})
     return balanced(scenario_from_mapping(cand, (), Path(base_dir) if base_dir else None))
 
 
-def sibling_scenario(sc: Scenario, lay: Layout) -> Scenario:
+def sibling_scenario(sc: Scenario, lay: Layout, modules: Optional[list] = None) -> Scenario:
     """`sc` (built by `candidate_scenario`) with the layout's keys set on its frozen sections and the
     same cross-key validation (`validate_layout`): the values come from the schema's own choices, so
-    this is `candidate_scenario` without reading the topology YAML again."""
+    this is `candidate_scenario` without reading the topology YAML again. `modules`: the sweep's scenario's
+    `training.recompute_modules` (`selective_modules`), where `sc` may be a layout that dropped them; null: `sc`'s."""
+    modules = sc.training.recompute_modules if modules is None else modules
     return balanced(validate_layout(replace(
         sc, parallel=replace(sc.parallel, **lay.overrides()["parallel"],
                              **({"pp_layers": None} if sc.parallel.pp_balance == "speed" else {})),
-        training=replace(sc.training, **lay.overrides()["training"]))))
+        training=replace(sc.training, **lay.overrides()["training"], recompute_modules=selective_modules(lay, modules)))))
 
 
 def _frugality(lay: Layout) -> tuple:
@@ -161,8 +171,9 @@ def first_fit(raw: dict, base_dir: Optional[str], options: tuple[Layout, ...], k
     most frugal comes back as oom with its memory report. `known_misses` holds (zero, recompute) pairs
     already known not to fit (at a smaller micro-batch); `Evaluation.misses` returns them with this
     task's own. `built`: a scenario of the same family already built, to derive the candidates from."""
+    modules = (raw.get("training") or {}).get("recompute_modules")
     try:
-        base = sibling_scenario(built, options[0]) if built is not None else candidate_scenario(raw, base_dir, options[0])
+        base = sibling_scenario(built, options[0], modules) if built is not None else candidate_scenario(raw, base_dir, options[0])
     except ScenarioError as e:
         return Evaluation(layout=options[0], status="invalid", problem=str(e))
     frugal = max(options, key=_frugality)
@@ -170,7 +181,7 @@ def first_fit(raw: dict, base_dir: Optional[str], options: tuple[Layout, ...], k
 
     def check(lay: Layout) -> bool:
         if lay not in known:
-            sc = base if lay == options[0] else sibling_scenario(base, lay)
+            sc = base if lay == options[0] else sibling_scenario(base, lay, modules)
             known[lay] = (sc,) + _fits(sc, headroom_gib)
         return known[lay][1]
 
@@ -189,7 +200,7 @@ def first_fit(raw: dict, base_dir: Optional[str], options: tuple[Layout, ...], k
             if (lay in known and known[lay][1]) or (lay not in known and first(lay)):
                 sc, _, mem = known[lay]
                 return replace(_ok(sc, lay, mem, len(known)), misses=misses())
-    sc = known[frugal][0] if frugal in known else sibling_scenario(base, frugal)
+    sc = known[frugal][0] if frugal in known else sibling_scenario(base, frugal, modules)
     return Evaluation(layout=frugal, status="oom", memory=memory_report(sc).to_json(), parallel=to_mapping(sc.parallel),
                       training=to_mapping(sc.training), memory_checks=len(known) + 1, misses=misses())
 
