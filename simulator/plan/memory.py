@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from .float8_comm import FP8_BYTES, fp8_params, fp8_weight_params, gathered_param_bytes
 from . import op_sac
 from .autocast_saved import ce_backward_temporaries
-from .memory_fit import MemoryReport, fits, headroom_gib, stage_capacities, verdict
+from .memory_fit import MemoryReport, headroom_gib, stage_capacities, verdict
 from .layout import (chunk_owner, group_shape, is_first_chunk, is_last_chunk, layer_recompute, rank_chunks,
                      recomputes_mlp)
 from .sharded_params import (autocast_head_params, autocast_layer_params, embedding_rank_params, head_rank_tensors,
@@ -420,5 +420,5 @@ def memory_report(sc: Scenario) -> MemoryReport:
         said = verdict([(s.peak / GIB, c, h) for s, (c, h) in zip(stages, caps)])
         return MemoryReport(capacity_gib=caps[worst][0], peak_gib=stages[worst].peak / GIB, fits=said == "fits",
                             per_stage=stages, headroom_gib=caps[worst][1], verdict=said)
-    return MemoryReport(capacity_gib=cap, peak_gib=peak, fits=fits(peak, cap, room), per_stage=stages, headroom_gib=room,
-                        verdict=verdict([(peak, cap, room)]))
+    said = verdict([(peak, cap, room)])
+    return MemoryReport(capacity_gib=cap, peak_gib=peak, fits=said == "fits", per_stage=stages, headroom_gib=room, verdict=said)

@@ -67,10 +67,10 @@ class MemoryReport:
     """`fits(peak_gib, capacity_gib, headroom_gib)`."""
     per_stage: list
     """`memory.StageMemory` of every pipeline stage."""
+    verdict: str
+    """`verdict` of the stages' peaks (`VERDICTS`): `fits` exactly when `fits`."""
     headroom_gib: float = 0.0
     """Memory the layout had to leave free to fit (`headroom_gib(sc)`)."""
-    verdict: str = "fits"
-    """`verdict` of the stages' peaks (`VERDICTS`): `fits` exactly when `fits`."""
 
     def to_json(self) -> dict:
         """The report's `memory` object; `free_gib` = capacity - peak."""

@@ -13,7 +13,7 @@ from ..step_classes import step
 from ..cost.costs import CostModel, build_cost_model
 from ..plan.flops import mfu_peak_flops, scenario_model_flops
 from ..plan.memory import GIB, memory_report, stage_memory
-from ..plan.memory_fit import MemoryReport, fits
+from ..plan.memory_fit import MemoryReport, verdict
 from ..frameworks.resolve import drop_options_setting
 from ..cost.pp_balance import balanced
 from ..scenario import Scenario, scenario_from_mapping, validate_layout
@@ -120,8 +120,9 @@ def _fits(sc: Scenario, headroom_gib: float = 0.0):
             return False, None
     per_stage = [stages[r] for r in range(sc.parallel.pp)]
     peak = max(s.peak for s in per_stage) / GIB
-    ok = fits(peak, full, headroom_gib)
-    return ok, MemoryReport(capacity_gib=full, peak_gib=peak, fits=ok, per_stage=per_stage, headroom_gib=headroom_gib)
+    said = verdict([(peak, full, headroom_gib)])
+    return said == "fits", MemoryReport(capacity_gib=full, peak_gib=peak, fits=said == "fits", per_stage=per_stage,
+                                        headroom_gib=headroom_gib, verdict=said)
 
 
 @dataclass
