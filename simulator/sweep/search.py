@@ -303,7 +303,7 @@ def run_sweep(sc: Scenario, raw: dict, base_dir: Optional[str], options: SweepOp
     counts["invalid"] = sum(rejected.values())
     if rejected:  # candidates the scenario's own keys make invalid: say why, or "no layout fits" would mislead
         problem, n = rejected.most_common(1)[0]
-        notes.append(f"{counts['invalid']:,} structures were rejected by the scenario's validation ({n:,}: {problem})")
+        notes.append(f"{counts['invalid']:,} candidate layouts were rejected by the scenario's validation ({n:,}: {problem})")
     infeasible.sort(key=lambda ev: (ev.overflow_gib, ev.layout))
     if options.estimate_infeasible > 0:
         n = options.estimate_infeasible
