@@ -269,3 +269,25 @@ def test_a_ring_across_nodes_waits_its_step_latency_on_every_step():
     assert collective_time(t, "all_gather", 1024, one_node) == pytest.approx(collective_time(p5, "all_gather", 1024, one_node))
     big = estimate(t, "all_gather", 2**20, tuple(range(512)))
     assert big.algorithm == "ring" and big.time_s >= 511 * 100e-6
+
+
+def test_a_dimension_is_priced_on_its_widest_group(monkeypatch):
+    """TP 6 on 8-GPU nodes: ranks 0-5 share a node, ranks 6-11 span two; every TP collective runs in step, so the
+    dimension is priced on a group over two nodes (4 + 2 GPUs), not rank 0's. Where the groups tile the nodes (TP 8),
+    the widest is rank 0's."""
+    from simulator.plan.layout import group_shape
+    from simulator.scenario import load_scenario
+    from simulator.run import simulate
+    keys = ["model=gpt3-175b", "training.seq_len=2048", "training.global_batch=768", "parallel.sp=false", "parallel.cp=1",
+            "parallel.pp=4", "parallel.pp_schedule=1f1b", "parallel.vpp=1", "cluster.nodes=24", "training.recompute=full"]
+    six = load_scenario("scenarios/70b_512gpu.yaml", keys + ["parallel.tp=6", "parallel.dp=8"])
+    assert group_shape(six, "tp", 0).nodes == 1
+    wide = group_shape(six, "tp")
+    assert (wide.size, wide.nodes, wide.per_node) == (6, 2, 4) and wide.ranks[0] == 6
+    eight = load_scenario("scenarios/70b_512gpu.yaml", keys + ["parallel.tp=8", "parallel.dp=6"])
+    assert group_shape(eight, "tp") == group_shape(eight, "tp", 0) and group_shape(eight, "tp").nodes == 1
+    # priced on the two-node group: TP takes longer than rank 0's one-node group would
+    wide_tp = simulate(six, "analytic")["comm"]["tp"]["time_s"]
+    import simulator.plan.layout as layout
+    monkeypatch.setattr(layout, "widest_group", lambda sc, dim: 0)
+    assert wide_tp > 1.5 * simulate(six, "analytic")["comm"]["tp"]["time_s"]

@@ -22,7 +22,7 @@ from .schedules import schedule_spec
 
 @dataclass(frozen=True, slots=True)
 class GroupShape:
-    """How one process group sits on the cluster (all groups of a dimension have the same shape)."""
+    """How one process group sits on the cluster: the dimension's widest group unless a rank is named (`group_shape`)."""
     dim: str
     size: int
     nodes: int
@@ -30,7 +30,7 @@ class GroupShape:
     per_node: int
     """Most ranks of the group on one node."""
     ranks: tuple[int, ...]
-    """The group of global rank 0 (or of the first rank in it), for printing and tests."""
+    """The group's ranks, for printing and tests."""
 
     @property
     def intra_node(self) -> bool:
@@ -146,12 +146,27 @@ def _expert_group(sc: Scenario, dim: str, rank: int) -> list[int]:
     return [int(x) for x in grid[tuple(slice(None) if d == vary else c[d] for d in dims)].ravel()]
 
 
-def group_shape(sc: Scenario, dim: str, rank: int = 0) -> GroupShape:
-    ranks = group_ranks(sc, dim, rank)
+def group_shape(sc: Scenario, dim: str, rank: int | None = None) -> GroupShape:
+    """How `rank`'s group of `dim` sits on the nodes; without a rank, the dimension's widest group (`widest_group`):
+    its collectives run in step on every group, so the one spread over the most nodes sets their pace."""
+    ranks = group_ranks(sc, dim, widest_group(sc, dim) if rank is None else rank)
     g = sc.gpus_per_node
     nodes = [r // g for r in ranks]
     counts = np.bincount(nodes)
     return GroupShape(dim=dim, size=len(ranks), nodes=int((counts > 0).sum()), per_node=int(counts.max()), ranks=tuple(ranks))
+
+
+def widest_group(sc: Scenario, dim: str) -> int:
+    """The first rank of `dim`'s group spread over the most nodes (rank 0's group where they tie). Groups of tp, cp,
+    dp and pp are runs of the rank grid with one stride; when their size and stride do not tile the node (tp 6 on
+    8-GPU nodes: ranks 0-5 on one node, 6-11 over two), they sit differently. The other dimensions are composed from
+    these and are taken at rank 0."""
+    if dim not in ("tp", "cp", "dp", "pp"):
+        return 0
+    grid, dims = rank_grid(sc)
+    groups = np.moveaxis(grid, dims.index(dim), -1).reshape(-1, grid.shape[dims.index(dim)])  # rows: increasing ranks
+    spread = 1 + (np.diff(groups // sc.gpus_per_node, axis=1) != 0).sum(axis=1)
+    return int(groups[int(np.argmax(spread)), 0])
 
 
 def pair_shape(sc: Scenario, a: int, b: int) -> GroupShape:
