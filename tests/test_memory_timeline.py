@@ -41,6 +41,23 @@ def test_timeline_peak_is_the_engines_when_its_schedule_holds_more_than_the_mode
         assert peak_bytes(rank_memory_events(sc, rk)) == pytest.approx(rep.per_stage[rk.stage].peak + extra, rel=1e-9)
 
 
+@pytest.mark.parametrize("schedule", ["dualpipev", "dualpipe"])
+def test_dualpipes_overlapped_chunks_free_the_paired_backwards_activations(schedule):
+    """An overlapped chunk is one pass (an F carrying the backward of another micro-batch as its `pair`): the
+    timeline frees that backward's activations too, so over two steps the peak stays the engine's step peak and
+    every step ends with no activations held."""
+    sc = scenario(pp=4, m=16, schedule=schedule, vpp=2)
+    eng = _two_steps(sc)
+    assert any(st.pair is not None for rk in eng.ranks for _, _, st, *_ in rk.rec.passes)
+    static = memory_report(sc).per_stage
+    for rk in eng.ranks:
+        events = rank_memory_events(sc, rk, first_step=False)
+        held = static[rk.stage].peak - static[rk.stage].activations + rk.act_peak
+        assert peak_bytes(events) <= 1.05 * held
+        _, comps = levels_by_category(events)
+        assert comps["activations"][-1] == pytest.approx(0.0, abs=1.0)
+
+
 def test_unfused_gradients_with_accumulation_reach_the_model_peak_in_the_second_step():
     sc = _unfused(scenario(pp=1, m=2))
     eng = _two_steps(sc)

@@ -34,7 +34,11 @@ def rank_memory_events(sc, rk, *, first_step: bool = True, detail: str = "tensor
     """The rank's allocations and frees op by op (`plan/memory_timeline.py`) from the passes and optimizer
     steps the engine recorded for it."""
     from ...plan.memory_timeline import PassTime, memory_events  # noqa: PLC0415
-    passes = [PassTime(start, end, st.kind, st.chunk, st.mb) for start, end, st, *_ in rk.rec.passes]
+    passes = []
+    for start, end, st, *_ in rk.rec.passes:
+        passes.append(PassTime(start, end, st.kind, st.chunk, st.mb))
+        if st.pair is not None:  # DualPipe's overlapped chunk: its backward of another micro-batch runs in the same pass
+            passes.append(PassTime(start, end, st.pair.kind, st.pair.chunk, st.pair.mb))
     return memory_events(sc, rk.stage, passes, list(rk.rec.optimizer), first_step=first_step, detail=detail)
 
 
