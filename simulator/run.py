@@ -14,7 +14,7 @@ from .step_classes import class_scenario, step
 from .cost.costs import build_cost_model, priced_attention_kernel
 from .cost.pp_balance import balanced, stage_layer_times
 from .plan.layout import chunk_layers
-from .plan.memory_fit import DEFAULT_HEADROOM_FRACTION, fits, verdict
+from .plan.memory_fit import DEFAULT_HEADROOM_FRACTION, verdict
 from .plan.paces import stage_pool_sets
 from .evaluate.diloco import inner_scenario, outer_sync
 from .plan.documents import attention_summary
@@ -122,9 +122,9 @@ def pools_summary(sc: Scenario, cost, mem, mems: dict | None = None, shares=None
         peak = max(((mems or {}).get(i, mem).per_stage[s].peak / GIB for s in stages), default=0.0)
         cap = float(topo.gpu.memory_gib)
         keep = float(room) if room is not None else DEFAULT_HEADROOM_FRACTION * cap
+        said = verdict([(peak, cap, keep)])
         out.append({"gpu": Path(p.gpu).stem, "gpu_model": topo.gpu.name, "nodes": p.nodes, "stages": stages,
-                    "capacity_gib": cap, "peak_gib": peak, "fits": fits(peak, cap, keep),
-                    "verdict": verdict([(peak, cap, keep)])})
+                    "capacity_gib": cap, "peak_gib": peak, "fits": said == "fits", "verdict": said})
     dp = [{"gpu": out[sh.pool]["gpu"], "replicas": sh.replicas, "micro_batches": sh.micro_batches, "fewer": sh.fewer}
           for sh in shares] if shares else None
     return {"pools": out, "pp_balance": sc.parallel.pp_balance, "pp_layers": chunk_layers(sc),

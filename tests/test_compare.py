@@ -52,7 +52,7 @@ def test_best_indices_respect_direction_and_ties():
 
 
 def test_compare_rows_flag_layout_differences():
-    r = {"gpus": 8, "layout": {"dp": 8, "tp": 1}, "iteration_time_s": 1.0, "memory": {"fits": True, "peak_gib": 10.0, "capacity_gib": 80.0},
+    r = {"gpus": 8, "layout": {"dp": 8, "tp": 1}, "iteration_time_s": 1.0, "memory": {"fits": True, "verdict": "fits", "peak_gib": 10.0, "capacity_gib": 80.0},
          "estimator": "analytic"}
     s = {**r, "layout": {"dp": 4, "tp": 2}, "iteration_time_s": 2.0}
     rows = {x["row"]: x for x in compare_rows([r, s])}

@@ -20,10 +20,8 @@ def _table(rows: list[list[str]], header: list[str], align: str | None = None) -
 
 
 def memory_verdict(mem: dict) -> str:
-    """A report's (or a pool's) memory verdict as printed: fits, TIGHT or DOES NOT FIT (`memory_fit.VERDICTS`;
-    a report without `verdict` says fits or DOES NOT FIT from `fits`)."""
-    said = mem.get("verdict") or ("fits" if mem["fits"] else "does not fit")
-    return said if said == "fits" else said.upper()
+    """A report's (or a pool's) memory verdict as printed: fits, TIGHT or DOES NOT FIT (`memory_fit.VERDICTS`)."""
+    return mem["verdict"] if mem["verdict"] == "fits" else mem["verdict"].upper()
 
 
 def format_report(r: dict) -> str:
@@ -74,7 +72,7 @@ def format_report(r: dict) -> str:
     out.append(f"  memory: peak {mem['peak_gib']:.1f} GiB of {mem['capacity_gib']:.1f} GiB, {free:.1f} GiB free"
                f" (fits needs {mem.get('headroom_gib', 0.0):.1f} free) -> {memory_verdict(mem)}"
                f" ({mem['peak_gib'] / mem['capacity_gib'] * 100:.0f} % of capacity)")
-    if mem.get("verdict") == "tight":
+    if mem["verdict"] == "tight":
         out.append("  (tight: under the GPU's memory but inside the headroom kept for the memory model's own error;"
                    " it may or may not fit)")
     out.append("")
