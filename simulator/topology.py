@@ -139,6 +139,9 @@ class NodeSpec:
     """NVLink SHARP (in-switch reduction) available for all-reduce."""
     bus_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
     """Large-message ring busbw / bandwidth_gbs; null = the constant for the interconnect in collectives.py."""
+    alltoall_efficiency: Optional[float] = field(default=None, metadata={"min": 0.001})
+    """Large-message NCCL all-to-all rate per GPU over its intra-node links / bandwidth_gbs (an all-to-all is a
+    group of sends and receives, copied by NCCL's p2p kernels, not a ring); null = bus_efficiency's."""
     pcie_switches: int = field(default=1, metadata={"min": 1, "max": MAX_NODE_GPUS})
     """PCIe switches the GPUs are split across (pcie interconnect); a ring spanning them crosses the uplinks."""
     switch_uplink_gbs: float = field(default=0.0, metadata={"min": 0.0, "max": MAX_BANDWIDTH_GBS})
@@ -316,7 +319,7 @@ def check_topology(t: Topology, where: str) -> Topology:
     if not any(k in t.gpu.peak_tflops for k in ("bf16", "fp32")):
         raise ScenarioError(f"{where}.gpu.peak_tflops", "needs at least a bf16 or an fp32 figure")
     n = t.node
-    for key in ("bus_efficiency", "nic_efficiency", "nic_p2p_efficiency", "nic_tree_efficiency"):
+    for key in ("bus_efficiency", "alltoall_efficiency", "nic_efficiency", "nic_p2p_efficiency", "nic_tree_efficiency"):
         v = getattr(n, key)
         if v is not None and v > 1.0:
             raise ScenarioError(f"{where}.node.{key}", f"{v} is above 1", "a fraction in (0, 1]")

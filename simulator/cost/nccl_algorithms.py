@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from ..errors import ScenarioError
 from .network import GroupLayout
+from .ep_sm_share import NCCL_ALL_TO_ALL_CHANNELS
 from .nvls import NvlsPipeline, without_loop_overhead
 from ..topology import Topology
 
@@ -156,11 +157,13 @@ def shares(topology: Topology, L: GroupLayout, concurrent: int = 1, siblings: bo
     """Static contention from the layout: with `siblings`, every node's g/p groups, every leaf domain's
     groups and every site's groups push the same bytes at once, so each gets its ranks' share. `traffic`
     picks the NIC efficiency: "ring" (`node.nic_efficiency`), "tree" (`nic_tree_efficiency`) or "p2p"
-    (`nic_p2p_efficiency`, point-to-point sends), each falling back to nic_efficiency."""
+    (`nic_p2p_efficiency`), each falling back to nic_efficiency; "alltoall": the ring's, and in the node
+    `node.alltoall_efficiency`."""
     n, f = topology.node, topology.fabric
     g_hw = n.gpus
     c = max(1, concurrent)
-    intra = n.bandwidth_gbs * 1e9 * (n.bus_efficiency or BUS_EFFICIENCY[n.interconnect]) / c
+    bus = n.bus_efficiency or BUS_EFFICIENCY[n.interconnect]
+    intra = n.bandwidth_gbs * 1e9 * ((n.alltoall_efficiency or bus) if traffic == "alltoall" else bus) / c
     uplink = None
     if n.interconnect == "pcie" and L.switches > 1 and n.switch_uplink_gbs > 0:
         gps = g_hw // n.pcie_switches
@@ -397,9 +400,12 @@ def _hierarchical(topology, L, sh, collective) -> list[Candidate]:
 
 
 def _pairwise(topology, L, sh) -> list[Candidate]:
-    """Pairwise all-to-all (MPICH alltoall_intra_pairwise.c): each rank sends S/n to every other rank,
-    latency (n-1) steps. Over NVLink a GPU sends (p-1)/n S; a node sends p(n-p)/n S off-node; a leaf
-    domain with m nodes of the group sends mp(n-mp)/n S to the spine; a site sends to every other."""
+    """All-to-all: each rank sends S/n to every other. Over NVLink a GPU sends (p-1)/n S; a node p(n-p)/n S
+    off-node; a leaf domain with m nodes m p(n-mp)/n S to the spine; a site to every other. Latency in one
+    node: NCCL runs all n-1 peers in one kernel over its p2p channels (`p2p_rounds`; NVIDIA's published
+    latencies on one NVL72 rack are flat from EP 8 to 32, validation/collectives_ep_all_to_all.py). Across
+    nodes and with gloo, one step per peer (MPICH alltoall_intra_pairwise.c): the published multi-node H100
+    rows, NIC-bound, read no better with concurrent peers (MAPE 6.7 % either way)."""
     n, p = L.size, L.per_node
     m = L.nodes_per_domain * p
     ps = L.per_switch
@@ -414,11 +420,19 @@ def _pairwise(topology, L, sh) -> list[Candidate]:
     out = []
     for proto in ("LL", "Simple") if _intra_kind(topology) != "host" else ("Simple",):
         base, intra, inter = step_latency(topology, L, "ring", proto)
-        lat = base + (p - 1) * intra + (n - p) * inter + L.wan_span_s
+        one_node = L.nodes == 1 and _intra_kind(topology) != "host"
+        lat = base + p2p_rounds(n) * intra if one_node else base + (p - 1) * intra + (n - p) * inter + L.wan_span_s
         cap = NCCL_P2P_LL_THRESHOLD * n if proto == "LL" else math.inf
         out.append(Candidate("pairwise", proto, lat, _with_protocol("pairwise", proto, "all_to_all", L, _bw(t)), where, cap,
                              busy=class_times(loads, sh)))
     return out
+
+
+def p2p_rounds(n: int) -> int:
+    """Peers one NCCL p2p channel serves in turn in an all-to-all of n ranks: a group's sends / receives go
+    into one kernel plan, channels per peer halved down to one until the peers fit (NVIDIA/nccl
+    src/enqueue.cc:1143-1146 at 5067397c): n - 1 peers over `NCCL_ALL_TO_ALL_CHANNELS`."""
+    return max(1, math.ceil((n - 1) / NCCL_ALL_TO_ALL_CHANNELS))
 
 
 @lru_cache(maxsize=256)
@@ -470,7 +484,7 @@ def candidates(topology: Topology, collective: str, L: GroupLayout, concurrent: 
         raise ValueError(f"unknown collective {collective!r} (allowed: {' | '.join(COLLECTIVES)})")
     if L.size <= 1:
         return ()
-    sh = shares(topology, L, concurrent, siblings, traffic="p2p" if collective == "send_recv" else "ring")
+    sh = shares(topology, L, concurrent, siblings, traffic={"send_recv": "p2p", "all_to_all": "alltoall"}.get(collective, "ring"))
     if collective == "all_reduce":
         sh_tree = shares(topology, L, concurrent, siblings, traffic="tree")
         out = _ring(topology, L, sh, collective) + _tree(topology, L, sh_tree) + _nvls(topology, L, sh_tree) \
