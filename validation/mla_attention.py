@@ -55,12 +55,14 @@ def mla_head_dim() -> float:
     return load_model("deepseek-v3").attention_head_dim
 
 
-def priced(topology: str, cudnn_version: str | None, seq: int, d_head: float) -> tuple[float, float]:
-    """clustersim's cuDNN TFLOP/s forward and backward for a causal BF16 attention of `seq` tokens at `d_head`."""
+def pricer(topology: str, cudnn_version: str | None):
+    """seq, d_head -> clustersim's cuDNN TFLOP/s forward and backward for a causal BF16 attention on `topology`'s GPU
+    (its tables looked up once per set)."""
     topo = load_topology(topology)
     kernels = CostModel(topo, cudnn_version=cudnn_version).kernels()
     peak = topo.gpu.peak_tflops["bf16"] * topo.gpu.compute_clock_fraction
-    return tuple(kernels.attention_efficiency("cudnn", phase, True, d_head, seq) * peak for phase in ("fwd", "bwd"))
+    return lambda seq, d_head: tuple(kernels.attention_efficiency("cudnn", phase, True, d_head, seq) * peak
+                                     for phase in ("fwd", "bwd"))
 
 
 def load(path: Path = REFERENCE) -> list[dict]:
@@ -69,8 +71,11 @@ def load(path: Path = REFERENCE) -> list[dict]:
 
 def points(sets: list[dict]) -> list[Point]:
     d = mla_head_dim()
-    return [Point(s["id"], int(seq), (float(f), float(b)), priced(s["topology"], s.get("cudnn_version"), int(seq), d))
-            for s in sets for seq, f, b in s["points"]]
+    out = []
+    for s in sets:
+        priced = pricer(s["topology"], s.get("cudnn_version"))
+        out += [Point(s["id"], int(seq), (float(f), float(b)), priced(int(seq), d)) for seq, f, b in s["points"]]
+    return out
 
 
 def report(sets: list[dict]) -> list[Point]:

@@ -418,7 +418,6 @@ def memory_report(sc: Scenario) -> MemoryReport:
         caps = stage_capacities(sc)
         worst = min(range(len(stages)), key=lambda r: caps[r][0] - caps[r][1] - stages[r].peak / GIB)
         said = verdict([(s.peak / GIB, c, h) for s, (c, h) in zip(stages, caps)])
-        return MemoryReport(capacity_gib=caps[worst][0], peak_gib=stages[worst].peak / GIB, fits=said == "fits",
-                            per_stage=stages, headroom_gib=caps[worst][1], verdict=said)
-    said = verdict([(peak, cap, room)])
-    return MemoryReport(capacity_gib=cap, peak_gib=peak, fits=said == "fits", per_stage=stages, headroom_gib=room, verdict=said)
+        return MemoryReport(capacity_gib=caps[worst][0], peak_gib=stages[worst].peak / GIB, per_stage=stages,
+                            headroom_gib=caps[worst][1], verdict=said)
+    return MemoryReport(capacity_gib=cap, peak_gib=peak, per_stage=stages, headroom_gib=room, verdict=verdict([(peak, cap, room)]))

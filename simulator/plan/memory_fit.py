@@ -63,14 +63,17 @@ class MemoryReport:
     """The GPU's memory (topology `gpu.memory_gib`)."""
     peak_gib: float
     """Worst stage."""
-    fits: bool
-    """`fits(peak_gib, capacity_gib, headroom_gib)`."""
     per_stage: list
     """`memory.StageMemory` of every pipeline stage."""
     verdict: str
-    """`verdict` of the stages' peaks (`VERDICTS`): `fits` exactly when `fits`."""
+    """`verdict` of the stages' peaks (`VERDICTS`)."""
     headroom_gib: float = 0.0
     """Memory the layout had to leave free to fit (`headroom_gib(sc)`)."""
+
+    @property
+    def fits(self) -> bool:
+        """Every stage leaves its headroom free (`fits`): the verdict `fits`."""
+        return self.verdict == "fits"
 
     def to_json(self) -> dict:
         """The report's `memory` object; `free_gib` = capacity - peak."""

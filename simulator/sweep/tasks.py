@@ -120,9 +120,9 @@ def _fits(sc: Scenario, headroom_gib: float = 0.0):
             return False, None
     per_stage = [stages[r] for r in range(sc.parallel.pp)]
     peak = max(s.peak for s in per_stage) / GIB
-    said = verdict([(peak, full, headroom_gib)])
-    return said == "fits", MemoryReport(capacity_gib=full, peak_gib=peak, fits=said == "fits", per_stage=per_stage,
-                                        headroom_gib=headroom_gib, verdict=said)
+    rep = MemoryReport(capacity_gib=full, peak_gib=peak, per_stage=per_stage, headroom_gib=headroom_gib,
+                       verdict=verdict([(peak, full, headroom_gib)]))
+    return rep.fits, rep
 
 
 @dataclass
