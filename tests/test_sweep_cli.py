@@ -9,7 +9,9 @@ import pytest
 from simulator.cli.main import main
 from simulator.sweep.tasks import Evaluation
 from simulator.sweep.space import Layout
-from simulator.cli.sweep_cmd import explain_win, overflow_text, reason
+from types import SimpleNamespace
+
+from simulator.cli.sweep_cmd import explain_win, misses_memory_keeps_out, overflow_text, reason
 
 ROOT = Path(__file__).resolve().parent.parent
 S8B = str(ROOT / "scenarios" / "8b_8gpu.yaml")
@@ -134,3 +136,18 @@ def test_overflow_text_names_the_stage_and_the_largest_part():
         {"stage": 1, "weights_gib": 10.0, "grads_gib": 20.0, "optimizer_gib": 5.0, "activations_gib": 30.0, "buffers_gib": 5.0, "peak_gib": 70.0}]}
     text = overflow_text(Evaluation(layout=lay(pp=2), status="oom", memory=mem))
     assert "stage 0 needs 90.0 GiB of 79.7 (over by 10.3 GiB" in text and "mostly activations (50.0 GiB" in text
+
+
+def test_only_misses_faster_than_the_best_are_reported():
+    """A layout that does not fit and would be slower than #1 anyway is no loss to report (a 70B sweep printed
+    its 115 tok/s/GPU miss under "the fastest layouts that do not fit" beside a 1,000 tok/s/GPU winner)."""
+    best = ev(lay(), 6.0, bubble_s=1.0)
+    slow, fast, faster = (replace_status(ev(lay(pp=p), s, compute_s=s)) for p, s in ((8, 60.0), (2, 5.5), (4, 4.0)))
+    result = SimpleNamespace(ranked=[best], infeasible=[slow, fast, faster])
+    assert misses_memory_keeps_out(result) == [faster, fast]
+    assert misses_memory_keeps_out(SimpleNamespace(ranked=[], infeasible=[slow, fast])) == [fast, slow]
+
+
+def replace_status(e):
+    from dataclasses import replace
+    return replace(e, status="oom")

@@ -235,6 +235,15 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     return [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows]
 
 
+def misses_memory_keeps_out(result) -> list:
+    """The layouts that do not fit and whose analytic estimate beats #1's throughput, fastest first: what memory
+    costs this sweep. A layout that does not fit and would be slower than #1 anyway tells the user nothing, so it
+    is left out; where nothing fits, every estimated layout that does not fit counts."""
+    floor = result.ranked[0].tokens_per_s_per_gpu if result.ranked else 0.0
+    return sorted((ev for ev in result.infeasible if ev.summary and ev.summary["tokens_per_s_per_gpu"] > floor),
+                  key=lambda ev: -ev.summary["tokens_per_s_per_gpu"])
+
+
 def format_sweep(result, sc, top: int) -> str:
     c = result.counts
     gb = sc.training.global_batch
@@ -292,9 +301,10 @@ def format_sweep(result, sc, top: int) -> str:
         out.append("  Against the Ultra-Scale Playbook's advice:")
         out += ["  - " + line for line in advice_notes(result, sc)]
         out.append("")
-    fast_misses = sorted((ev for ev in result.infeasible if ev.summary), key=lambda ev: -ev.summary["tokens_per_s_per_gpu"])
+    fast_misses = misses_memory_keeps_out(result)
     if fast_misses:
-        out.append("  The fastest layouts that do not fit (analytic step time as if they did):")
+        out.append("  Faster than #1 but do not fit (analytic step time as if they did):" if result.ranked
+                   else "  The fastest layouts that do not fit (analytic step time as if they did):")
         out += [f"  - {ev.summary['tokens_per_s_per_gpu']:,.0f} tok/s/GPU: " + overflow_text(ev, result.headroom_gib) for ev in fast_misses[:3]]
         out.append("")
 

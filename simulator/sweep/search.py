@@ -49,7 +49,7 @@ class SweepOptions:
     else 5 % of the GPU's memory). Every candidate and every report of the sweep uses this one value."""
     estimate_infeasible: int = 200
     """Estimate the step time of up to this many layouts that do not fit, closest to fitting first
-    (for "the fastest layouts that do not fit" and the scatter plot)."""
+    (for the report's "faster than #1 but do not fit" and the scatter plot)."""
 
 
 @dataclass(frozen=True, kw_only=True)
