@@ -162,7 +162,8 @@ class Cluster:
     efficiency: dict[str, float] = field(default_factory=dict)
     """Per-software-stack overrides of the spec roofline (costs.py): gemm, gemm_fp8, attention_fwd, attention_bwd,
     hbm (fractions of peak), gemm_fp8_vs_bf16 / gemm_mxfp8_vs_fp8 (FP8 GEMMs at a multiple of the BF16 GEMMs' share of
-    peak in a step, MXFP8 ones of FP8's; TE's: frameworks/transformer_engine.yaml), tp_comm_overhead_s (seconds added to every TP collective) and
+    peak in a step, MXFP8 ones of FP8's; TE's: frameworks/transformer_engine.yaml), triton_fa_vs_transfer (the Triton
+    FlashAttention kernel at a multiple of its published transfer's speed; Composer's), tp_comm_overhead_s (seconds added to every TP collective) and
     tp_internode_overhead_s (added again per node beyond the first that the TP group spans); tp_host_s and
     tp_host_per_rank_s (host seconds to issue each TP collective, + per TP rank: `CostModel.host_time`); dp_comm_overhead_s,
     dp_ring_step_latency_us (DP collectives); comm_sm_share (an in-flight collective's share of the compute rate: `sm_share.py`)."""

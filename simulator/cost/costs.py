@@ -181,7 +181,8 @@ class CostModel:
     def attention_efficiency(self, op: Compute) -> float:
         """Fraction of the bf16 peak an attention kernel reaches: `cluster.efficiency.attention_<phase>` (at head dim
         128, scaled by `attention_head_dim_factor`) when given, else the published table of `attention_kernel` at the
-        op's mask, head dim and sequence length (geometric mean of query and key lengths), else the constants."""
+        op's mask, head dim and sequence length (geometric mean of query and key lengths; the Triton FlashAttention
+        family times `cluster.efficiency.triton_fa_vs_transfer`), else the constants."""
         phase = op.shape[5] if len(op.shape) > 5 else "fwd"
         key = f"attention_{phase}"
         if key not in self.efficiency:
@@ -190,6 +191,8 @@ class CostModel:
                 b, s_q, s_kv, d_head, frac = op.shape[:5]
                 eff = k.attention_efficiency(self.attention_kernel, phase, frac < 1.0, d_head, math.sqrt(s_q * s_kv))
                 if eff is not None:
+                    if self.attention_kernel == "triton_fa":  # the kernel against its transfer's reading (composer.yaml)
+                        eff *= self.efficiency.get("triton_fa_vs_transfer", 1.0)
                     return eff
         return self.efficiency.get(key, ATTENTION_EFFICIENCY[phase]) * attention_head_dim_factor(op.shape[3])
 
@@ -226,6 +229,8 @@ class CostModel:
             why = (f"the SM clock locked at {gpu.locked_clock_mhz:g} MHz (rated {gpu.peak_clock_mhz:g} MHz)" if by_lock
                    else f"the {gpu.power_limit_w:g} W power limit (of {gpu.tdp_w:g} W)")
             base += f"; tensor-core work at {gpu.compute_clock_fraction:.2f} of its rated speed under {why}"
+        if self.attention_kernel == "triton_fa" and self.efficiency.get("triton_fa_vs_transfer", 1.0) != 1.0:
+            base += f"; the Triton attention at {self.efficiency['triton_fa_vs_transfer']:g}x its transfer (cluster.efficiency)"
         return base + (f", overridden by cluster.efficiency {', '.join(over)}" if over else "")
 
     def spec_compute_time(self, op: Compute) -> float:
