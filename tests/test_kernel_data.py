@@ -259,6 +259,19 @@ def test_a_transfer_point_of_another_family_is_a_clear_error(tmp_path):
         load_data(str(bad))
 
 
+@pytest.mark.parametrize("change, says", [({"d_v": None}, "d_v"), ({"phase": "fwd_bwd"}, "phase 'fwd_bwd'"),
+                                           ({"family": "flash9"}, "family 'flash9'")])
+def test_a_bad_mla_point_is_a_clear_error(tmp_path, change, says):
+    p = {"family": "cudnn", "dtype": "bf16", "phase": "fwd", "causal": True, "d_qk": 192, "d_v": 128, "seq": 4096,
+         "tflops": 599.0, "source": "s", "url": "http://x", **change}
+    p = {k: v for k, v in p.items() if v is not None}
+    bad = tmp_path / "k.json"
+    bad.write_text(json.dumps({"gpus": {"G": {"gemm": [], "attention": [], "mla_attention": [p]}}}))
+    with pytest.raises(ScenarioError, match="mla_attention") as e:
+        load_data(str(bad))
+    assert says in str(e.value)
+
+
 def test_the_h200_is_priced_from_the_h100s_published_kernels():
     """hgx-h200 names the H100 as its chip (the same GH100 die; measured on an H200, the H100's published GEMM and
     attention figures read within 3-7 % of it, validation/published_vs_measured.py): its compute-bound kernels cost

@@ -37,16 +37,32 @@ def test_every_set_is_priced(points):
     assert all(min(p.priced) > 0 for p in points)
 
 
-def test_blackwell_reads_within_its_band_and_hopper_is_too_fast_at_4k(points):
+def test_the_published_mla_tables_price_mla_and_the_moe_report_checks_them(points):
     by = {(p.set, p.seq): p for p in points}
-    for seq in (4096, 16384):  # the MoE report's Blackwell row: forward + backward within 2 %
-        assert abs(by[("moe-report-table-9-blackwell", seq)].step_ratio - 1) < 0.02
-    for seq in (4096, 8192):  # cudnn-frontend's GB200 and GB300 at 4K-8K: within 2 %
-        for s in ("cudnn-frontend-gb200-9.22.0", "cudnn-frontend-gb300-9.22.0"):
-            assert abs(by[(s, seq)].step_ratio - 1) < 0.02
-    # Hopper at 4K: priced from the head-dim-128 tables, 11-14 % too fast (the backward), known and reported
-    for s in ("moe-report-table-9-hopper", "cudnn-frontend-h200-9.19.1"):
-        assert 1.05 < by[(s, 4096)].step_ratio < 1.2
+    for (s, seq), p in by.items():  # cudnn-frontend's points are the kernel data: they read as published
+        if s.startswith("cudnn-frontend"):
+            assert p.priced == pytest.approx(p.published, rel=1e-9)
+    # the MoE report's Table 9, in no data of clustersim's: at DeepSeek-V3's 4K within 2 % on both; at 16K its backward
+    # is faster than the tables (GB200 1,298 against cudnn-frontend's 1,134; Hopper 523 where the H200 table ends at
+    # 8K with 442): 10-12 % slow, known and reported
+    for s in ("moe-report-table-9-blackwell", "moe-report-table-9-hopper"):
+        assert abs(by[(s, 4096)].step_ratio - 1) < 0.02
+        assert -0.15 < by[(s, 16384)].step_ratio - 1 < -0.05
+
+
+def test_mla_tables_price_only_mla_of_their_family():
+    """A head-dim-160 attention that is not MLA, and MLA through another kernel family, keep the tables by one head
+    dim; a DeepSeek-V3 scenario's cost model carries MLA's two head dims."""
+    from simulator.cost.costs import mla_head_dims
+    from simulator.model import load_model
+    k = mla.CostModel(mla.load_topology("dgx-h100")).kernels()
+    dims = mla_head_dims(load_model("deepseek-v3"))
+    assert dims == (192, 128) and mla_head_dims(load_model("llama3-8b")) is None
+    mla_eff = k.attention_efficiency("cudnn", "bwd", True, 160, 4096, dims)
+    plain = k.attention_efficiency("cudnn", "bwd", True, 160, 4096)
+    assert mla_eff != plain
+    assert k.attention_efficiency("flash3", "bwd", True, 160, 4096, dims) == k.attention_efficiency("flash3", "bwd", True, 160, 4096)
+    assert mla_eff * 989.4 == pytest.approx(404, rel=0.01)
 
 
 def test_the_report_prints_every_set():

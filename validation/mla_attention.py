@@ -4,11 +4,13 @@
 
 Reads validation/references/kernels/mla_attention_cudnn.yaml: cudnn-frontend's published runs of DeepSeek-V3's
 attention shape (query-key head dim 192, value head dim 128, causal, BF16) on H200, GB200 and GB300, and NVIDIA's
-Megatron Core MoE report's Table 9 (Hopper, Blackwell). clustersim prices MLA at the mean head dim, 160, from each
-GPU's head-dim-128 cuDNN tables (`kernel_data.GpuKernels.attention_efficiency`, the topology's peak, the set's cuDNN
-release where it names one); none of these points is in its data. For each point the script prints published and
-priced TFLOP/s forward and backward, their ratio, and per set the error of one forward + backward (time-weighted:
-the backward counts 2.5 times the forward's FLOPs) - what a training step pays.
+Megatron Core MoE report's Table 9 (Hopper, Blackwell). clustersim prices MLA from the GPU's own MLA tables
+(kernel_data.json `mla_attention`: the cudnn-frontend points above, so those sets read 0 by construction and check
+only the transcription), else at the mean head dim, 160, from its head-dim-128 cuDNN tables
+(`kernel_data.GpuKernels.attention_efficiency`, the topology's peak, the set's cuDNN release where it names one). The
+MoE report's Table 9 is in no data of clustersim's: it is the independent check. For each point the script prints
+published and priced TFLOP/s forward and backward, their ratio, and per set the error of one forward + backward
+(time-weighted: the backward counts 2.5 times the forward's FLOPs) - what a training step pays.
 
 A report, not a gate: it exits 0 whatever the error (tests/test_mla_attention.py holds the band).
 """
@@ -23,7 +25,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.cost.costs import CostModel  # noqa: E402
+from simulator.cost.costs import CostModel, mla_head_dims  # noqa: E402
 from simulator.model import load_model  # noqa: E402
 from simulator.topology import load_topology  # noqa: E402
 
@@ -56,12 +58,13 @@ def mla_head_dim() -> float:
 
 
 def pricer(topology: str, cudnn_version: str | None):
-    """seq, d_head -> clustersim's cuDNN TFLOP/s forward and backward for a causal BF16 attention on `topology`'s GPU
-    (its tables looked up once per set)."""
+    """seq, d_head -> clustersim's cuDNN TFLOP/s forward and backward for DeepSeek-V3's causal BF16 attention on
+    `topology`'s GPU (its tables looked up once per set; MLA's own table where the GPU has one)."""
     topo = load_topology(topology)
     kernels = CostModel(topo, cudnn_version=cudnn_version).kernels()
     peak = topo.gpu.peak_tflops["bf16"] * topo.gpu.compute_clock_fraction
-    return lambda seq, d_head: tuple(kernels.attention_efficiency("cudnn", phase, True, d_head, seq) * peak
+    dims = mla_head_dims(load_model("deepseek-v3"))
+    return lambda seq, d_head: tuple(kernels.attention_efficiency("cudnn", phase, True, d_head, seq, dims) * peak
                                      for phase in ("fwd", "bwd"))
 
 
@@ -80,7 +83,8 @@ def points(sets: list[dict]) -> list[Point]:
 
 def report(sets: list[dict]) -> list[Point]:
     pts = points(sets)
-    print(f"MLA attention (DeepSeek-V3: head dims 192 / 128, priced at {mla_head_dim():g}), cuDNN, causal, BF16")
+    print(f"MLA attention (DeepSeek-V3: head dims 192 / 128; without an MLA table priced at {mla_head_dim():g}), cuDNN,"
+          " causal, BF16")
     for s in sets:
         mine = [p for p in pts if p.set == s["id"]]
         print(f"\n{s['id']}: {s['gpu']}, topology {s['topology']}, cuDNN {s.get('cudnn_version') or 'not stated'}"

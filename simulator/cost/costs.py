@@ -99,6 +99,9 @@ class CostModel:
     cudnn_version: str | None = None
     """`cluster.cudnn_version`: the cuDNN release whose published attention points price cuDNN attention
     (`cudnn_release.py`); None: the newest published."""
+    mla_head_dims: tuple | None = None
+    """Multi-head latent attention's (query-key, value) head dims (`model.mla`), which the GPU's `mla_attention`
+    tables price; None: the model's attention has one head dim."""
     published_kernels: bool = True
     """Price GEMMs and attention from the GPU's published kernel points (`kernel_data.py`); False: the spec-based
     constants only (validation/kernel_ceiling.py's comparison column)."""
@@ -181,15 +184,17 @@ class CostModel:
     def attention_efficiency(self, op: Compute) -> float:
         """Fraction of the bf16 peak an attention kernel reaches: `cluster.efficiency.attention_<phase>` (at head dim
         128, scaled by `attention_head_dim_factor`) when given, else the published table of `attention_kernel` at the
-        op's mask, head dim and sequence length (geometric mean of query and key lengths; the Triton FlashAttention
-        family times `cluster.efficiency.triton_fa_vs_transfer`), else the constants."""
+        op's mask, head dim and sequence length (geometric mean of query and key lengths; MLA by its own table where the
+        GPU has one, `mla_head_dims`; the Triton FlashAttention family times `cluster.efficiency.triton_fa_vs_transfer`),
+        else the constants."""
         phase = op.shape[5] if len(op.shape) > 5 else "fwd"
         key = f"attention_{phase}"
         if key not in self.efficiency:
             k = self.kernels()
             if k is not None:
                 b, s_q, s_kv, d_head, frac = op.shape[:5]
-                eff = k.attention_efficiency(self.attention_kernel, phase, frac < 1.0, d_head, math.sqrt(s_q * s_kv))
+                eff = k.attention_efficiency(self.attention_kernel, phase, frac < 1.0, d_head, math.sqrt(s_q * s_kv),
+                                             self.mla_head_dims)
                 if eff is not None:
                     if self.attention_kernel == "triton_fa":  # the kernel against its transfer's reading (composer.yaml)
                         eff *= self.efficiency.get("triton_fa_vs_transfer", 1.0)
@@ -229,6 +234,9 @@ class CostModel:
             why = (f"the SM clock locked at {gpu.locked_clock_mhz:g} MHz (rated {gpu.peak_clock_mhz:g} MHz)" if by_lock
                    else f"the {gpu.power_limit_w:g} W power limit (of {gpu.tdp_w:g} W)")
             base += f"; tensor-core work at {gpu.compute_clock_fraction:.2f} of its rated speed under {why}"
+        if k is not None and self.mla_head_dims and any(key[0] == self.attention_kernel and key[3] == self.mla_head_dims
+                                                        for key in k.mla):
+            base += f"; MLA from its own {self.attention_kernel} tables (head dims {self.mla_head_dims[0]} / {self.mla_head_dims[1]})"
         if self.attention_kernel == "triton_fa" and self.efficiency.get("triton_fa_vs_transfer", 1.0) != 1.0:
             base += f"; the Triton attention at {self.efficiency['triton_fa_vs_transfer']:g}x its transfer (cluster.efficiency)"
         return base + (f", overridden by cluster.efficiency {', '.join(over)}" if over else "")
@@ -395,7 +403,7 @@ def build_cost_model(sc) -> CostModel:
                      block_scaled_fp8=sc.framework.fp8_recipe in BLOCK_SCALED_RECIPES,
                      ep_dispatcher=sc.parallel.ep_dispatcher, eager_chains=eager_chains(sc),
                      optimizer_impl=optimizer_impl(sc),
-                     cudnn_version=sc.cluster.cudnn_version,
+                     cudnn_version=sc.cluster.cudnn_version, mla_head_dims=mla_head_dims(sc.model),
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
 
 
@@ -404,6 +412,12 @@ DTENSOR_ELEMENTWISE = ("norm", "final_norm", "residual", "embedding")
 SequenceParallel norms, residual adds of Shard(1) activations, the vocab-parallel embedding)."""
 PARAM_TENSORS_PER_LAYER = 9
 """Parameter tensors per transformer block (2 norms, wq/wk/wv/wo, 3 MLP or router + 3 stacked experts - 1)."""
+
+
+def mla_head_dims(model) -> tuple | None:
+    """MLA's (query-key, value) head dims: nope + rope, v (DeepSeek-V3: 128 + 64, 128); None without MLA."""
+    a = model.mla
+    return (a.qk_nope_head_dim + a.qk_rope_head_dim, a.v_head_dim) if a else None
 
 
 def optimizer_impl(sc) -> str | None:

@@ -18,6 +18,9 @@ source. From them:
   published range the nearest point's value. Where a family has no point for the op's mask (no causal backward
   figure is published) the other mask's points are used; a head dim a mask's table lacks takes the other mask's
   ratio between head dims.
+- multi-head latent attention by its own shape (`mla_attention` in a GPU's entry: DeepSeek-V3's query-key head dim 192
+  and value head dim 128, cuDNN's published tables), read before the tables by one head dim, where MLA would be
+  priced at the mean of its two head dims (`ModelSpec.attention_head_dim`); one release per GPU, whatever the run's;
 - a transfer (`transfers` in the data file) for a family published on one GPU only, next to another family at the
   same shapes: on a GPU with the other (base) family's table and no points of its own, the family runs at the base
   family's efficiency times its published ratio to it at the op's mask, head dim and sequence length (`Transfer`).
@@ -60,6 +63,8 @@ FAMILIES = ("flash2", "flash3", "cudnn", "triton_fa")
 runs (LLM Foundry's flash_attn_triton.py, `attn_impl: triton`)."""
 PHASES = ("fwd", "bwd", "fwd_bwd")
 """Phases of an attention point: forward, backward, or a forward+backward figure (split by `phase_points`)."""
+MLA_FIELDS = ("family", "dtype", "phase", "causal", "d_qk", "d_v", "seq", "tflops", "source", "url")
+"""What a multi-head latent attention point (`mla_attention`) states: its two head dims instead of one."""
 BACKWARD_FLOPS_PER_FORWARD = 2.5
 """Attention backward FLOPs over forward FLOPs as the FlashAttention papers count them (FA2 paper, arXiv 2307.08691,
 §4.1: 2 matmuls forward, 5 backward with the recomputation), the weights of a forward+backward figure's two phases."""
@@ -168,6 +173,9 @@ class GpuKernels:
     cudnn_releases: str = ""
     """The cuDNN release(s) its cuDNN tables were priced from, for the report (`cudnn_release.describe`); "": the
     points name none."""
+    mla: dict = field(default_factory=dict)
+    """(family, phase, causal, (d_qk, d_v)) -> AttentionTable of multi-head latent attention measured at its own
+    head dims (the data file's `mla_attention`), which prices it before the tables by one head dim."""
 
     def attention_source(self, family: str) -> str | None:
         """What prices `family`'s attention on this GPU, for the report; None: no table (the spec constants)."""
@@ -189,14 +197,20 @@ class GpuKernels:
                     f"(a transfer, simulator/cost/kernel_data.json transfers)")
         return None
 
-    def attention_efficiency(self, family: str, phase: str, causal: bool, d_head: float, seq: float) -> float | None:
+    def attention_efficiency(self, family: str, phase: str, causal: bool, d_head: float, seq: float,
+                             mla: tuple | None = None) -> float | None:
         """The family's published efficiency at this shape; None when the family has no points for the phase.
+        Multi-head latent attention (`mla`: its query-key and value head dims) is read from its own table where the
+        GPU has one for the family, phase and mask (`mla_attention`), linear in log2(seq); else as d_head.
         The op's mask's table when the family has one (else the other mask's), linear in head dim between its
         published head dims; beyond them, the nearest head dim's value times the other mask's ratio between the
         two head dims where that mask has both (cuDNN's causal forward is published at head dim 128 only), else
         times the ratio on the GPU `head_dims_from` names (the data file's `head_dim_ratio`). A family
         without points here but with a `Transfer`: the base family's efficiency times the published ratio, split
         between the phases where the transfer has a forward gap (`Transfer.phase_ratio`)."""
+        own = self.mla.get((family, phase, causal, mla)) if mla is not None else None
+        if own is not None:
+            return own.at(seq)
         masks = {k[2] for k in self.attention if k[0] == family and k[1] == phase}
         if not masks:
             t = self.transfers.get(family)
@@ -251,6 +265,12 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                     if p["family"] != "cudnn":
                         raise ScenarioError(at, f"given on a {p['family']} point", "cudnn points only")
                     cudnn_release.release(p["cudnn_version"], at)
+        for i, p in enumerate(entry.get("mla_attention", [])):
+            at = f"{where}: gpus.{gpu}.mla_attention[{i}]"
+            _check_point(p, MLA_FIELDS, at)
+            if p["family"] not in FAMILIES or p["phase"] not in ("fwd", "bwd"):
+                raise ScenarioError(at, f"family {p['family']!r}, phase {p['phase']!r}",
+                                    f"a family of {' | '.join(FAMILIES)}, phase fwd | bwd")
         _check_split(data["gpus"], gpu, f"{where}: gpus.{gpu}.fwd_bwd_split")
         for key in ("head_dim_ratio", "fp8_gemm_from", "fp4_gemm_from", "gemm_from"):
             by = entry.get(key)
@@ -355,6 +375,17 @@ def attention_tables(points: list[dict], peaks: dict | None) -> dict:
     return {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
 
 
+def mla_tables(points: list[dict], peaks: dict) -> dict:
+    """(family, phase, causal, (d_qk, d_v)) -> AttentionTable of the `mla_attention` points' TFLOP/s over
+    `peaks[dtype]` (points of a dtype it lacks are left out)."""
+    groups: dict = {}
+    for p in points:
+        if p["dtype"] in peaks:
+            key = (p["family"], p["phase"], bool(p["causal"]), (int(p["d_qk"]), int(p["d_v"])))
+            groups.setdefault(key, {})[float(p["seq"])] = p["tflops"] * 1e12 / peaks[p["dtype"]]
+    return {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
+
+
 def reference_kernels(gpu_name: str, path: str = str(DATA_FILE)) -> GpuKernels:
     """Another GPU's published per-phase attention tables in TFLOP/s, whose ratios price a transfer to this one
     (`fwd_bwd_split`, `head_dim_ratio`); its forward+backward points are left out (`attention_tables`)."""
@@ -440,4 +471,4 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
     by = entry.get("head_dim_ratio")
     return GpuKernels(gpu_name, gemm, attention, transfers, split_by, reference_kernels(by["gpu"], path) if by else None,
                       borrowed["gpu"] if borrowed and pts["gemm"] else "",
-                      cudnn_release.describe(releases))
+                      cudnn_release.describe(releases), mla_tables(entry.get("mla_attention", []), peak))
