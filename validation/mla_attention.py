@@ -57,13 +57,12 @@ def mla_head_dim() -> float:
     return load_model("deepseek-v3").attention_head_dim
 
 
-def pricer(topology: str, cudnn_version: str | None):
-    """seq, d_head -> clustersim's cuDNN TFLOP/s forward and backward for DeepSeek-V3's causal BF16 attention on
-    `topology`'s GPU (its tables looked up once per set; MLA's own table where the GPU has one)."""
+def pricer(topology: str, cudnn_version: str | None, dims: tuple):
+    """seq, d_head -> clustersim's cuDNN TFLOP/s forward and backward for a causal BF16 attention on `topology`'s GPU
+    (its tables looked up once per set; MLA's own table for `dims`, its two head dims, where the GPU has one)."""
     topo = load_topology(topology)
     kernels = CostModel(topo, cudnn_version=cudnn_version).kernels()
     peak = topo.gpu.peak_tflops["bf16"] * topo.gpu.compute_clock_fraction
-    dims = mla_head_dims(load_model("deepseek-v3"))
     return lambda seq, d_head: tuple(kernels.attention_efficiency("cudnn", phase, True, d_head, seq, dims) * peak
                                      for phase in ("fwd", "bwd"))
 
@@ -73,10 +72,11 @@ def load(path: Path = REFERENCE) -> list[dict]:
 
 
 def points(sets: list[dict]) -> list[Point]:
-    d = mla_head_dim()
+    model = load_model("deepseek-v3")
+    d, dims = model.attention_head_dim, mla_head_dims(model)
     out = []
     for s in sets:
-        priced = pricer(s["topology"], s.get("cudnn_version"))
+        priced = pricer(s["topology"], s.get("cudnn_version"), dims)
         out += [Point(s["id"], int(seq), (float(f), float(b)), priced(int(seq), d)) for seq, f, b in s["points"]]
     return out
 

@@ -361,28 +361,27 @@ def gpu_points(gpu_name: str, path: str = str(DATA_FILE), cudnn_version: str | N
     return {"gemm": list(entry.get("gemm", [])), "attention": attention}
 
 
-def attention_tables(points: list[dict], peaks: dict | None) -> dict:
-    """(family, phase, causal, d_head) -> AttentionTable of the per-phase points' TFLOP/s over `peaks[dtype]` (FLOP/s;
-    points of a dtype it lacks are left out), or in TFLOP/s where `peaks` is None. A later point at the same shape
-    replaces an earlier one."""
+def one_head_dim(p: dict) -> int:
+    """An ordinary attention point's head dim: its tables' key."""
+    return int(p["d_head"])
+
+
+def mla_point_dims(p: dict) -> tuple[int, int]:
+    """A multi-head latent attention point's (query-key, value) head dims: its tables' key (`mla_attention`)."""
+    return int(p["d_qk"]), int(p["d_v"])
+
+
+def attention_tables(points: list[dict], peaks: dict | None, head=one_head_dim) -> dict:
+    """(family, phase, causal, head(point)) -> AttentionTable of the per-phase points' TFLOP/s over `peaks[dtype]`
+    (FLOP/s; points of a dtype it lacks are left out), or in TFLOP/s where `peaks` is None. `head`: the head dim
+    (`one_head_dim`), or MLA's pair (`mla_point_dims`). A later point at the same shape replaces an earlier one."""
     groups: dict = {}
     for p in points:
         if p["phase"] == "fwd_bwd" or (peaks is not None and p["dtype"] not in peaks):
             continue
-        key = (p["family"], p["phase"], bool(p["causal"]), int(p["d_head"]))
+        key = (p["family"], p["phase"], bool(p["causal"]), head(p))
         eff = p["tflops"] if peaks is None else p["tflops"] * 1e12 / peaks[p["dtype"]]
         groups.setdefault(key, {})[float(p["seq"])] = eff
-    return {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
-
-
-def mla_tables(points: list[dict], peaks: dict) -> dict:
-    """(family, phase, causal, (d_qk, d_v)) -> AttentionTable of the `mla_attention` points' TFLOP/s over
-    `peaks[dtype]` (points of a dtype it lacks are left out)."""
-    groups: dict = {}
-    for p in points:
-        if p["dtype"] in peaks:
-            key = (p["family"], p["phase"], bool(p["causal"]), (int(p["d_qk"]), int(p["d_v"])))
-            groups.setdefault(key, {})[float(p["seq"])] = p["tflops"] * 1e12 / peaks[p["dtype"]]
     return {k: AttentionTable(tuple(sorted(v)), tuple(v[s] for s in sorted(v))) for k, v in groups.items()}
 
 
@@ -471,4 +470,5 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
     by = entry.get("head_dim_ratio")
     return GpuKernels(gpu_name, gemm, attention, transfers, split_by, reference_kernels(by["gpu"], path) if by else None,
                       borrowed["gpu"] if borrowed and pts["gemm"] else "",
-                      cudnn_release.describe(releases), mla_tables(entry.get("mla_attention", []), peak))
+                      cudnn_release.describe(releases),
+                      attention_tables(entry.get("mla_attention", []), peak, mla_point_dims))
