@@ -118,3 +118,43 @@ def test_the_data_file_rejects_a_release_on_a_point_that_is_not_cudnn(tmp_path):
     with pytest.raises(ScenarioError, match="cudnn points only"):
         load_data(str(f))
 
+
+
+def test_points_without_a_release_are_a_release_older_than_every_named_one():
+    """The H100's cuDNN points of FlashAttention-3's paper name no release; cudnn-frontend's H200 run names 9.19.1:
+    a run on an older release takes the paper's, one on 9.19.1 or later (or naming none) takes 9.19.1's."""
+    pts = [point(4096, None, 518.0), point(4096, "9.19.1", 591.0), point(4096, None, 368.0, family="flash2")]
+    for wanted, kept in ((None, 591.0), ("9.19.1", 591.0), ("9.20.0", 591.0), ("9.18.0", 518.0), ("9.1", 518.0),
+                         (cudnn_release.OLDEST, 518.0)):
+        got, chosen = cudnn_release.select(pts, wanted)
+        assert [p["tflops"] for p in got if p["family"] == "cudnn"] == [kept], wanted
+        assert [p["tflops"] for p in got if p["family"] == "flash2"] == [368.0]
+    _, chosen = cudnn_release.select(pts, "9.18.0")
+    assert cudnn_release.describe(chosen) == \
+        "cuDNN older than 9.19.1 (its points name no release) (cluster.cudnn_version 9.18.0)"
+
+
+def test_a_table_only_named_releases_give_is_left_out_of_a_run_on_the_unnamed_one():
+    """The paper gives no causal backward: a run on its release prices causal backward from the non-causal table,
+    as before 9.19.1 was added, not from 9.19.1's causal table."""
+    bwd = [dict(point(4096, None, 499.0, causal=False), phase="bwd"), dict(point(4096, "9.19.1", 474.0), phase="bwd"),
+           point(4096, None, 518.0)]
+    got, _ = cudnn_release.select(bwd, "9.18.0")
+    assert sorted((p["phase"], p["causal"], p["tflops"]) for p in got) == [("bwd", False, 499.0), ("fwd", True, 518.0)]
+    got, _ = cudnn_release.select(bwd, None)
+    assert ("bwd", True, 474.0) in [(p["phase"], p["causal"], p["tflops"]) for p in got]
+
+
+def test_an_h100_run_before_9_19_is_priced_as_the_papers_tables_priced_it():
+    """Causal backward at head dim 128 and 8K tokens: the paper's non-causal 518 TFLOP/s before 9.19.1, cudnn-frontend's
+    causal 541 from it; the report names the release."""
+    def model(**cluster):
+        return build_cost_model(scenario_from_mapping({
+            "model": "llama3-8b", "training": {"seq_len": 8192, "global_batch": 8, "micro_batch": 1},
+            "cluster": {"topology": "dgx-h100", "nodes": 1, **cluster}, "parallel": {"dp": 8}}))
+    old, new = model(cudnn_version="9.18.0"), model()
+    op = Compute("a", "attention", 1e12, 0.0, "bf16", (32, 8192, 8192, 128, 0.5, "bwd"))
+    peak = new.peak_flops("bf16")
+    assert old.attention_efficiency(op) * peak / 1e12 == pytest.approx(518.0)
+    assert new.attention_efficiency(op) * peak / 1e12 == pytest.approx(541.0)
+    assert "cuDNN older than 9.19.1" in old.kernel_source() and "cuDNN 9.19.1, the newest" in new.kernel_source()

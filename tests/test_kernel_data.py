@@ -73,10 +73,12 @@ def test_the_h100_bf16_curve_is_fitted_and_stays_under_the_maximum_achievable_ma
         assert cm.spec_compute_time(op) >= op.flops / (p["tflops"] * 1e12) * (1 - 1e-9), p
 
 
-@pytest.mark.parametrize("family,tflops", [("flash2", 319.0), ("flash3", 579.0), ("cudnn", 518.0)])
-def test_attention_prices_at_the_published_speed_of_its_kernel_family(family, tflops):
-    """Causal forward, head dim 128, 4k tokens (FA3 paper's figure): the op's compute time is its FLOPs at that speed."""
-    cm = CostModel(load_topology("dgx-h100"), attention_kernel=family)
+@pytest.mark.parametrize("family,tflops,cudnn", [("flash2", 319.0, None), ("flash3", 579.0, None), ("cudnn", 518.0, "9.18"),
+                                                 ("cudnn", 591.0, None), ("cudnn", 591.0, "9.19.1")])
+def test_attention_prices_at_the_published_speed_of_its_kernel_family(family, tflops, cudnn):
+    """Causal forward, head dim 128, 4k tokens: the op's compute time is its FLOPs at that speed (FA3 paper's figure;
+    cuDNN's newest, by default, from cudnn-frontend's 9.19.1 run, and the paper's, which names no release, before)."""
+    cm = CostModel(load_topology("dgx-h100"), attention_kernel=family, cudnn_version=cudnn)
     op = Compute("attn", "attention", 4.0 * 32 * 4096 * 4096 * 128 * 0.5, 0.0, "bf16", (32, 4096, 4096, 128, 0.5, "fwd"))
     assert cm.attention_efficiency(op) * 989.4 == pytest.approx(tflops, rel=1e-3)
 
@@ -123,11 +125,14 @@ def test_a_point_without_its_source_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("profile,gpu", [("h100-sxm-published", H100), ("a100-sxm-published", "A100 SXM4 80GB")])
 def test_published_profiles_and_the_default_data_hold_the_same_points(profile, gpu):
     """calibrate/profiles/<gpu>-published.json (usable as cluster.profile) and kernel_data.json (the default) agree
-    on every per-phase point (a profile times one kernel call; a forward+backward figure is not one)."""
+    on every per-phase point (a profile times one kernel call; a forward+backward figure is not one). The profile
+    holds each table's oldest release: the H100's cuDNN points of FlashAttention-3's paper, not cudnn-frontend's
+    9.19.1 run, which the default prices (a profile has one point per shape)."""
+    from simulator.cost import cudnn_release
     from simulator.cost.profile_load import load_profile
     prof = load_profile(f"calibrate/profiles/{profile}.json")
     fam = {"fa2": "flash2", "fa3": "flash3", "cudnn": "cudnn"}
-    pts = gpu_points(gpu)
+    pts = gpu_points(gpu, cudnn_version=cudnn_release.OLDEST)
     gemm = {(p["dtype"], p["m"], p["n"], p["k"]): p["tflops"] for p in pts["gemm"]}
     att = {(p["family"], p["phase"], p["causal"], p["d_head"], p["seq"]): p["tflops"] for p in pts["attention"]
            if p["phase"] != "fwd_bwd"}
@@ -287,11 +292,15 @@ def test_the_h200_is_priced_from_the_h100s_published_kernels():
     assert "H100 SXM5 80GB, the chip of H200 SXM 141GB" in h200.kernel_source()
 
 
-@pytest.mark.parametrize("topology, fwd, bwd", [("dgx-b200", 1384.231, 994.850), ("gb200-nvl72", 1584.0, 1211.0)])
-def test_blackwell_attention_is_priced_from_nvidias_published_cudnn_benchmark(topology, fwd, bwd):
+@pytest.mark.parametrize("topology, cudnn, fwd, bwd", [("dgx-b200", None, 1384.231, 994.850),
+                                                        ("gb200-nvl72", "9.17.0", 1584.0, 1211.0),
+                                                        ("gb200-nvl72", "9.19.1", 1598.0, 1311.0),
+                                                        ("gb200-nvl72", None, 1574.0, 1332.0)])
+def test_blackwell_attention_is_priced_from_nvidias_published_cudnn_benchmark(topology, cudnn, fwd, bwd):
     """B200 and GB200 price cuDNN attention from NVIDIA's cudnn-frontend SDPA benchmark (causal, head dim 128), not
-    the spec constants: at a published shape the efficiency is the published TFLOP/s over the GPU's BF16 peak."""
-    cm = CostModel(load_topology(topology))
+    the spec constants: at a published shape the efficiency is the published TFLOP/s over the GPU's BF16 peak, of
+    the release the run names (GB200: 9.17.0, 9.19.1, and 9.22.0 by default, the newest)."""
+    cm = CostModel(load_topology(topology), cudnn_version=cudnn)
     peak = cm.peak_flops("bf16")
     for phase, tflops in (("fwd", fwd), ("bwd", bwd)):
         op = Compute("a", "attention", 1e12, 0.0, "bf16", (128, 8192, 8192, 128, 0.5, phase))
@@ -301,8 +310,9 @@ def test_blackwell_attention_is_priced_from_nvidias_published_cudnn_benchmark(to
 
 def test_a_head_dim_blackwells_tables_lack_takes_the_h100s_ratio_between_head_dims():
     """B200's cuDNN tables are published at head dim 128 only: head dim 64 runs at 128's value times cuDNN's 64 / 128
-    ratio on the H100 (the data file's head_dim_ratio), not at 128's speed."""
-    b200, h100 = CostModel(load_topology("dgx-b200")), CostModel(load_topology("dgx-h100"))
+    ratio on the H100 (the data file's head_dim_ratio), not at 128's speed. The ratio is taken within one release:
+    FlashAttention-3's paper's cuDNN points, the only H100 release with both head dims (its tables before 9.19.1)."""
+    b200, h100 = CostModel(load_topology("dgx-b200")), CostModel(load_topology("dgx-h100"), cudnn_version="9.18")
 
     def eff(cm, d, phase):
         return cm.attention_efficiency(Compute("a", "attention", 1e12, 0.0, "bf16", (32, 8192, 8192, d, 0.5, phase)))

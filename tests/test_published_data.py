@@ -411,3 +411,16 @@ def test_the_megatron_bridge_releases_price_the_cudnn_their_containers_ship():
     assert cases and all(c.mapping["cluster"]["cudnn_version"] == want[c.release] for c in cases)
     b200 = next(c for c in cases if c.id.endswith("25_09:llama3-8b-dgx-b200-8gpu-fp8-cs"))
     assert "cuDNN 9.10.2 (cluster.cudnn_version 9.11.0)" in build_cost_model(scenario_from_mapping(b200.mapping)).kernel_source()
+
+
+def test_h100_rows_run_the_cudnn_tables_of_their_release():
+    """On the H100 the cuDNN tables before 9.19.1 are FlashAttention-3's paper's (they name no release) and from it
+    cudnn-frontend's H200 run: NeMo 24.07 (9.1.0, assumed) and 26.02 (9.18.0) take the paper's, 26.04 (9.20.0) 9.19.1's."""
+    from simulator.cost.costs import build_cost_model
+    from simulator.scenario import scenario_from_mapping
+    from simulator.validate.accuracy import corpus_cases
+    rows = {c.id: c for c in corpus_cases()[0]}
+    for cid, text in (("corpus/nemo_24_07_h100:llama3-70b-dgx-h100-64gpu-fp8", "cuDNN older than 9.19.1"),
+                      ("corpus/megatron_bridge_26_02:llama3-70b-dgx-h100-64gpu-fp8", "cuDNN older than 9.19.1"),
+                      ("corpus/megatron_bridge_26_04:llama3-70b-dgx-h100-64gpu-fp8", "cuDNN 9.19.1 (cluster.cudnn_version 9.20.0)")):
+        assert text in build_cost_model(scenario_from_mapping(rows[cid].mapping)).kernel_source(), cid

@@ -14,14 +14,28 @@ phase, mask, head dim) holds points of several releases, one release prices it:
 - it names release V: the newest published release not newer than V; where every published release is newer than V,
   the oldest (the closest there is; the report says so: `describe`).
 
-Points without a release are taken whatever the scenario names. The choice is per table: a GPU whose causal and
-non-causal points come from different releases (GB200: 9.17.0 causal, 9.18.1 non-causal) keeps both.
+A table's points without a release are one more release, older than every named one: the H100's cuDNN points
+are FlashAttention-3's paper's (arXiv 2407.08608, July 2024), which does not name its cuDNN, next to cudnn-frontend's
+9.19.1 runs on the H200 (2026-02). A scenario naming a release older than every named one takes them; one naming
+none, or 9.19.1 or later, takes 9.19.1. Where that older release has no table of its own (the paper gives no causal
+backward), a run on it leaves the named releases' table out too and is priced as before they were added (from the
+other mask's table). A table with no named release (every FlashAttention table) is taken whatever the scenario
+names. The choice is per table: a GPU whose causal and non-causal points come from different releases
+(GB200: 9.17.0 causal, 9.18.1 non-causal) keeps both.
+
+`OLDEST` asks for the oldest release of every table (the unnamed points where a table has them): the ratios one GPU's
+tables lend another (`kernel_data.reference_kernels`: head dims a table lacks) are taken within one release.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..cudnn_spec import release
+
+OLDEST = "oldest"
+"""`select`'s wanted release for the oldest of every table."""
+UNNAMED = "unnamed"
+"""`Release.chosen` where a table's points without a release price it."""
 
 
 def not_newer(published: tuple[int, ...], wanted: tuple[int, ...]) -> bool:
@@ -33,21 +47,29 @@ def not_newer(published: tuple[int, ...], wanted: tuple[int, ...]) -> bool:
 class Release:
     """The release one table was priced from."""
     chosen: str
+    """The release ("9.19.1"), or `UNNAMED`: the table's points without one."""
     wanted: str | None
     older_than_published: bool
+    newest: str = ""
+    """The table's newest named release."""
 
 
 def describe(chosen: dict) -> str:
     """The releases the cuDNN tables were priced from, for the report's kernel line ("" where no table names one):
     'cuDNN 9.13.1, the newest published'; 'cuDNN 9.10.2 (cluster.cudnn_version 9.9.0 is older than any published)';
-    a GPU whose masks come from different releases names each: 'cuDNN 9.17.0 causal, 9.18.1 no mask, ...'."""
+    a GPU whose masks come from different releases names each: 'cuDNN 9.17.0 causal, 9.18.1 no mask, ...'; a table
+    priced by its points without a release: 'cuDNN older than 9.19.1 (its points name no release; ...)'."""
     cudnn = {k: r for k, r in chosen.items() if k[0] == "cudnn"}
     if not cudnn:
         return ""
     masks: dict = {}
     for (_, _, causal, _), r in cudnn.items():
         masks.setdefault(r.chosen, set()).add("causal" if causal else "no mask")
-    names = sorted(masks, key=release)
+    names = sorted((n for n in masks if n != UNNAMED), key=release)
+    if UNNAMED in masks:
+        newer = sorted({r.newest for r in cudnn.values() if r.chosen == UNNAMED}, key=release)[0]
+        names = [f"older than {newer} (its points name no release)"] + names
+        masks[names[0]] = masks.pop(UNNAMED)
     text = "cuDNN " + (names[0] if len(names) == 1 else ", ".join(f"{n} {' and '.join(sorted(masks[n]))}" for n in names))
     r = next(iter(cudnn.values()))
     if r.wanted is None:
@@ -62,18 +84,45 @@ def table_key(p: dict) -> tuple:
 
 
 def select(points: list[dict], wanted: str | None) -> tuple[list[dict], dict]:
-    """The points that price a run on `wanted` (a release string, or None: the newest), in their order, and by table
-    key the Release each table whose points name one was priced from."""
-    want = release(wanted) if wanted is not None else None
+    """The points that price a run on `wanted` (a release string; None: the newest; `OLDEST`: the oldest), in their
+    order, and by table key the Release each table whose points name one was priced from. A table's points without a
+    release are its oldest release (`UNNAMED`), taken where every named one is newer than `wanted`."""
+    want = release(wanted) if wanted not in (None, OLDEST) else wanted
     by_table: dict = {}
+    unnamed = set()
     for p in points:
         if p.get("cudnn_version") is not None:
             by_table.setdefault(table_key(p), set()).add(release(p["cudnn_version"]))
-    pick, chosen = {}, {}
+        else:
+            unnamed.add(table_key(p))
+    unnamed_families = {k[0] for k in unnamed} & {k[0] for k in by_table}  # families with an unnamed release
+    pick, chosen, dropped = {}, {}, set()
     for key, releases in by_table.items():
         ordered = sorted(releases)
-        fits = [r for r in ordered if want is None or not_newer(r, want)]
-        pick[key] = fits[-1] if fits else ordered[0]
-        chosen[key] = Release(".".join(map(str, pick[key])), wanted, not fits)
-    kept = [p for p in points if p.get("cudnn_version") is None or release(p["cudnn_version"]) == pick[table_key(p)]]
-    return kept, chosen
+        newest = ".".join(map(str, ordered[-1]))
+        if want == OLDEST:
+            fits = []
+        else:
+            fits = [r for r in ordered if want is None or not_newer(r, want)]
+        if fits:
+            pick[key] = fits[-1]
+        elif key in unnamed:
+            pick[key] = None
+        elif key[0] in unnamed_families:  # the family's unnamed release has no such table: price it as that one did
+            dropped.add(key)
+            continue
+        else:
+            pick[key] = ordered[0]
+        shown = UNNAMED if pick[key] is None else ".".join(map(str, pick[key]))
+        older = not fits and key not in unnamed and want != OLDEST
+        chosen[key] = Release(shown, None if want in (None, OLDEST) else wanted, older, newest)
+
+    def kept(p: dict) -> bool:
+        key = table_key(p)
+        if key in dropped:
+            return False
+        if key not in pick:
+            return True
+        named = p.get("cudnn_version")
+        return (named is None) if pick[key] is None else (named is not None and release(named) == pick[key])
+    return [p for p in points if kept(p)], chosen

@@ -387,8 +387,10 @@ def attention_tables(points: list[dict], peaks: dict | None, head=one_head_dim) 
 
 def reference_kernels(gpu_name: str, path: str = str(DATA_FILE)) -> GpuKernels:
     """Another GPU's published per-phase attention tables in TFLOP/s, whose ratios price a transfer to this one
-    (`fwd_bwd_split`, `head_dim_ratio`); its forward+backward points are left out (`attention_tables`)."""
-    return GpuKernels(gpu_name, {}, attention_tables(gpu_points(gpu_name, path)["attention"], None))
+    (`fwd_bwd_split`, `head_dim_ratio`); its forward+backward points are left out (`attention_tables`). Each table
+    is its oldest release's (`cudnn_release.OLDEST`), so a ratio between head dims is taken within one release."""
+    points = gpu_points(gpu_name, path, cudnn_release.OLDEST)["attention"]
+    return GpuKernels(gpu_name, {}, attention_tables(points, None))
 
 
 def phase_points(gpu_name: str, path: str = str(DATA_FILE), cudnn_version: str | None = None) -> list[dict]:
