@@ -144,7 +144,8 @@ class Cluster:
     cudnn_version: Optional[str] = None
     """The cuDNN release the stack runs, as a quoted string ('9.10.2'; torch.backends.cudnn.version() 91002): cuDNN
     attention is priced from the GPU's published points of the newest release not newer than it, the oldest where
-    all are newer (`cost/cudnn_release.py`; published releases: docs/modeling.md). Null: the newest published."""
+    all are newer; points that name no release (the H100's, from FlashAttention-3's paper) are older than every
+    named one (`cost/cudnn_release.py`; published releases: docs/modeling.md). Null: the newest published."""
     memory_headroom_gib: Optional[float] = field(default=None, metadata={"min": 0.0, "max": 1e5})
     """Memory each GPU must keep free for a layout to fit (peak <= capacity - headroom; docs/metrics.md).
     Null: 5 % of the GPU's memory (`memory_fit.DEFAULT_HEADROOM_FRACTION`), 4.0 GiB on an 80 GB H100."""

@@ -2,7 +2,7 @@
 
 For every published point clustersim prices from where no GPU was lent (calibrate/profiles/h100-sxm-published.json,
 the points of simulator/cost/kernel_data.json's H100 entry, plus kernel_data.json's points of the measured GPU where
-it is another chip): the time the lent GPU measured at the same shape (`--measured`: the H200 of
+it is another chip, and the H100 entry's cuDNN points of a named release, cudnn-frontend's 9.19.1 run on an H200): the time the lent GPU measured at the same shape (`--measured`: the H200 of
 calibrate/profiles/h200-sxm-measured.json by default, or the H100 of h100-sxm-measured.json), exact where that shape
 was measured, else the measured profile's own interpolation (`Profile.gemm_time`; `Profile.attention_time` on one SDPA
 back end's points), and the ratio published / measured TFLOP/s (> 1: the publication is faster than the lent GPU).
@@ -188,6 +188,31 @@ def attention_rows(published: Profile, measured: Profile, sources: dict) -> list
     return out
 
 
+def release_rows(measured: Profile, gpu: str = "H100 SXM5 80GB") -> list[Row]:
+    """kernel_data.json's cuDNN points of a named release in `gpu`'s entry (cudnn-frontend's 9.19.1 run on an H200,
+    which prices the H100 from that release on: simulator/cost/cudnn_release.py) against the measured profile's SDPA
+    `cudnn` back end at the same shape (batch x query heads, causal at its own mask), grouped by release."""
+    from simulator.cost.kernel_data import load_data
+    out = []
+    for q in load_data()["gpus"][gpu]["attention"]:
+        if q["family"] != "cudnn" or q.get("cudnn_version") is None or q["phase"] not in ("fwd", "bwd"):
+            continue
+        bh = 64 * int(q["note"].split("batch ")[1].split(",")[0]) if "batch " in q["note"] else 64
+        p = SimpleNamespace(dtype=q["dtype"], batch_heads=bh, s_q=q["seq"], s_kv=q["seq"], d_head=q["d_head"],
+                            causal=q["causal"], phase=q["phase"])
+        op = attention_op(p)
+        frac = 0.5 if p.causal else 1.0
+        seconds = measured.attention_time(p.dtype, bh, p.s_q, p.s_kv, p.d_head, frac, p.phase, "cudnn")
+        mask = "causal" if p.causal else "full"
+        out.append(Row(table="attention", group=f"cudnn {q['cudnn_version']}", chip="H100",
+                       what=f"{p.phase} {mask} d{p.d_head} bh{bh} s{p.s_q}", bound="compute",
+                       published_tflops=q["tflops"],
+                       measured_tflops=None if seconds is None else op.flops / seconds / 1e12,
+                       how="out of range" if seconds is None else "interpolated", against="cudnn",
+                       source=short_source(q["source"]), seq=p.s_q))
+    return out
+
+
 def by_family(r: Row) -> tuple[str, str, str, str]:
     """The summary's groups: table, published GPU, dtype or kernel family and sequence class (SHORT_SEQ), bound."""
     if r.table == "attention":
@@ -298,16 +323,19 @@ def render(head: list[str], rows: list[Row], markdown: bool, lent: str) -> str:
 
 def compare(published_path: Path = PUBLISHED, measured_path: Path = MEASURED,
             sources_path: Path | None = SOURCES, extra: list[dict] | None = None) -> tuple[list[str], list[Row]]:
-    """(caveats, rows) of the published profile against the measured one."""
+    """(caveats, rows) of the published profile against the measured one; `extra` None: with kernel_data.json's
+    points beyond the profile (the measured GPU's GEMMs, the H100's named cuDNN releases), [] or a list: those only."""
     published, measured = load_profile(published_path), load_profile(measured_path)
     for prof in (published, measured):
         if prof.spec is None:
             raise ScenarioError(f"cluster.profile {prof.source}", "has no spec (peak and HBM bandwidth)",
                                 "a GPU profile with a spec")
     sources = read_json_file(sources_path, "sources")["points"] if sources_path is not None else {}
-    if extra is None:  # the measured GPU's own published points, where they are not the published profile's already
+    releases = []
+    if extra is None:  # the measured GPU's own published points, where they are not the published profile's already,
         extra = [] if chip(measured) == chip(published) else gpu_points(measured.spec.gpu_name)["gemm"]
-    rows = gemm_rows(published, measured, sources, extra) + attention_rows(published, measured, sources)
+        releases = release_rows(measured)  # and the H100 entry's cuDNN points of a named release (kernel_data.json)
+    rows = gemm_rows(published, measured, sources, extra) + attention_rows(published, measured, sources) + releases
     return caveats(published, measured), rows
 
 
