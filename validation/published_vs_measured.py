@@ -2,10 +2,10 @@
 
 For every published point clustersim prices from where no GPU was lent (calibrate/profiles/h100-sxm-published.json,
 the points of simulator/cost/kernel_data.json's H100 entry, plus kernel_data.json's points of the measured GPU where
-it is another chip, and the H100 entry's cuDNN points of a named release, cudnn-frontend's 9.19.1 run on an H200): the time the lent GPU measured at the same shape (`--measured`: the H200 of
-calibrate/profiles/h200-sxm-measured.json by default, or the H100 of h100-sxm-measured.json), exact where that shape
-was measured, else the measured profile's own interpolation (`Profile.gemm_time`; `Profile.attention_time` on one SDPA
-back end's points), and the ratio published / measured TFLOP/s (> 1: the publication is faster than the lent GPU).
+it is another chip, and the H100 entry's cuDNN points of a named release, cudnn-frontend's 9.19.1 run on an H200):
+the time the lent GPU measured at the same shape (`--measured`: the H200 of calibrate/profiles/h200-sxm-measured.json
+by default, or the H100 of h100-sxm-measured.json), exact where that shape was measured, else the measured profile's
+own interpolation (`Profile.gemm_time`; `Profile.attention_time` on one SDPA back end's points), and the ratio published / measured TFLOP/s (> 1: the publication is faster than the lent GPU).
 
     python validation/published_vs_measured.py [--measured PROFILE] [--markdown | --json]
 
@@ -188,6 +188,11 @@ def attention_rows(published: Profile, measured: Profile, sources: dict) -> list
     return out
 
 
+RELEASE_BATCH_HEADS = 64
+"""Batch x query heads of the H100 entry's named-release cuDNN points: cudnn-frontend's Llama 3.1 rows at batch 1 with
+64 query heads (results/h200_919_only_cudnn/llama3.1_20260227_034703.csv)."""
+
+
 def release_rows(measured: Profile, gpu: str = "H100 SXM5 80GB") -> list[Row]:
     """kernel_data.json's cuDNN points of a named release in `gpu`'s entry (cudnn-frontend's 9.19.1 run on an H200,
     which prices the H100 from that release on: simulator/cost/cudnn_release.py) against the measured profile's SDPA
@@ -197,7 +202,7 @@ def release_rows(measured: Profile, gpu: str = "H100 SXM5 80GB") -> list[Row]:
     for q in load_data()["gpus"][gpu]["attention"]:
         if q["family"] != "cudnn" or q.get("cudnn_version") is None or q["phase"] not in ("fwd", "bwd"):
             continue
-        bh = 64 * int(q["note"].split("batch ")[1].split(",")[0]) if "batch " in q["note"] else 64
+        bh = RELEASE_BATCH_HEADS
         p = SimpleNamespace(dtype=q["dtype"], batch_heads=bh, s_q=q["seq"], s_kv=q["seq"], d_head=q["d_head"],
                             causal=q["causal"], phase=q["phase"])
         op = attention_op(p)
