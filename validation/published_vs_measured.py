@@ -5,7 +5,8 @@ the points of simulator/cost/kernel_data.json's H100 entry, plus kernel_data.jso
 it is another chip, and the H100 entry's cuDNN points of a named release, cudnn-frontend's 9.19.1 run on an H200):
 the time the lent GPU measured at the same shape (`--measured`: the H200 of calibrate/profiles/h200-sxm-measured.json
 by default, or the H100 of h100-sxm-measured.json), exact where that shape was measured, else the measured profile's
-own interpolation (`Profile.gemm_time`; `Profile.attention_time` on one SDPA back end's points), and the ratio published / measured TFLOP/s (> 1: the publication is faster than the lent GPU).
+own interpolation (`Profile.gemm_time`; `Profile.attention_time` on one SDPA back end's points), and the ratio
+published / measured TFLOP/s (> 1: the publication is faster than the lent GPU).
 
     python validation/published_vs_measured.py [--measured PROFILE] [--markdown | --json]
 
