@@ -161,31 +161,37 @@ def gemm_rows(published: Profile, measured: Profile, sources: dict, extra: list[
     return out
 
 
+def attention_row(p, published: Profile, measured: Profile, backend: str, group: str, source: str) -> Row:
+    """One published attention point `p` (a profile's point: shape, phase, time_s) against the measured profile's
+    `backend` at its shape: exact where that shape was measured, else the profile's interpolation."""
+    op = attention_op(p)
+    points = [q for q in measured.attention if q.backend == backend]
+    frac = 0.5 if (p.causal and p.s_q == p.s_kv) else 1.0
+    seconds = measured.attention_time(p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, frac, p.phase, backend)
+    exact = any((q.dtype, q.batch_heads, q.s_q, q.s_kv, q.d_head, q.causal, q.phase) ==
+                (p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, p.causal, p.phase) for q in points)
+    mask = "causal" if p.causal else "full"
+    # the host's time per call, hence the floor, differs by phase (autograd's backward: 88 us, forward: 39-42)
+    floor_s = min((q.time_s for q in points if q.phase == p.phase), default=0.0)
+    return Row(table="attention", group=group, chip="H100",
+               what=f"{p.phase} {mask} d{p.d_head} bh{p.batch_heads} s{p.s_q}",
+               bound=bound_of(op, published, seconds, floor_s),
+               published_tflops=op.flops / p.time_s / 1e12,
+               measured_tflops=None if seconds is None else op.flops / seconds / 1e12,
+               how="out of range" if seconds is None else "exact" if exact else "interpolated",
+               against=backend + (" (FA3 is not in SDPA)" if group == "fa3" else ""), source=source, seq=p.s_q)
+
+
 def attention_rows(published: Profile, measured: Profile, sources: dict) -> list[Row]:
     out = []
     for p in published.attention:
-        op = attention_op(p)
         backend = MEASURED_BACKEND.get(p.backend)
         if backend is None:
             raise ScenarioError(f"{published.source}: attention backend", f"{p.backend!r} has no measured counterpart",
                                 " | ".join(MEASURED_BACKEND))
-        points = [q for q in measured.attention if q.backend == backend]
-        frac = 0.5 if (p.causal and p.s_q == p.s_kv) else 1.0
-        seconds = measured.attention_time(p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, frac, p.phase, backend)
-        exact = any((q.dtype, q.batch_heads, q.s_q, q.s_kv, q.d_head, q.causal, q.phase) ==
-                    (p.dtype, p.batch_heads, p.s_q, p.s_kv, p.d_head, p.causal, p.phase) for q in points)
-        mask = "causal" if p.causal else "full"
-        key = f"attention/{p.backend}/{p.dtype}/d{p.d_head}/{mask}/{p.phase}/s{p.s_q}"
-        # the host's time per call, hence the floor, differs by phase (autograd's backward: 88 us, forward: 39-42)
-        floor_s = min((q.time_s for q in points if q.phase == p.phase), default=0.0)
-        out.append(Row(table="attention", group=p.backend, chip="H100",
-                       what=f"{p.phase} {mask} d{p.d_head} bh{p.batch_heads} s{p.s_q}",
-                       bound=bound_of(op, published, seconds, floor_s),
-                       published_tflops=op.flops / p.time_s / 1e12,
-                       measured_tflops=None if seconds is None else op.flops / seconds / 1e12,
-                       how="out of range" if seconds is None else "exact" if exact else "interpolated",
-                       against=backend + (" (FA3 is not in SDPA)" if p.backend == "fa3" else ""),
-                       source=short_source(sources.get(key, {}).get("source", "?")), seq=p.s_q))
+        key = f"attention/{p.backend}/{p.dtype}/d{p.d_head}/{'causal' if p.causal else 'full'}/{p.phase}/s{p.s_q}"
+        out.append(attention_row(p, published, measured, backend, p.backend,
+                                 short_source(sources.get(key, {}).get("source", "?"))))
     return out
 
 
@@ -194,28 +200,20 @@ RELEASE_BATCH_HEADS = 64
 64 query heads (results/h200_919_only_cudnn/llama3.1_20260227_034703.csv)."""
 
 
-def release_rows(measured: Profile, gpu: str = "H100 SXM5 80GB") -> list[Row]:
+def release_rows(published: Profile, measured: Profile, gpu: str = "H100 SXM5 80GB") -> list[Row]:
     """kernel_data.json's cuDNN points of a named release in `gpu`'s entry (cudnn-frontend's 9.19.1 run on an H200,
     which prices the H100 from that release on: simulator/cost/cudnn_release.py) against the measured profile's SDPA
-    `cudnn` back end at the same shape (batch x query heads, causal at its own mask), grouped by release."""
+    `cudnn` back end at the same shape, grouped by release (`attention_row`, as a profile's point)."""
     from simulator.cost.kernel_data import load_data
     out = []
     for q in load_data()["gpus"][gpu]["attention"]:
         if q["family"] != "cudnn" or q.get("cudnn_version") is None or q["phase"] not in ("fwd", "bwd"):
             continue
-        bh = RELEASE_BATCH_HEADS
-        p = SimpleNamespace(dtype=q["dtype"], batch_heads=bh, s_q=q["seq"], s_kv=q["seq"], d_head=q["d_head"],
-                            causal=q["causal"], phase=q["phase"])
-        op = attention_op(p)
-        frac = 0.5 if p.causal else 1.0
-        seconds = measured.attention_time(p.dtype, bh, p.s_q, p.s_kv, p.d_head, frac, p.phase, "cudnn")
-        mask = "causal" if p.causal else "full"
-        out.append(Row(table="attention", group=f"cudnn {q['cudnn_version']}", chip="H100",
-                       what=f"{p.phase} {mask} d{p.d_head} bh{bh} s{p.s_q}", bound="compute",
-                       published_tflops=q["tflops"],
-                       measured_tflops=None if seconds is None else op.flops / seconds / 1e12,
-                       how="out of range" if seconds is None else "interpolated", against="cudnn",
-                       source=short_source(q["source"]), seq=p.s_q))
+        p = SimpleNamespace(dtype=q["dtype"], batch_heads=RELEASE_BATCH_HEADS, s_q=q["seq"], s_kv=q["seq"],
+                            d_head=q["d_head"], causal=q["causal"], phase=q["phase"], time_s=0.0)
+        p.time_s = attention_op(p).flops / (q["tflops"] * 1e12)
+        out.append(attention_row(p, published, measured, "cudnn", f"cudnn {q['cudnn_version']}",
+                                 short_source(q["source"])))
     return out
 
 
@@ -340,7 +338,7 @@ def compare(published_path: Path = PUBLISHED, measured_path: Path = MEASURED,
     releases = []
     if extra is None:  # the measured GPU's own published points, where they are not the published profile's already,
         extra = [] if chip(measured) == chip(published) else gpu_points(measured.spec.gpu_name)["gemm"]
-        releases = release_rows(measured)  # and the H100 entry's cuDNN points of a named release (kernel_data.json)
+        releases = release_rows(published, measured)  # and the H100 entry's cuDNN points of a named release (kernel_data.json)
     rows = gemm_rows(published, measured, sources, extra) + attention_rows(published, measured, sources) + releases
     return caveats(published, measured), rows
 
