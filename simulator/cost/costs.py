@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 from . import collectives
 from ..plan.eager_attention import EAGER_DROPOUT, eager_kernels
+from ..plan.fp8_attention import fp8_attention_recipe
 from ..plan.fusion import as_probed, eager_chains
 from .ep_sm_share import ep_sm_share
 from .gemm_curve import EPILOGUE_SERIAL, result_bytes
-from .kernel_data import GpuKernels, gpu_kernels, published_gpus
+from .kernel_data import GpuKernels, gpu_kernels, load_data, published_gpus
 from .sustained import SUSTAINED_GEMM, sustained_fraction
 from ..errors import ScenarioError
 from ..frameworks.spec import BLOCK_SCALED_RECIPES
@@ -102,6 +103,9 @@ class CostModel:
     mla_head_dims: tuple | None = None
     """Multi-head latent attention's (query-key, value) head dims (`model.mla`), which the GPU's `mla_attention`
     tables price; None: the model's attention has one head dim."""
+    fp8_attention: str | None = None
+    """The FP8 attention recipe (`plan/fp8_attention.py`: 'delayed' | 'tensorwise') where the attention runs in FP8,
+    for the report's kernel line; None: 16-bit attention."""
     published_kernels: bool = True
     """Price GEMMs and attention from the GPU's published kernel points (`kernel_data.py`); False: the spec-based
     constants only (validation/kernel_ceiling.py's comparison column)."""
@@ -186,7 +190,28 @@ class CostModel:
         128, scaled by `attention_head_dim_factor`) when given, else the published table of `attention_kernel` at the
         op's mask, head dim and sequence length (geometric mean of query and key lengths; MLA by its own table where the
         GPU has one, `mla_head_dims`; the Triton FlashAttention family times `cluster.efficiency.triton_fa_vs_transfer`),
-        else the constants."""
+        else the constants; an FP8 attention op at that times `fp8_attention_ratio`."""
+        return self._attention_efficiency_bf16(op) * self.fp8_attention_ratio(op)
+
+    def fp8_attention_ratio(self, op: Compute) -> float:
+        """1 for a 16-bit attention op; for an FP8 one (`plan/fp8_attention.py`), cuDNN's published FP8 over BF16 speed
+        at its phase, mask, head dim and sequence length on this GPU (`GpuKernels.fp8_attention_ratio`). A GPU
+        without FP8 attention points cannot price it: `ScenarioError`."""
+        if op.dtype != "fp8" or op.kind != "attention":
+            return 1.0
+        k = self.kernels()
+        b, s_q, s_kv, d_head, frac = op.shape[:5]
+        r = None if k is None else k.fp8_attention_ratio(op.shape[5], frac < 1.0, d_head, math.sqrt(s_q * s_kv))
+        if r is None:
+            have = sorted(n for n in published_gpus() if load_data()["gpus"][n].get("fp8_attention"))
+            raise ScenarioError("framework.fp8_dot_product_attention",
+                                f"true on {self.topology.gpu.kernel_chip}, which has no published FP8 attention figure "
+                                "(simulator/cost/kernel_data.json fp8_attention)",
+                                f"false, or a GPU (gpu.chip) of {' | '.join(have)}")
+        return r
+
+    def _attention_efficiency_bf16(self, op: Compute) -> float:
+        """`attention_efficiency` of the op's 16-bit kernel."""
         phase = op.shape[5] if len(op.shape) > 5 else "fwd"
         key = f"attention_{phase}"
         if key not in self.efficiency:
@@ -237,6 +262,9 @@ class CostModel:
         if k is not None and self.mla_head_dims and any(key[0] == self.attention_kernel and key[3] == self.mla_head_dims
                                                         for key in k.mla):
             base += f"; MLA from its own {self.attention_kernel} tables (head dims {self.mla_head_dims[0]} / {self.mla_head_dims[1]})"
+        if self.fp8_attention is not None and k is not None and k.fp8_ratios:
+            base += (f"; FP8 attention ({self.fp8_attention} scaling) at cuDNN's published FP8 / BF16 speed of one run "
+                     f"({k.fp8_releases}; kernel_data.json fp8_attention)")
         if self.attention_kernel == "triton_fa" and self.efficiency.get("triton_fa_vs_transfer", 1.0) != 1.0:
             base += f"; the Triton attention at {self.efficiency['triton_fa_vs_transfer']:g}x its transfer (cluster.efficiency)"
         return base + (f", overridden by cluster.efficiency {', '.join(over)}" if over else "")
@@ -252,8 +280,7 @@ class CostModel:
         elif op.kind == "attention" and len(op.shape) > 6:
             return self._eager_attention_time(op)
         elif op.kind == "attention":
-            # FP8 training runs attention in bf16: Megatron-Core's TransformerConfig.fp8_dot_product_attention is
-            # False by default, and torchao's float8 swaps only nn.Linear modules (float8_linear.py); the tables are bf16
+            # BF16 tables; FP8 attention (`plan/fp8_attention.py`) at their speed times cuDNN's FP8 / BF16 ratio
             t_c = op.flops / (self.peak_flops("bf16") * self.attention_efficiency(op))
         else:
             t_c = 0.0
@@ -291,7 +318,8 @@ class CostModel:
             return t * op.shape[1] if t is not None and len(op.shape) > 1 else t
         probed, scale = as_probed(op, self.eager_chains)
         t = self.profile.compute_time(probed, self.attention_kernel)
-        return None if t is None else t * scale
+        # a profile times 16-bit attention; FP8 attention at cuDNN's published FP8 / BF16 ratio of it
+        return None if t is None else t * scale / self.fp8_attention_ratio(op)
 
     def compute_time(self, op: Compute) -> float:
         t = self.measured_time(op)
@@ -392,19 +420,24 @@ def priced_attention_kernel(sc) -> str:
 
 
 def build_cost_model(sc) -> CostModel:
-    """The cost model a scenario asks for: spec-based, or with its calibration profile."""
+    """The cost model a scenario asks for: spec-based, or with its calibration profile. `ScenarioError` for FP8
+    attention that Transformer Engine refuses or that no published figure prices (`plan/fp8_attention.py`)."""
     profile = None
     if sc.cluster.profile not in ("default", "", None):
         from .profile_load import load_profile  # noqa: PLC0415 (optional piece, lands with calibration)
         profile = load_profile(sc.cluster.profile)
-    return CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
+    model = CostModel(topology=sc.topology, precision=sc.training.precision, profile=profile,
                      efficiency=dict(sc.cluster.efficiency),
                      attention_kernel=priced_attention_kernel(sc),
                      block_scaled_fp8=sc.framework.fp8_recipe in BLOCK_SCALED_RECIPES,
                      ep_dispatcher=sc.parallel.ep_dispatcher, eager_chains=eager_chains(sc),
                      optimizer_impl=optimizer_impl(sc),
                      cudnn_version=sc.cluster.cudnn_version, mla_head_dims=mla_head_dims(sc.model),
+                     fp8_attention=fp8_attention_recipe(sc),
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
+    if model.fp8_attention is not None:  # priced before any op needs it: a clear error, not one inside the engine
+        model.fp8_attention_ratio(Compute("attn", "attention", 1.0, 0.0, "fp8", (1, 4096, 4096, 128, 0.5, "fwd")))
+    return model
 
 
 DTENSOR_ELEMENTWISE = ("norm", "final_norm", "residual", "embedding")

@@ -29,6 +29,11 @@ source. From them:
   between the phases (`Transfer.phase_ratio`).
 - cuDNN releases: a cuDNN point may name its release (`cudnn_version`); where a table holds several, the run's
   `cluster.cudnn_version` picks one (`cudnn_release.select`: the newest not newer than it; by default the newest).
+- FP8 attention (`fp8_attention` in a GPU's entry: cuDNN's FP8 fused attention, which Transformer Engine runs under
+  `fp8_dot_product_attention`): each point is published beside the same run's BF16 figure at the same shape
+  (`bf16_tflops`), and prices FP8 attention as the GPU's BF16 table at the op's shape times that ratio
+  (`GpuKernels.fp8_attention_ratio`), its release picked as the BF16 tables' are. The ratio, not the FP8 figure,
+  carries over: the BF16 tables may come from another run or release than the FP8 pair.
 - a head-dim transfer (`head_dim_ratio` in a GPU's entry): a head dim the GPU's tables lack at both masks is priced
   at the nearest published head dim's value times the same family's ratio between the two on the GPU it names
   (B200 and GB200's cuDNN and FlashAttention-2 are published at head dim 128 only; the H100's ratios price 64).
@@ -65,6 +70,9 @@ PHASES = ("fwd", "bwd", "fwd_bwd")
 """Phases of an attention point: forward, backward, or a forward+backward figure (split by `phase_points`)."""
 MLA_FIELDS = ("family", "dtype", "phase", "causal", "d_qk", "d_v", "seq", "tflops", "source", "url")
 """What a multi-head latent attention point (`mla_attention`) states: its two head dims instead of one."""
+FP8_ATTENTION_FIELDS = ("family", "dtype", "phase", "causal", "d_head", "seq", "tflops", "bf16_tflops", "cudnn_version",
+                        "source", "url")
+"""What an FP8 attention point (`fp8_attention`) states: its own figure, the same run's BF16 figure, its release."""
 BACKWARD_FLOPS_PER_FORWARD = 2.5
 """Attention backward FLOPs over forward FLOPs as the FlashAttention papers count them (FA2 paper, arXiv 2307.08691,
 §4.1: 2 matmuls forward, 5 backward with the recomputation), the weights of a forward+backward figure's two phases."""
@@ -176,6 +184,21 @@ class GpuKernels:
     mla: dict = field(default_factory=dict)
     """(family, phase, causal, (d_qk, d_v)) -> AttentionTable of multi-head latent attention measured at its own
     head dims (the data file's `mla_attention`), which prices it before the tables by one head dim."""
+    fp8_ratios: dict = field(default_factory=dict)
+    """(phase, causal, d_head) -> AttentionTable of cuDNN's FP8 over BF16 TFLOP/s in one run (the data file's
+    `fp8_attention`), at the release `cudnn_release.select` picks; empty: no FP8 attention is published here."""
+    fp8_releases: str = ""
+    """The cuDNN release those ratios were taken at, for the report (`cudnn_release.describe`)."""
+
+    def fp8_attention_ratio(self, phase: str, causal: bool, d_head: float, seq: float) -> float | None:
+        """cuDNN's FP8 attention speed over its BF16 speed at this shape: the op's mask's table (else the other
+        mask's: the 9.13.1 runs are causal only), the nearest published head dim's (128 only), linear in log2(seq);
+        None without FP8 points."""
+        masks = {k[1] for k in self.fp8_ratios if k[0] == phase}
+        if not masks:
+            return None
+        mask = causal if causal in masks else next(iter(masks))
+        return at_head_dim({k[2]: t for k, t in self.fp8_ratios.items() if k[:2] == (phase, mask)}, d_head, seq)
 
     def attention_source(self, family: str) -> str | None:
         """What prices `family`'s attention on this GPU, for the report; None: no table (the spec constants)."""
@@ -265,6 +288,15 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
                     if p["family"] != "cudnn":
                         raise ScenarioError(at, f"given on a {p['family']} point", "cudnn points only")
                     cudnn_release.release(p["cudnn_version"], at)
+        for i, p in enumerate(entry.get("fp8_attention", [])):
+            at = f"{where}: gpus.{gpu}.fp8_attention[{i}]"
+            _check_point(p, FP8_ATTENTION_FIELDS, at)
+            if p["family"] != "cudnn" or p["dtype"] != "fp8" or p["phase"] not in ("fwd", "bwd"):
+                raise ScenarioError(at, f"family {p['family']!r}, dtype {p['dtype']!r}, phase {p['phase']!r}",
+                                    "family cudnn, dtype fp8, phase fwd | bwd")
+            if not (isinstance(p["bf16_tflops"], (int, float)) and p["bf16_tflops"] > 0):
+                raise ScenarioError(f"{at}.bf16_tflops", f"{p['bf16_tflops']!r}", "a positive number")
+            cudnn_release.release(p["cudnn_version"], f"{at}.cudnn_version")
         for i, p in enumerate(entry.get("mla_attention", [])):
             at = f"{where}: gpus.{gpu}.mla_attention[{i}]"
             _check_point(p, MLA_FIELDS, at)
@@ -470,7 +502,10 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
     transfers = {f: t for f in load_data(path).get("transfers", {}) if f not in own
                  for t in [transfer_of(f, path)] if t is not None}
     by = entry.get("head_dim_ratio")
+    fp8_points, fp8_chosen = cudnn_release.select(list(entry.get("fp8_attention", [])), cudnn_version)
+    ratios = attention_tables([dict(p, tflops=p["tflops"] / p["bf16_tflops"]) for p in fp8_points], None)
     return GpuKernels(gpu_name, gemm, attention, transfers, split_by, reference_kernels(by["gpu"], path) if by else None,
                       borrowed["gpu"] if borrowed and pts["gemm"] else "",
                       cudnn_release.describe(releases),
-                      attention_tables(entry.get("mla_attention", []), peak, mla_point_dims))
+                      attention_tables(entry.get("mla_attention", []), peak, mla_point_dims),
+                      {k[1:]: t for k, t in ratios.items()}, cudnn_release.describe(fp8_chosen))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from ..scenario import Scenario
 from . import op_sac
 from .autocast_saved import autocast_layer_terms
-from .layer_ops import layer_forward
+from .fp8_attention import stored_qkv_bytes
+from .layer_ops import core_attn_reruns, layer_forward
 from .layout import layer_recompute, recompute_modules, recomputes_mlp
 from .tp_overlap import wgrad_input_saved
 from .opgraph import CCE_LSE_BYTES, DROPOUT_MASK_BYTES, FP8_STORE_BYTES, Shard, shard
@@ -154,7 +155,8 @@ def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str,
     o_width = z.heads * m.mla.v_head_dim if m.mla else z.q
     terms = {"norm1_input": ab * Tsp * h, "qkv_input": ab * Tsp * h}
     if not (m.mla and "mla_up_proj" in mods):
-        terms.update({"q": ab * T * z.q, "k": ab * T * k_width, "v": ab * T * z.kv})
+        qkv_b = stored_qkv_bytes(sc, z, recomputed=rc != "none" and "core_attn" in mods and core_attn_reruns(sc))
+        terms.update({"q": qkv_b * T * z.q, "k": qkv_b * T * k_width, "v": qkv_b * T * z.kv})
     terms["attn_out"] = ab * T * o_width
     if m.mla:
         # approximation: compressed q and kv latents kept twice (norm input, up-projection input), full sequence

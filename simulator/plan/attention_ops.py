@@ -10,6 +10,7 @@ from dataclasses import replace
 from ..scenario import Scenario
 from .documents import layer_mask
 from .eager_attention import EAGER, EAGER_DROPOUT, eager_kernels
+from .fp8_attention import attention_dtype, backward_casts, forward_casts
 from .opgraph import Comm, Compute, OpList, Shard, elementwise
 
 
@@ -25,11 +26,11 @@ def attention_op(sc: Scenario, z: Shard, name: str, s_kv: int, causal_fraction: 
     shape = (z.b * z.heads, z.s, s_kv, z.d_head, causal_fraction, phase)
     if sc.training.attention == "eager":  # its kernels, every entry computed (`plan/eager_attention.py`)
         ks = eager_kernels(*shape[:4], phase, sc.model.hidden_dropout, z.ab)
-        return Compute(name, "attention", sum(k.flops for k in ks), sum(k.bytes for k in ks), z.dtype,
+        return Compute(name, "attention", sum(k.flops for k in ks), sum(k.bytes for k in ks), attention_dtype(sc, z),
                        shape + (EAGER_DROPOUT if sc.model.hidden_dropout else EAGER,))
     flops = attention_flops(z, s_kv, causal_fraction) * (2.5 if bwd else 1.0)
     io = (2 * z.T * z.q + 2 * z.b * s_kv * z.kv) * z.ab * (2 if bwd else 1)
-    return Compute(name, "attention", flops, float(io), z.dtype, shape)
+    return Compute(name, "attention", flops, float(io), attention_dtype(sc, z), shape)
 
 
 def masked(sc: Scenario, z: Shard, op: Compute, layer: int, ring: bool = False) -> Compute:
@@ -65,6 +66,17 @@ def kv_chunk_bytes(z: Shard) -> float:
 
 
 def attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
+    """The layer's attention forward: FP8 attention's quantization of Q, K, V first (`fp8_attention`), then the
+    kernel (or the CP ring's steps), then O's dequantization where the recipe makes O in FP8."""
+    casts = forward_casts(sc, z)
+    for op in casts[:1]:
+        seq.compute(op)
+    _attention_forward_kernels(sc, z, seq, layer)
+    for op in casts[1:]:
+        seq.compute(op)
+
+
+def _attention_forward_kernels(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     c = sc.parallel.cp
     kv_bytes = kv_chunk_bytes(z)
     if c == 1:
@@ -109,6 +121,17 @@ def ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool,
 
 
 def attention_backward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
+    """The layer's attention backward: dO's quantization under FP8 attention, the kernel (or the ring), then dQ, dK,
+    dV's dequantization where the recipe makes them in FP8 (`fp8_attention.backward_casts`)."""
+    before, after = backward_casts(sc, z)
+    for op in before:
+        seq.compute(op)
+    _attention_backward_kernels(sc, z, seq, layer)
+    for op in after:
+        seq.compute(op)
+
+
+def _attention_backward_kernels(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     c = sc.parallel.cp
     kv_bytes = kv_chunk_bytes(z)
     if c == 1:

@@ -16,6 +16,7 @@ from .autocast_ops import (cast_weights, input_cast, input_cast_backward, is_inp
 from .float8_comm import cast_shares, fp8_tp_gathers, tp_collective_bytes
 from .tp_overlap import chunk_tp_overlap, overlap_mode, wgrad_input_saved
 from .attention_ops import attention_backward, attention_forward
+from .fp8_attention import FP8_ATTENTION_CASTS
 from .opgraph import (FP8_CASTS, GELU_PASSES, NORM_PASSES, QUANTIZED, RESIDUAL_PASSES, ROPE_PASSES, SWIGLU_PASSES, Comm,
                       Compute, LayerPasses, OpList, Shard, elementwise, fp8_cast, fp8_cast_backward, gemm, residual_add,
                       shard, tp_collective)
@@ -309,6 +310,8 @@ def layer_passes(sc: Scenario, layer: int, z: Shard | None = None) -> LayerPasse
             continue
         if op.name.startswith("cp_merge"):
             continue  # the ring backward's blocks use the merged log-sum-exp; no backward of their own
+        if op.name.startswith(FP8_ATTENTION_CASTS):
+            continue  # FP8 attention's casts: the backward's own are `attention_backward`'s
         if op.kind == "attention":
             if attention_done:
                 continue  # the CP ring's forward steps share one backward (emitted once, all steps)

@@ -317,6 +317,8 @@ def megatron_args(sc: Scenario) -> list[str]:
             a += ["--fp8-param-gather"] + (["--reuse-grad-buf-for-mxfp8-param-ag"] if recipe == "mxfp8" else [])
     if t.precision == "fp4":  # MLM transformer_config.py:511-516 at Megatron-Bridge v0.3.0's pin (b0cc2706)
         a += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+    if sc.framework.option("fp8_dot_product_attention"):  # MLM fp8_utils.py:432-449 (the recipe's fp8_dpa)
+        a.append("--fp8-dot-product-attention")
     a += ["--attention-backend", "flash" if t.attention == "flash" else "unfused"]
     # the model
     a += ["--num-layers", str(m.layers), "--hidden-size", str(m.hidden), "--ffn-hidden-size", str(m.ffn_hidden),
@@ -369,11 +371,18 @@ def megatron_args(sc: Scenario) -> list[str]:
     return a
 
 
+DPA_RECIPE_ENV = {"delayed": "DelayedScaling", "tensorwise": "Float8CurrentScaling"}
+"""`dpa_fp8_recipe` -> Transformer Engine's NVTE_DPA_FP8_RECIPE (v2.8 dot_product_attention.py:552-635)."""
+
+
 def to_megatron(sc: Scenario, label: str = "", notes: tuple[str, ...] = ()) -> str:
     p = sc.parallel
     # Megatron-LM's validate_args: TP or CP wants 1 (kernel order for overlap), Megatron-FSDP more than 1
     conns = "32" if p.zero >= 2 else ("1" if p.tp * p.cp > 1 else "")
     env = f"CUDA_DEVICE_MAX_CONNECTIONS={conns} " if conns else ""
+    dpa = sc.framework.option("dpa_fp8_recipe")  # Transformer Engine reads the attention's recipe from the environment
+    if sc.framework.option("fp8_dot_product_attention") and dpa in DPA_RECIPE_ENV:
+        env += f"NVTE_DPA_FP8_RECIPE={DPA_RECIPE_ENV[dpa]} "
     run = (f"{env}torchrun --nnodes {sc.cluster.nodes} --nproc-per-node {sc.gpus_per_node} pretrain_gpt.py "
            "$(grep -v '^#' THIS_FILE) --data-path ... --train-iters ... --lr ... (data and schedule are yours)")
     head = _header(sc, "megatron", label, run, list(notes))
