@@ -88,3 +88,16 @@ def test_a_gemm_transfer_must_name_another_gpu_of_the_file(tmp_path):
     bad.write_text(json.dumps(data))
     with pytest.raises(ScenarioError, match="gemm_from"):
         load_data(str(bad))
+
+
+def test_a_run_on_cudnn_9_13_takes_the_gb300s_own_9_13_1_causal_table():
+    """cudnn-frontend's FE 1.15 artifacts (0b1577c) timed the GB300's BF16 causal layer under 9.13.1 (8K forward
+    1,716 TFLOP/s, slower than 9.17.0's 1,899): MLPerf v5.1's NeMo 25.09 runs price it; no mask, which that run did
+    not time, takes the oldest published table (9.18.1)."""
+    pts = gpu_points(GB300, cudnn_version="9.13.1")["attention"]
+    causal = {p["cudnn_version"] for p in pts if p["family"] == "cudnn" and p["causal"]}
+    plain = {p["cudnn_version"] for p in pts if p["family"] == "cudnn" and not p["causal"]}
+    assert causal == {"9.13.1"} and plain == {"9.18.1"}
+    fwd = next(p for p in pts if p["family"] == "cudnn" and p["causal"] and p["phase"] == "fwd" and p["seq"] == 8192)
+    assert fwd["tflops"] == pytest.approx(1716.056)
+    assert "9.13.1 causal" in CostModel(load_topology("gb300-nvl72"), cudnn_version="9.13.1").kernel_source()
