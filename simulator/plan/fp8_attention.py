@@ -42,6 +42,8 @@ FP8_ATTENTION_STORE_BYTES = 1
 """Bytes per element of Q, K, V kept in FP8 for the backward (E4M3, one fp32 scale per tensor)."""
 FP8_ATTENTION_CASTS = "fp8_attn_"
 """The prefix of FP8 attention's cast ops' names: the layer's backward walk skips the forward's (`layer_ops`)."""
+BLOCK_SCALED_WORDS = {"te_mxfp8": "MXFP8 (fp8_recipe mxfp8)", "te_nvfp4": "NVFP4 (training.precision fp4)"}
+"""The linears' block-scaled recipes in the scenario's words, for the error that asks for `dpa_fp8_recipe`."""
 RECIPE_OF_LINEARS = {"te_delayed": "delayed", "te_current": "tensorwise"}
 """The linears' recipe (`frameworks/spec.FP8_RECIPES`) -> the attention's where `dpa_fp8_recipe` follows it."""
 
@@ -64,8 +66,9 @@ def fp8_attention_recipe(sc: Scenario) -> str | None:
         return named
     linear = sc.framework.linear_recipe(sc.training.precision)
     if linear not in RECIPE_OF_LINEARS:
-        raise ScenarioError("framework.dpa_fp8_recipe", f"follow with the {linear} linear recipe, which has no FP8 "
-                            "attention (TransformerEngine dot_product_attention.py:630-635 asserts)", "delayed | tensorwise")
+        word = BLOCK_SCALED_WORDS.get(linear, linear)
+        raise ScenarioError("framework.dpa_fp8_recipe", f"follow with {word} linears, whose recipe has no FP8 attention "
+                            "(TransformerEngine dot_product_attention.py:630-635 asserts)", "delayed | tensorwise")
     return RECIPE_OF_LINEARS[linear]
 
 
