@@ -199,16 +199,24 @@ class CostModel:
         without FP8 attention points cannot price it: `ScenarioError`."""
         if op.dtype != "fp8" or op.kind != "attention":
             return 1.0
-        k = self.kernels()
         b, s_q, s_kv, d_head, frac = op.shape[:5]
-        r = None if k is None else k.fp8_attention_ratio(op.shape[5], frac < 1.0, d_head, math.sqrt(s_q * s_kv))
+        r = self.fp8_attention_kernels().fp8_attention_ratio(op.shape[5], frac < 1.0, d_head, math.sqrt(s_q * s_kv))
         if r is None:
+            raise ScenarioError("framework.fp8_dot_product_attention",
+                                f"no published FP8 attention {op.shape[5]} figure for {self.topology.gpu.kernel_chip}")
+        return r
+
+    def fp8_attention_kernels(self) -> GpuKernels:
+        """The GPU's published kernels, which price FP8 attention; `ScenarioError` where they hold no FP8 attention
+        figure (`kernel_data.json` fp8_attention)."""
+        k = self.kernels()
+        if k is None or not k.fp8_ratios:
             have = sorted(n for n in published_gpus() if load_data()["gpus"][n].get("fp8_attention"))
             raise ScenarioError("framework.fp8_dot_product_attention",
                                 f"true on {self.topology.gpu.kernel_chip}, which has no published FP8 attention figure "
                                 "(simulator/cost/kernel_data.json fp8_attention)",
                                 f"false, or a GPU (gpu.chip) of {' | '.join(have)}")
-        return r
+        return k
 
     def _attention_efficiency_bf16(self, op: Compute) -> float:
         """`attention_efficiency` of the op's 16-bit kernel."""
@@ -435,8 +443,8 @@ def build_cost_model(sc) -> CostModel:
                      cudnn_version=sc.cluster.cudnn_version, mla_head_dims=mla_head_dims(sc.model),
                      fp8_attention=fp8_attention_recipe(sc),
                      framework=framework_context(sc) if profile is not None and profile.framework else {})
-    if model.fp8_attention is not None:  # priced before any op needs it: a clear error, not one inside the engine
-        model.fp8_attention_ratio(Compute("attn", "attention", 1.0, 0.0, "fp8", (1, 4096, 4096, 128, 0.5, "fwd")))
+    if model.fp8_attention is not None:  # checked before any op needs it: a clear error, not one inside the engine
+        model.fp8_attention_kernels()
     return model
 
 

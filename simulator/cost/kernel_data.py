@@ -103,9 +103,7 @@ class Transfer:
     def ratio(self, causal: bool, d_head: float, seq: float) -> float:
         """The op's mask's ratio (else the other mask's), linear in head dim between the published ones and the
         nearest one's beyond them, linear in log2(seq) as the tables are."""
-        masks = {c for c, _ in self.ratios}
-        mask = causal if causal in masks else next(iter(masks))
-        return at_head_dim({d: t for (c, d), t in self.ratios.items() if c == mask}, d_head, seq)
+        return at_mask_and_head_dim(self.ratios, causal, d_head, seq)
 
     def phase_ratio(self, phase: str, causal: bool, d_head: float, seq: float,
                     base_fwd: float | None, base_bwd: float | None) -> float:
@@ -124,6 +122,14 @@ class Transfer:
             return r_f
         t_f, t_b = 1.0 / base_fwd, BACKWARD_FLOPS_PER_FORWARD / base_bwd
         return t_b / ((t_f + t_b) / r - t_f / r_f)
+
+
+def at_mask_and_head_dim(tables: dict, causal: bool, d_head: float, seq: float) -> float:
+    """`tables` ((causal, head dim) -> AttentionTable) at the op's mask, else the other mask (the one published),
+    by `at_head_dim`."""
+    masks = {c for c, _ in tables}
+    mask = causal if causal in masks else next(iter(masks))
+    return at_head_dim({d: t for (c, d), t in tables.items() if c == mask}, d_head, seq)
 
 
 def at_head_dim(tables: dict, d_head: float, seq: float) -> float:
@@ -185,11 +191,8 @@ class GpuKernels:
         """cuDNN's FP8 attention speed over its BF16 speed at this shape: the op's mask's table (else the other
         mask's: the 9.13.1 runs are causal only), the nearest published head dim's (128 only), linear in log2(seq);
         None without FP8 points."""
-        masks = {k[1] for k in self.fp8_ratios if k[0] == phase}
-        if not masks:
-            return None
-        mask = causal if causal in masks else next(iter(masks))
-        return at_head_dim({k[2]: t for k, t in self.fp8_ratios.items() if k[:2] == (phase, mask)}, d_head, seq)
+        tables = {k[1:]: t for k, t in self.fp8_ratios.items() if k[0] == phase}
+        return at_mask_and_head_dim(tables, causal, d_head, seq) if tables else None
 
     def attention_source(self, family: str) -> str | None:
         """What prices `family`'s attention on this GPU, for the report; None: no table (the spec constants)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..scenario import Scenario
 from . import op_sac
 from .autocast_saved import autocast_layer_terms
-from .fp8_attention import stored_qkv_bytes
+from .fp8_attention import stored_qkv_bytes, widths
 from .layer_ops import core_attn_reruns, layer_forward
 from .layout import layer_recompute, recompute_modules, recomputes_mlp
 from .tp_overlap import wgrad_input_saved
@@ -151,8 +151,7 @@ def _fused_layer_terms(sc: Scenario, layer: int, rc: str, z: Shard) -> dict[str,
     if rc == "selective" and op_sac.applies(sc):  # torchtitan's op-level SAC: the saved ops' outputs
         return op_sac.op_sac(sc, z, tuple(layer_forward(sc, layer, z, tag="R").nodes)).saved
     mods = recompute_modules(sc, rc)
-    k_width = z.q if m.mla else z.kv
-    o_width = z.heads * m.mla.v_head_dim if m.mla else z.q
+    _, k_width, _, o_width = widths(sc, z)
     terms = {"norm1_input": ab * Tsp * h, "qkv_input": ab * Tsp * h}
     if not (m.mla and "mla_up_proj" in mods):
         qkv_b = stored_qkv_bytes(sc, z, recomputed=rc != "none" and "core_attn" in mods and core_attn_reruns(sc))

@@ -68,11 +68,11 @@ def kv_chunk_bytes(z: Shard) -> float:
 def attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     """The layer's attention forward: FP8 attention's quantization of Q, K, V first (`fp8_attention`), then the
     kernel (or the CP ring's steps), then O's dequantization where the recipe makes O in FP8."""
-    casts = forward_casts(sc, z)
-    for op in casts[:1]:
+    before, after = forward_casts(sc, z)
+    for op in before:
         seq.compute(op)
     _attention_forward_kernels(sc, z, seq, layer)
-    for op in casts[1:]:
+    for op in after:
         seq.compute(op)
 
 

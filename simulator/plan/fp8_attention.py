@@ -27,15 +27,17 @@ from __future__ import annotations
 
 from ..errors import ScenarioError
 from ..scenario import Scenario
-from .opgraph import QUANTIZED, Compute, Shard
+from .opgraph import QUANTIZED, TE_CURRENT, TE_DELAYED, Compute, Shard
 
 CONCAT_BYTES = 4
 """Bytes per element of `torch.cat` of Q, K and V before their one quantization: read 2, write 2 (BF16)."""
-QUANTIZE_BYTES = {"delayed": 3, "tensorwise": 5}
-"""Bytes per element of one FP8 quantization of a BF16 tensor: delayed scaling reads it once and writes 1 B (3);
-current scaling reads it twice, amax then cast (5). As `opgraph.TE_DELAYED` / `TE_CURRENT` without their transpose."""
-QUANTIZE_KERNELS = {"delayed": 1, "tensorwise": 3}
-"""Kernels one quantization launches: one fused cast; amax, scale and cast under current scaling (`TE_CURRENT`)."""
+DPA_CASTS = {"delayed": TE_DELAYED, "tensorwise": TE_CURRENT}
+"""The attention's recipe -> the linears' casts of the same scaling, whose reads and launches it shares."""
+QUANTIZE_BYTES = {r: 2 * c.reads + 1 for r, c in DPA_CASTS.items()}
+"""Bytes per element of one FP8 quantization of a BF16 tensor: the recipe's reads of 2 B (delayed scaling once, current
+scaling twice: amax then cast) and one 1 B write, no transpose: 3 and 5."""
+QUANTIZE_KERNELS = {r: c.kernels_per_tensor for r, c in DPA_CASTS.items()}
+"""Kernels one quantization launches: one fused cast; amax, scale and cast under current scaling."""
 DEQUANTIZE_BYTES = 3
 """Bytes per element of dequantizing an FP8 tensor to BF16: read 1, write 2."""
 FP8_ATTENTION_STORE_BYTES = 1
@@ -86,19 +88,19 @@ def widths(sc: Scenario, z: Shard) -> tuple[int, int, int, int]:
     return z.q, (z.q if m.mla else z.kv), z.kv, (z.heads * m.mla.v_head_dim if m.mla else z.q)
 
 
-def forward_casts(sc: Scenario, z: Shard) -> list[Compute]:
-    """One layer's forward casts around the FP8 kernel: Q, K, V concatenated and quantized; O dequantized under
-    delayed scaling. Empty without FP8 attention."""
+def forward_casts(sc: Scenario, z: Shard) -> tuple[list[Compute], list[Compute]]:
+    """One layer's forward casts: (before the kernel: Q, K, V concatenated and quantized; after it: O dequantized
+    under delayed scaling). Empty without FP8 attention."""
     recipe = fp8_attention_recipe(sc)
     if recipe is None:
-        return []
+        return [], []
     q, k, v, o = widths(sc, z)
     qkv = z.T * (q + k + v)
-    out = [Compute(FP8_ATTENTION_CASTS + "quantize_qkv", "elementwise", 0.0, float(qkv * (CONCAT_BYTES + QUANTIZE_BYTES[recipe])),
-                   "bf16", (qkv,), 1 + QUANTIZE_KERNELS[recipe])]
-    if recipe == "delayed":
-        out.append(Compute(FP8_ATTENTION_CASTS + "dequantize_o", "elementwise", 0.0, float(z.T * o * DEQUANTIZE_BYTES), "bf16", (z.T * o,)))
-    return out
+    before = [Compute(FP8_ATTENTION_CASTS + "quantize_qkv", "elementwise", 0.0,
+                      float(qkv * (CONCAT_BYTES + QUANTIZE_BYTES[recipe])), "bf16", (qkv,), 1 + QUANTIZE_KERNELS[recipe])]
+    after = ([Compute(FP8_ATTENTION_CASTS + "dequantize_o", "elementwise", 0.0, float(z.T * o * DEQUANTIZE_BYTES), "bf16",
+                      (z.T * o,))] if recipe == "delayed" else [])
+    return before, after
 
 
 def backward_casts(sc: Scenario, z: Shard) -> tuple[list[Compute], list[Compute]]:
