@@ -68,10 +68,15 @@ def kv_chunk_bytes(z: Shard) -> float:
 def attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     """The layer's attention forward: FP8 attention's quantization of Q, K, V first (`fp8_attention`), then the
     kernel (or the CP ring's steps), then O's dequantization where the recipe makes O in FP8."""
-    before, after = forward_casts(sc, z)
+    _with_casts(seq, forward_casts(sc, z), lambda: _attention_forward_kernels(sc, z, seq, layer))
+
+
+def _with_casts(seq: OpList, casts: tuple[list[Compute], list[Compute]], kernels) -> None:
+    """The casts FP8 attention runs before and after its kernels (`fp8_attention`), around `kernels()`."""
+    before, after = casts
     for op in before:
         seq.compute(op)
-    _attention_forward_kernels(sc, z, seq, layer)
+    kernels()
     for op in after:
         seq.compute(op)
 
@@ -123,12 +128,7 @@ def ring_step_attention(sc: Scenario, z: Shard, name: str, step: int, bwd: bool,
 def attention_backward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     """The layer's attention backward: dO's quantization under FP8 attention, the kernel (or the ring), then dQ, dK,
     dV's dequantization where the recipe makes them in FP8 (`fp8_attention.backward_casts`)."""
-    before, after = backward_casts(sc, z)
-    for op in before:
-        seq.compute(op)
-    _attention_backward_kernels(sc, z, seq, layer)
-    for op in after:
-        seq.compute(op)
+    _with_casts(seq, backward_casts(sc, z), lambda: _attention_backward_kernels(sc, z, seq, layer))
 
 
 def _attention_backward_kernels(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
