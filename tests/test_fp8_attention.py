@@ -116,6 +116,7 @@ def test_the_ratio_is_taken_at_the_runs_cudnn_release_or_the_oldest_published():
     ({"training__precision": "bf16"}, "framework.fp8_dot_product_attention"),
     ({"framework__fp8_recipe": "mxfp8"}, "framework.dpa_fp8_recipe"),
     ({"training__attention": "eager"}, "framework.fp8_dot_product_attention"),
+    ({"parallel__cp": 2, "parallel__dp": 4, "parallel__cp_comm": "allgather"}, "parallel.cp_comm"),
 ])
 def test_combinations_transformer_engine_refuses_are_errors(changes, key):
     with pytest.raises(ScenarioError) as e:
@@ -156,3 +157,26 @@ def test_the_megatron_export_asks_for_fp8_attention_and_names_its_recipe():
     assert "NVTE_DPA_FP8_RECIPE=Float8CurrentScaling " in to_megatron(sc)
     plain = _sc(framework__fp8_dot_product_attention=False)
     assert "--fp8-dot-product-attention" not in megatron_args(plain) and "NVTE_DPA" not in to_megatron(plain)
+
+
+def _cp_comms(sc) -> tuple[list, list]:
+    """One layer's CP collectives, forward and backward (`plan.layer_ops.layer_passes`)."""
+    from simulator.plan.layer_ops import layer_passes
+    lp = layer_passes(sc, 0)
+    return ([n.op for n in lp.F if getattr(n.op, "dim", "") == "cp"],
+            [n.op for n in lp.B if getattr(n.op, "dim", "") == "cp"])
+
+
+def test_fp8_attention_passes_k_and_v_around_the_cp_ring_in_fp8_and_swaps_the_dkv_ring_for_one_all_to_all():
+    """TransformerEngine v2.8 AttnFuncWithCPAndKVP2P under FP8: the K/V chunks travel as uint8 (1 B, half of BF16's),
+    forward and backward; dK/dV partials are not passed around the ring but exchanged once, an all-to-all of cp
+    FP8 chunks after the last step (`fp8_attention` module docstring)."""
+    cp = {"parallel__cp": 4, "parallel__dp": 2, "training__seq_len": 16384}
+    fp8, bf16 = _sc(**cp), _sc(framework__fp8_dot_product_attention=False, **cp)
+    z = shard(fp8)
+    chunk = 2 * z.T * z.kv  # elements of this rank's K and V chunk
+    (f8_fwd, f8_bwd), (bf_fwd, bf_bwd) = _cp_comms(fp8), _cp_comms(bf16)
+    assert [c.bytes for c in f8_fwd] == [chunk * 1] * 3 and [c.bytes for c in bf_fwd] == [chunk * 2] * 3
+    assert [(c.collective, c.bytes) for c in bf_bwd] == [("send_recv", chunk * 2)] * 7  # 3 K/V + 4 dK/dV steps
+    assert [(c.collective, c.bytes) for c in f8_bwd] == [("send_recv", chunk)] * 3 + [("all_to_all", 4 * chunk)]
+    assert f8_bwd[-1].blocking, "the dK/dV exchange is waited for before the backward goes on"

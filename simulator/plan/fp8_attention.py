@@ -17,7 +17,17 @@ Q, K and V as separate tensors, as Megatron-Core passes them after RoPE:
 A quantization reads the BF16 tensor once under delayed scaling (the scale from the amax history) and twice under
 current scaling (its amax, then the cast) in three kernels (amax, scale, cast), as the linears' casts
 (`opgraph.TE_DELAYED`, `opgraph.TE_CURRENT`), writing 1 B. Not priced: the amax reductions over the TP / CP group,
-the S and dP scales' history (delayed in both recipes), FP8 K/V on a context-parallel ring.
+the S and dP scales' history (delayed in both recipes).
+
+On a context-parallel ring (TransformerEngine v2.8 context_parallel.py, AttnFuncWithCPAndKVP2P) the K/V chunks travel
+quantized: the forward sends the FP8 K and V (:1349, `torch.cat` of their uint8 data), and the backward sends them again
+for cp - 1 steps (:2077-2089) but does not pass dK and dV around the ring: each step's partial dK, dV go into a buffer of
+cp chunks of uint8 (:1975-1981), exchanged by one all-to-all issued at the ring's last step (:2090-2096) and waited for
+after that step's kernel (:2313-2315). `attention_ops` prices that traffic (`cp_ring_bytes_per_element`), the
+all-to-all after the last step's kernel, not beside it; the per-step accumulation of
+dQ, dK, dV is priced as the BF16 ring's (fp32 adds), where TE writes FP8 partials and sums them once at the end (delayed
+scaling, :2409-2430) or adds fp32 copies (current scaling). Its all-gather path (cp_comm allgather) gets no FP8 argument
+(attn_forward_func_with_cp, :3803-3807): the attention would run in BF16, so that combination is refused.
 
 Which recipe: Transformer Engine's NVTE_DPA_FP8_RECIPE (the option `dpa_fp8_recipe`): unset, the linears' recipe
 where it is per-tensor (delayed or current scaling); MXFP8 and NVFP4 linears have no FP8 attention of their own and
@@ -63,6 +73,10 @@ def fp8_attention_recipe(sc: Scenario) -> str | None:
         kernel = "eager" if sc.training.attention == "eager" else sc.framework.attention_kernel
         raise ScenarioError(at, f"true with the {kernel} attention kernel (FP8 attention is Transformer Engine's "
                             "cuDNN fused attention)", "training.attention: flash with the cudnn kernel, or false")
+    if sc.parallel.cp > 1 and sc.parallel.cp_comm == "allgather":
+        raise ScenarioError("parallel.cp_comm", "allgather with framework.fp8_dot_product_attention (TransformerEngine "
+                            "v2.8 passes its all-gather context parallelism no FP8: the attention would run in BF16, "
+                            "context_parallel.py:3803-3807)", "ring, or fp8_dot_product_attention: false")
     named = sc.framework.option("dpa_fp8_recipe")
     if named in QUANTIZE_BYTES:
         return named
@@ -116,6 +130,12 @@ def backward_casts(sc: Scenario, z: Shard) -> tuple[list[Compute], list[Compute]
     after = ([Compute(FP8_ATTENTION_CASTS + "dequantize_dqkv", "elementwise", 0.0, float(qkv * DEQUANTIZE_BYTES), "bf16", (qkv,))]
              if recipe == "delayed" else [])
     return before, after
+
+
+def cp_ring_bytes_per_element(sc: Scenario, z: Shard) -> int:
+    """Bytes per element of the K/V chunks a context-parallel ring passes on, and of the dK/dV partials FP8 attention
+    exchanges after it: FP8 (1 B) under FP8 attention, else the activations' bytes (module docstring)."""
+    return FP8_ATTENTION_STORE_BYTES if fp8_attention_recipe(sc) is not None else z.ab
 
 
 def stored_qkv_bytes(sc: Scenario, z: Shard, recomputed: bool) -> int:
