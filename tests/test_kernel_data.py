@@ -31,7 +31,7 @@ def test_every_point_names_its_source_and_url():
             assert p["source"] and p["url"].startswith("http"), (gpu, p)
 
 
-@pytest.mark.parametrize("topology", ["dgx-h100", "dgx-a100", "hgx-h200", "gb200-nvl72", "dgx-b200"])
+@pytest.mark.parametrize("topology", ["dgx-h100", "dgx-a100", "hgx-h200", "gb200-nvl72", "dgx-b200", "dgx-b300"])
 def test_no_default_gemm_beats_a_maximum_achievable_matmul_point(topology):
     cm = CostModel(load_topology(topology))
     for p in gpu_points(cm.topology.gpu.name)["gemm"]:

@@ -152,8 +152,8 @@ def test_the_8b_fp8_cs_recipe_recomputes_five_layers_per_chunk():
 
 def test_skip_reasons_name_what_is_missing():
     from simulator.validate.corpus import skip_reason
-    row = {"label": "LLAMA3_8B", "layout": {"system": "DGX-B300", "precision": "FP8-CS"}}
-    assert skip_reason(row) == "no topology for DGX-B300"
+    row = {"label": "LLAMA3_8B", "layout": {"system": "DGX-Rubin", "precision": "FP8-CS"}}
+    assert skip_reason(row) == "no topology for DGX-Rubin"
     assert "FP8-SC" in skip_reason({"label": "LLAMA3_8B", "layout": {"system": "DGX-GB200", "precision": "FP8-SC"}})
     assert "GPT OSS" in skip_reason({"label": "GPT OSS 120B", "layout": {"system": "DGX-H100", "precision": "BF16"}})
     assert "no scenario" in skip_reason({"label": "Qwen3_30B_a3B", "layout": {"system": "DGX-H100", "precision": "FP8"}})
@@ -229,7 +229,7 @@ def test_validate_published_prints_per_framework_feature_ratio_and_skipped_table
                          capture_output=True, text=True, cwd=ROOT, timeout=600)  # ~210 s alone on 2 cores; CI shares them with a second worker
     assert out.returncode == 0, out.stderr
     for heading in ("| framework | split | runs | MAPE |", "| framework | feature | value | split |",
-                    "| feature | a | b | split | differs |", "Corpus rows not scored", "no topology for DGX-B300"):
+                    "| feature | a | b | split | differs |", "Corpus rows not scored", "no clustersim model for GPT OSS 120B"):
         assert heading in out.stdout, heading
     assert "| megatron | fit |" in out.stdout and "| megatron | validation |" in out.stdout
 

@@ -39,7 +39,7 @@ from simulator.topology import load_topology  # noqa: E402
 
 TOPOLOGY_OF_GPU = {"H100 SXM5 80GB": "dgx-h100", "A100 SXM4 80GB": "dgx-a100", "H200 SXM 141GB": "hgx-h200",
                    "B200 (GB200 superchip)": "gb200-nvl72", "B200 (HGX/DGX, 1,000 W)": "dgx-b200",
-                   "B300 (GB300 superchip)": "gb300-nvl72"}
+                   "B300 (GB300 superchip)": "gb300-nvl72", "B300 (HGX/DGX, 1,100 W)": "dgx-b300"}
 """A shipped topology whose gpu.name is each GPU of the data file."""
 BATCH_HEADS_TOKENS = 16384 * 2048
 """The FA3 paper's benchmark sizes its inputs so batch x seqlen = 16k and heads x head dim = 2048."""

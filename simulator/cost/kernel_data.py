@@ -39,6 +39,10 @@ source. From them:
   (B200 and GB200's cuDNN and FlashAttention-2 are published at head dim 128 only; the H100's ratios price 64).
 - a GEMM transfer (`gemm_from` in a GPU's entry): a GPU with no published GEMM point of its own and the same dense
   tensor-core peaks as another fits its curves to that GPU's points (GB300's B300 to GB200's B200).
+- an attention transfer (`attention_from` in a GPU's entry): a GPU with no published attention point of its own
+  takes the named GPU's attention tables and their rules (`attention`, `mla_attention`, `fp8_attention`,
+  `head_dim_ratio`, `fwd_bwd_split`) in TFLOP/s, as they were published (the HGX B300 from the GB300's B300, the same
+  Blackwell Ultra part at another board power): `gpu_entry`.
 - an FP8 transfer (`fp8_gemm_from` in a GPU's entry): a GPU with a BF16 curve and no FP8 point takes the BF16 curve
   with eta_max times the named GPU's ratio of maximum-achievable FP8 to BF16 efficiency (`fp8_from_bf16`; the HGX
   B200 from the GB200's B200, the same die).
@@ -186,6 +190,8 @@ class GpuKernels:
     `fp8_attention`), at the release `cudnn_release.select` picks; empty: no FP8 attention is published here."""
     fp8_releases: str = ""
     """The cuDNN release those ratios were taken at, for the report (`cudnn_release.describe`)."""
+    attention_from: str = ""
+    """The GPU whose published attention tables this GPU takes (the data file's `attention_from`); "": its own."""
 
     def fp8_attention_ratio(self, phase: str, causal: bool, d_head: float, seq: float) -> float | None:
         """cuDNN's FP8 attention speed over its BF16 speed at this shape: the op's mask's table (else the other
@@ -203,6 +209,8 @@ class GpuKernels:
         if any(k[0] == family for k in self.attention):
             ref = self.head_dims_from
             tables = f"{family} tables" + (f" ({self.cudnn_releases})" if family == "cudnn" and self.cudnn_releases else "")
+            if self.attention_from:
+                tables += f" of the {self.attention_from} (a transfer, simulator/cost/kernel_data.json attention_from)"
             if ref is not None and any(k[0] == family for k in ref.attention):
                 return (f"{tables}, head dims they lack by {family}'s ratio between head dims on the {ref.gpu} "
                         f"(a transfer, simulator/cost/kernel_data.json head_dim_ratio)")
@@ -269,6 +277,22 @@ def load_data(path: str = str(DATA_FILE)) -> dict:
     return data
 
 
+ATTENTION_KEYS = ("attention", "mla_attention", "fp8_attention", "head_dim_ratio", "fwd_bwd_split")
+"""What an attention transfer (`attention_from`) takes from the GPU it names: its tables and the rules that read them."""
+
+
+def gpu_entry(gpu_name: str, path: str = str(DATA_FILE)) -> dict:
+    """One GPU's entry of the data file ({} when absent); with `attention_from`, the named GPU's attention tables and
+    rules (`ATTENTION_KEYS`) in place of the ones it lacks."""
+    gpus = load_data(path)["gpus"]
+    entry = gpus.get(gpu_name, {})
+    by = entry.get("attention_from")
+    if not by:
+        return entry
+    ref = gpus[by["gpu"]]
+    return {**entry, **{k: ref[k] for k in ATTENTION_KEYS if k in ref and not entry.get(k)}}
+
+
 def transfer_of(family: str, path: str = str(DATA_FILE)) -> Transfer | None:
     """The published ratio of `family` to its base family, by mask, head dim and sequence length (shapes where
     the source gives both); None when the data file has no transfer for it."""
@@ -291,7 +315,7 @@ def gpu_points(gpu_name: str, path: str = str(DATA_FILE), cudnn_version: str | N
     """The published points of one GPU ({'gemm': [...], 'attention': [...]}); empty lists when none. Of cuDNN
     points published for several releases, those of the release `cudnn_release.select` picks for `cudnn_version`
     (None: the newest)."""
-    entry = load_data(path)["gpus"].get(gpu_name, {})
+    entry = gpu_entry(gpu_name, path)
     attention, _ = cudnn_release.select(list(entry.get("attention", [])), cudnn_version)
     return {"gemm": list(entry.get("gemm", [])), "attention": attention}
 
@@ -334,7 +358,7 @@ def phase_points(gpu_name: str, path: str = str(DATA_FILE), cudnn_version: str |
     `fwd_bwd_split` names (in TFLOP/s, at the point's mask, head dim and sequence length, with the tables' fallbacks).
     A split point keeps the published value (`fwd_bwd_tflops`) and names the GPU it was split by (`split_by`). A
     published per-phase point comes after the split ones, so it wins at a shape both give."""
-    entry = load_data(path)["gpus"].get(gpu_name, {})
+    entry = gpu_entry(gpu_name, path)
     points = gpu_points(gpu_name, path, cudnn_version)["attention"]
     split = []
     if any(p["phase"] == "fwd_bwd" for p in points):
@@ -376,7 +400,7 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
         return None
     peak = dict(peaks)
     gemm = {}
-    entry = load_data(path)["gpus"][gpu_name]
+    entry = gpu_entry(gpu_name, path)
     borrowed = entry.get("gemm_from")
     if borrowed and not pts["gemm"]:
         pts["gemm"] = gpu_points(borrowed["gpu"], path)["gemm"]
@@ -399,7 +423,7 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
             gemm["fp4"] = fp4_from(gemm["bf16"], ref.gemm, fp4_by["gpu"])
     points = phase_points(gpu_name, path, cudnn_version)
     attention = attention_tables(points, peak)
-    _, releases = cudnn_release.select(load_data(path)["gpus"][gpu_name].get("attention", []), cudnn_version)
+    _, releases = cudnn_release.select(entry.get("attention", []), cudnn_version)
     split_by = {p["family"]: p["split_by"] for p in points if "split_by" in p and p["dtype"] in peak}
     own = {k[0] for k in attention}
     transfers = {f: t for f in load_data(path).get("transfers", {}) if f not in own
@@ -411,4 +435,5 @@ def gpu_kernels(gpu_name: str, peaks: tuple, hbm_Bps: float, default_eta: float,
                       borrowed["gpu"] if borrowed and pts["gemm"] else "",
                       cudnn_release.describe(releases),
                       attention_tables(entry.get("mla_attention", []), peak, mla_point_dims),
-                      {k[1:]: t for k, t in ratios.items()}, cudnn_release.describe(fp8_chosen))
+                      {k[1:]: t for k, t in ratios.items()}, cudnn_release.describe(fp8_chosen),
+                      (entry.get("attention_from") or {}).get("gpu", ""))

@@ -52,12 +52,17 @@ def check_data(data: dict, where: str) -> None:
                 raise ScenarioError(at, f"family {p['family']!r}, phase {p['phase']!r}",
                                     f"a family of {' | '.join(FAMILIES)}, phase fwd | bwd")
         _check_split(data["gpus"], gpu, f"{where}: gpus.{gpu}.fwd_bwd_split")
-        for key in ("head_dim_ratio", "fp8_gemm_from", "fp4_gemm_from", "gemm_from"):
+        for key in ("head_dim_ratio", "fp8_gemm_from", "fp4_gemm_from", "gemm_from", "attention_from"):
             by = entry.get(key)
             if by is not None and not (isinstance(by, dict) and by.get("gpu") in data["gpus"] and by["gpu"] != gpu
                                        and by.get("rule") and by.get("why")):
                 raise ScenarioError(f"{where}: gpus.{gpu}.{key}", f"{by!r}",
                                     "{gpu: another GPU of this file, rule: what it prices, why: the evidence for it}")
+        by = entry.get("attention_from")
+        if by is not None and (entry.get("attention") or not data["gpus"][by["gpu"]].get("attention")
+                               or data["gpus"][by["gpu"]].get("attention_from")):
+            raise ScenarioError(f"{where}: gpus.{gpu}.attention_from", f"{by['gpu']!r}",
+                                "a GPU with attention points of its own, for a GPU that has none")
         by = entry.get("fp4_gemm_from")
         if by is not None and not (isinstance(by.get("peak_tflops"), dict) and {"bf16", "fp4"} <= set(by["peak_tflops"])):
             raise ScenarioError(f"{where}: gpus.{gpu}.fp4_gemm_from.peak_tflops", f"{by.get('peak_tflops')!r}",

@@ -45,7 +45,8 @@ Two numbers are *fitted*, each on a fit split, and transferred:
   releases).
 - transferred, not fitted: the same fraction of the published curve for every dtype where no framework constant
   applies (torchao's FP8 GEMMs take the FP8 curve times it), and for every framework; to H200, the same GH100 die
-  at the same 700 W; to GB300's B300, whose GEMM curve is the GB200's (the same dense peaks); and to the variants
+  at the same 700 W; to GB300's B300, whose GEMM curve is the GB200's (the same dense peaks); to the HGX B300 (its own
+  maximum-achievable GEMMs, the HGX B200's dense peaks); and to the variants
   that name a listed chip as their `gpu.chip` (H800).
 Not derated: A100 (its spec 0.78 already sits under the A100's published ceilings, and Megatron's A100 papers read
 +2..+12 % with it). The validation rows these values are checked on are listed in docs/accuracy.md.
@@ -88,6 +89,9 @@ SUSTAINED_GEMM = {
     "B300 (GB300 superchip)": SustainedGemm(B200_SUSTAINED.bf16_peak_efficiency,
                                             "B200's fitted value: Blackwell Ultra at the same dense BF16/FP8 peaks, its GEMM "
                                             "curve the GB200's (kernel_data.json gemm_from; not fitted on GB300 runs)"),
+    "B300 (HGX/DGX, 1,100 W)": SustainedGemm(B200_SUSTAINED.bf16_peak_efficiency,
+                                             "B200's fitted value: Blackwell Ultra in the HGX board, the HGX B200's dense "
+                                             "BF16/FP8 peaks (not fitted on HGX B300 runs)"),
 }
 """topology `gpu.kernel_chip` (its `gpu.chip`, else its name) -> the sustained BF16 GEMM efficiency; GPUs not listed
 keep the published curve. Variants of a listed chip (H800, Grand Teton's 96 GB H100) name it as their `gpu.chip`."""

@@ -34,7 +34,7 @@ each added as validation before any of their rows was scored. NeMo Megatron 22.0
 launcher README's DGX A100 tables) was added as fit before any of its rows was scored: the A100's only fit data."""
 
 SYSTEM_TOPOLOGY = {"DGX-H100": "dgx-h100", "DGX-GB200": "gb200-nvl72", "DGX-GB300": "gb300-nvl72", "DGX-B200": "dgx-b200",
-                   "DGX-A100": "dgx-a100"}
+                   "DGX-B300": "dgx-b300", "DGX-A100": "dgx-a100"}
 """Systems of the performance tables that clustersim has a topology for (topologies/)."""
 
 EXPRESSIBLE_PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-MX": "fp8", "MXFP8": "fp8", "NVFP4": "fp4"}
