@@ -145,12 +145,12 @@ def _attention_backward_kernels(sc: Scenario, z: Shard, seq: OpList, layer: int)
         # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA); each step
         # adds its block's dQ and dK/dV into fp32 accumulators. FP8 attention keeps each step's dK/dV partial and
         # exchanges them in one FP8 all-to-all after the last step (`fp8_attention` module docstring)
-        fp8 = fp8_attention_recipe(sc) is not None
+        fp8, ring_bytes = fp8_attention_recipe(sc) is not None, kv_chunk_bytes(z, cp_ring_bytes_per_element(sc, z))
 
         def after_step(i: int) -> None:
             seq.compute(elementwise(f"cp_accumulate{i}_bwd", z.T * (z.q + 2 * z.kv), 3, z, elt_bytes=4))
             if not fp8:
-                seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1) or not sc.overlap_cp))
+                seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", ring_bytes, blocking=(i == c - 1) or not sc.overlap_cp))
             elif i == c - 1:
-                seq.comm(Comm("cp_dkv_all_to_all", "cp", "all_to_all", c * kv_chunk_bytes(z, cp_ring_bytes_per_element(sc, z))))
+                seq.comm(Comm("cp_dkv_all_to_all", "cp", "all_to_all", c * ring_bytes))
         _ring(sc, z, seq, layer, True, after_step)
