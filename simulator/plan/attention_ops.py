@@ -60,10 +60,10 @@ def masked(sc: Scenario, z: Shard, op: Compute, layer: int, ring: bool = False) 
     return replace(op, flops=op.flops * pk.cp_busiest_vs_causal)
 
 
-def kv_chunk_bytes(z: Shard, elt_bytes: int | None = None) -> float:
-    """This rank's local K and V chunk: what one CP ring step passes on (`elt_bytes` per element, else the
-    activations' bytes; FP8 attention's ring passes them quantized, `fp8_attention.cp_ring_bytes_per_element`)."""
-    return float(2 * z.T * z.kv * (z.ab if elt_bytes is None else elt_bytes))
+def kv_chunk_bytes(sc: Scenario, z: Shard) -> float:
+    """This rank's local K and V chunk: what one CP ring step passes on, at the activations' bytes, or quantized
+    under FP8 attention (`fp8_attention.cp_ring_bytes_per_element`)."""
+    return float(2 * z.T * z.kv * cp_ring_bytes_per_element(sc, z))
 
 
 def attention_forward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
@@ -84,7 +84,7 @@ def _with_casts(seq: OpList, casts: tuple[list[Compute], list[Compute]], kernels
 
 def _attention_forward_kernels(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     c = sc.parallel.cp
-    kv_bytes = kv_chunk_bytes(z)
+    kv_bytes = kv_chunk_bytes(sc, z)
     if c == 1:
         seq.compute(masked(sc, z, attention_op(sc, z, "attn", z.s, 0.5, bwd=False), layer))
     elif sc.parallel.cp_comm == "allgather":
@@ -106,7 +106,7 @@ def _ring(sc: Scenario, z: Shard, seq: OpList, layer: int, bwd: bool, after_step
     step but the last passes the K/V chunk on as soon as it arrived (the first right after the QKV projection)
     and the next step waits for it; `after_step(i)` adds what follows step i's block."""
     c, tag = sc.parallel.cp, "_bwd" if bwd else ""
-    kv_bytes = kv_chunk_bytes(z, cp_ring_bytes_per_element(sc, z))
+    kv_bytes = kv_chunk_bytes(sc, z)
     prev = None
     for i in range(c):
         extra = (prev,) if prev is not None else ()
@@ -134,7 +134,7 @@ def attention_backward(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
 
 def _attention_backward_kernels(sc: Scenario, z: Shard, seq: OpList, layer: int) -> None:
     c = sc.parallel.cp
-    kv_bytes = kv_chunk_bytes(z)
+    kv_bytes = kv_chunk_bytes(sc, z)
     if c == 1:
         seq.compute(masked(sc, z, attention_op(sc, z, "attn_bwd", z.s, 0.5, bwd=True), layer))
     elif sc.parallel.cp_comm == "allgather":
@@ -145,12 +145,12 @@ def _attention_backward_kernels(sc: Scenario, z: Shard, seq: OpList, layer: int)
         # ring backward: K/V travel again (c-1 steps) and dK/dV travel with them (c steps) (RFA); each step
         # adds its block's dQ and dK/dV into fp32 accumulators. FP8 attention keeps each step's dK/dV partial and
         # exchanges them in one FP8 all-to-all after the last step (`fp8_attention` module docstring)
-        fp8, ring_bytes = fp8_attention_recipe(sc) is not None, kv_chunk_bytes(z, cp_ring_bytes_per_element(sc, z))
+        fp8 = fp8_attention_recipe(sc) is not None
 
         def after_step(i: int) -> None:
             seq.compute(elementwise(f"cp_accumulate{i}_bwd", z.T * (z.q + 2 * z.kv), 3, z, elt_bytes=4))
             if not fp8:
-                seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", ring_bytes, blocking=(i == c - 1) or not sc.overlap_cp))
+                seq.comm(Comm(f"cp_dkv_ring{i}", "cp", "send_recv", kv_bytes, blocking=(i == c - 1) or not sc.overlap_cp))
             elif i == c - 1:
-                seq.comm(Comm("cp_dkv_all_to_all", "cp", "all_to_all", c * ring_bytes))
+                seq.comm(Comm("cp_dkv_all_to_all", "cp", "all_to_all", c * kv_bytes))
         _ring(sc, z, seq, layer, True, after_step)
